@@ -1,0 +1,1 @@
+"""Backends: one module per place a job can run (local processes, Docker, SageMaker)."""

@@ -1,0 +1,127 @@
+"""The interface every backend implements, and the capabilities it declares as data.
+
+A backend is one small class per place a job can run (this machine, Docker, SageMaker). It takes its
+client (boto3, Docker) in its constructor so tests inject fakes or moto-backed clients. It receives a
+finished :class:`~estimator.spec.TrainingJobSpec` whose code is already staged; it never validates
+user arguments itself beyond :meth:`Backend.check`, which compares the spec with the backend's
+declared :class:`Capabilities` so that an unsupported option fails before anything starts.
+
+Contract of the four operations (they mirror SageMaker's API, so the SageMaker backend is a thin
+shim and the local ones are emulations):
+
+- ``submit(spec)``: start the job and return at once (CreateTrainingJob).
+- ``describe(job_name)``: a dict with DescribeTrainingJob's shape: at least ``TrainingJobName``,
+  ``TrainingJobStatus``, ``SecondaryStatus``, ``SecondaryStatusTransitions``, ``FailureReason``
+  (when Failed), ``ModelArtifacts.S3ModelArtifacts``, ``TrainingStartTime``/``TrainingEndTime``,
+  ``HyperParameters``, ``AlgorithmSpecification``, ``ResourceConfig``, ``OutputDataConfig``.
+- ``log_lines(job_name, follow)``: the job's log lines, each already prefixed with its host
+  (``[algo-2/rank 5] ...``); with ``follow`` the iterator ends only once the job is terminal and
+  every line has been yielded.
+- ``stop(job_name)``: ask the job to stop (StopTrainingJob); returns without waiting.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, ClassVar
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict
+
+from estimator.errors import UnsupportedByBackendError
+from estimator.spec import TrainingJobSpec
+
+
+class Capabilities(BaseModel):
+    """What a backend can honour. Checked against the spec before anything is staged."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    uri_schemes: frozenset[str]
+    """URI schemes accepted for code, inputs, output and checkpoints (``s3``, ``file``)."""
+    input_modes: frozenset[str] = frozenset({"File"})
+    distributions: frozenset[str] = frozenset(
+        {"none", "torch_distributed", "pytorchddp", "smddp", "mpi", "modelparallel"}
+    )
+    max_instance_count: int | None = None
+    spot: bool = False
+    checkpoints: bool = False
+    vpc: bool = False
+    network_isolation: bool = False
+    retry_strategy: bool = False
+    interrupt_stops_job: bool = True
+    """Ctrl-C while waiting stops the job (local backends) or only the waiting (SageMaker)."""
+
+
+class Backend(ABC):
+    """One place a job can run. Subclasses set ``capabilities`` and implement the four operations."""
+
+    capabilities: ClassVar[Capabilities]
+
+    def check(self, spec: TrainingJobSpec) -> None:
+        """Raise :class:`UnsupportedByBackendError` for anything in ``spec`` this backend cannot do."""
+        caps = self.capabilities
+        name = caps.name
+
+        def refuse(field: str, value: object, problem: str, fix: str) -> None:
+            raise UnsupportedByBackendError(field, value, f"{problem} on the {name} backend", fix)
+
+        count = spec.ResourceConfig.InstanceCount
+        if caps.max_instance_count is not None and count > caps.max_instance_count:
+            refuse(
+                "instance_count",
+                count,
+                f"at most {caps.max_instance_count} supported",
+                f"use instance_count <= {caps.max_instance_count} or another backend",
+            )
+        uris: list[tuple[str, str]] = [("output_path", spec.OutputDataConfig.S3OutputPath)]
+        for channel in spec.InputDataConfig or []:
+            if channel.DataSource.S3DataSource is not None:
+                uris.append((f"inputs[{channel.ChannelName!r}]", channel.DataSource.S3DataSource.S3Uri))
+            mode = channel.InputMode or spec.AlgorithmSpecification.TrainingInputMode
+            if mode not in caps.input_modes:
+                refuse(
+                    f"inputs[{channel.ChannelName!r}].input_mode",
+                    mode,
+                    "input mode not supported",
+                    f"use one of {sorted(caps.input_modes)}",
+                )
+        if spec.CheckpointConfig is not None:
+            if not caps.checkpoints:
+                refuse("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri, "checkpoints not supported",
+                       "drop checkpoint_s3_uri or use another backend")
+            uris.append(("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri))
+        for field, uri in uris:
+            scheme = urlparse(uri).scheme
+            if scheme not in caps.uri_schemes:
+                refuse(field, uri, f"{scheme or 'a scheme-less'}:// URIs are not supported",
+                       f"use a URI starting with one of {sorted(s + '://' for s in caps.uri_schemes)}")
+        if spec.EnableManagedSpotTraining and not caps.spot:
+            refuse("use_spot_instances", True, "spot training not supported", "drop use_spot_instances")
+        if spec.VpcConfig is not None and not caps.vpc:
+            refuse("subnets", spec.VpcConfig.Subnets, "VPC configuration not supported",
+                   "drop subnets and security_group_ids")
+        if spec.EnableNetworkIsolation and not caps.network_isolation:
+            refuse("enable_network_isolation", True, "network isolation not supported",
+                   "drop enable_network_isolation")
+        if spec.RetryStrategy is not None and not caps.retry_strategy:
+            refuse("retry_strategy", spec.RetryStrategy.MaximumRetryAttempts, "retry strategy not supported",
+                   "drop retry_strategy")
+
+    @abstractmethod
+    def submit(self, spec: TrainingJobSpec) -> None:
+        """Start the job described by ``spec`` and return without waiting."""
+
+    @abstractmethod
+    def describe(self, job_name: str) -> dict[str, Any]:
+        """The job's state, with DescribeTrainingJob's shape."""
+
+    @abstractmethod
+    def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """The job's log lines, host-prefixed; with ``follow``, until the job has ended."""
+
+    @abstractmethod
+    def stop(self, job_name: str) -> None:
+        """Ask the job to stop; the job ends Stopped."""

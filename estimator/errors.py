@@ -1,0 +1,45 @@
+"""Exceptions raised by the SDK. Every message names the argument, the value and the fix."""
+
+from __future__ import annotations
+
+
+class SmlaunchError(Exception):
+    """Base of every error smlaunch raises on purpose."""
+
+
+class ConfigurationError(SmlaunchError, ValueError):
+    """A bad argument, found before any work starts.
+
+    ``field`` names the argument (``instance_count``, ``distribution.mpi.processes_per_host``),
+    ``value`` is what the user passed and ``fix`` says what to do instead. ``str()`` reads
+    ``instance_count=0: must be >= 1. Fix: pass instance_count=1 or more``.
+    """
+
+    def __init__(self, field: str, value: object, problem: str, fix: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        self.fix = fix
+        message = f"{field}={value!r}: {problem}"
+        if fix:
+            message += f". Fix: {fix}"
+        super().__init__(message)
+
+
+class UnsupportedByBackendError(ConfigurationError):
+    """The chosen backend cannot honour an argument; raised before anything is staged."""
+
+
+class JobFailedError(SmlaunchError):
+    """A training job ended Failed (or Stopped, when waiting asked for success).
+
+    Carries the job name, the final status and the FailureReason as DescribeTrainingJob reports
+    them, plus the exit code of the failing rank when the backend knows it.
+    """
+
+    def __init__(self, job_name: str, status: str, reason: str, exit_code: int | None = None) -> None:
+        self.job_name = job_name
+        self.status = status
+        self.reason = reason
+        self.exit_code = exit_code
+        super().__init__(f"Training job {job_name} ended {status}: {reason}")

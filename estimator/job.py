@@ -1,0 +1,94 @@
+"""A handle on one submitted training job, whatever backend runs it.
+
+``Estimator.latest_training_job`` is one of these. It holds only the backend and the job name, so a
+second handle made from the same name (another notebook, ``Estimator.attach``) sees the same job.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from estimator.backends.base import Backend
+from estimator.errors import JobFailedError
+from runtime import contract
+
+
+class TrainingJob:
+    """Wait on, stream, describe and stop one job.
+
+    ``wait`` policy: it returns the final description when the job Completed and raises
+    :class:`JobFailedError` (job name, status, FailureReason) when it Failed or was Stopped.
+    Ctrl-C while waiting stops the job on backends whose capabilities say ``interrupt_stops_job``
+    (local runs: the job is yours, on your machine), and otherwise only stops waiting and says
+    how to re-attach (SageMaker: the job keeps running and billing).
+    """
+
+    def __init__(self, backend: Backend, job_name: str) -> None:
+        self.backend = backend
+        self.name = job_name
+
+    def __repr__(self) -> str:
+        return f"TrainingJob({self.name!r}, backend={self.backend.capabilities.name!r})"
+
+    def describe(self) -> dict[str, Any]:
+        return self.backend.describe(self.name)
+
+    @property
+    def status(self) -> str:
+        return str(self.describe()["TrainingJobStatus"])
+
+    @property
+    def model_data(self) -> str | None:
+        artifacts = self.describe().get("ModelArtifacts") or {}
+        return artifacts.get("S3ModelArtifacts")
+
+    def stop(self) -> None:
+        self.backend.stop(self.name)
+
+    def logs(self, follow: bool = False, out: TextIO | None = None) -> None:
+        """Print the job's logs; with ``follow``, until the job ends."""
+        stream = out or sys.stdout
+        for line in self.backend.log_lines(self.name, follow=follow):
+            print(line, file=stream, flush=True)
+
+    def wait(self, logs: bool = True, out: TextIO | None = None, poll_seconds: float = 0.5) -> dict[str, Any]:
+        stream = out or sys.stdout
+        try:
+            if logs:
+                self.logs(follow=True, out=stream)
+            description = self._poll_until_terminal(poll_seconds)
+        except KeyboardInterrupt:
+            self._on_interrupt(stream)
+            raise
+        return self._outcome(description)
+
+    def _poll_until_terminal(self, poll_seconds: float, sleep: Callable[[float], None] = time.sleep) -> dict:
+        delay = poll_seconds
+        while True:
+            description = self.describe()
+            if description["TrainingJobStatus"] in contract.TERMINAL_STATUSES:
+                return description
+            sleep(delay)
+            delay = min(delay * 1.5, 10.0)
+
+    def _on_interrupt(self, stream: TextIO) -> None:
+        if self.backend.capabilities.interrupt_stops_job:
+            print(f"Interrupted: stopping job {self.name} (SIGTERM to every rank).", file=stream, flush=True)
+            self.stop()
+        else:
+            print(
+                f"Stopped waiting; job {self.name} keeps running. Re-attach with "
+                f"Estimator.attach({self.name!r}) or stop it with .stop().",
+                file=stream,
+                flush=True,
+            )
+
+    def _outcome(self, description: dict[str, Any]) -> dict[str, Any]:
+        status = description["TrainingJobStatus"]
+        if status == contract.STATUS_COMPLETED:
+            return description
+        reason = description.get("FailureReason") or description.get("SecondaryStatus") or status
+        raise JobFailedError(self.name, status, reason, exit_code=description.get("ExitCode"))

@@ -1,0 +1,152 @@
+"""The job spec: one pydantic model with the shape of SageMaker's CreateTrainingJob request.
+
+Plain data, no behaviour and no I/O (TorchX's ``AppDef`` split). Field names are the API's own
+PascalCase names, so ``spec.to_request()`` is exactly the keyword arguments of
+``sagemaker_client.create_training_job(**request)``, and a dry run can print what would be sent.
+Every backend consumes this one model: the SageMaker backend sends it, the local and Docker
+backends emulate it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+InputMode = Literal["File", "FastFile", "Pipe"]
+S3DataType = Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"]
+S3DataDistributionType = Literal["FullyReplicated", "ShardedByS3Key"]
+
+
+class _Wire(BaseModel):
+    """Base for request fragments: forbid unknown keys so a typo cannot reach the wire."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricDefinition(_Wire):
+    Name: str
+    Regex: str
+
+
+class AlgorithmSpecification(_Wire):
+    TrainingInputMode: InputMode = "File"
+    TrainingImage: str | None = None
+    AlgorithmName: str | None = None
+    MetricDefinitions: list[MetricDefinition] | None = None
+    EnableSageMakerMetricsTimeSeries: bool | None = None
+
+
+class S3DataSource(_Wire):
+    S3DataType: S3DataType = "S3Prefix"
+    S3Uri: str
+    S3DataDistributionType: S3DataDistributionType = "FullyReplicated"
+    AttributeNames: list[str] | None = None
+
+
+class FileSystemDataSource(_Wire):
+    FileSystemId: str
+    FileSystemAccessMode: Literal["rw", "ro"]
+    FileSystemType: Literal["EFS", "FSxLustre"]
+    DirectoryPath: str
+
+
+class DataSource(_Wire):
+    S3DataSource: S3DataSource | None = None
+    FileSystemDataSource: FileSystemDataSource | None = None
+
+
+class ShuffleConfig(_Wire):
+    Seed: int
+
+
+class Channel(_Wire):
+    ChannelName: str
+    DataSource: DataSource
+    ContentType: str | None = None
+    CompressionType: Literal["None", "Gzip"] | None = None
+    RecordWrapperType: Literal["None", "RecordIO"] | None = None
+    InputMode: InputMode | None = None
+    ShuffleConfig: ShuffleConfig | None = None
+
+
+class OutputDataConfig(_Wire):
+    S3OutputPath: str
+    KmsKeyId: str | None = None
+    CompressionType: Literal["GZIP", "NONE"] | None = None
+
+
+class ResourceConfig(_Wire):
+    InstanceType: str
+    InstanceCount: int = Field(ge=1)
+    VolumeSizeInGB: int = Field(default=30, ge=1)
+    VolumeKmsKeyId: str | None = None
+    KeepAlivePeriodInSeconds: int | None = None
+
+
+class StoppingCondition(_Wire):
+    MaxRuntimeInSeconds: int = Field(default=86400, ge=1)
+    MaxWaitTimeInSeconds: int | None = Field(default=None, ge=1)
+
+
+class CheckpointConfig(_Wire):
+    S3Uri: str
+    LocalPath: str | None = None
+
+
+class VpcConfig(_Wire):
+    SecurityGroupIds: list[str]
+    Subnets: list[str]
+
+
+class RetryStrategy(_Wire):
+    MaximumRetryAttempts: int = Field(ge=1, le=30)
+
+
+class Tag(_Wire):
+    Key: str
+    Value: str
+
+
+class DebugHookConfig(_Wire):
+    S3OutputPath: str
+    LocalPath: str | None = None
+    CollectionConfigurations: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ProfilerConfig(_Wire):
+    S3OutputPath: str | None = None
+    DisableProfiler: bool = False
+
+
+class TrainingJobSpec(_Wire):
+    """CreateTrainingJob, field for field. ``HyperParameters`` values are already wire strings."""
+
+    TrainingJobName: str
+    AlgorithmSpecification: AlgorithmSpecification
+    RoleArn: str
+    OutputDataConfig: OutputDataConfig
+    ResourceConfig: ResourceConfig
+    StoppingCondition: StoppingCondition = Field(default_factory=StoppingCondition)
+    HyperParameters: dict[str, str] = Field(default_factory=dict)
+    InputDataConfig: list[Channel] | None = None
+    CheckpointConfig: CheckpointConfig | None = None
+    Environment: dict[str, str] | None = None
+    VpcConfig: VpcConfig | None = None
+    EnableNetworkIsolation: bool | None = None
+    EnableInterContainerTrafficEncryption: bool | None = None
+    EnableManagedSpotTraining: bool | None = None
+    RetryStrategy: RetryStrategy | None = None
+    Tags: list[Tag] | None = None
+    DebugHookConfig: DebugHookConfig | None = None
+    ProfilerConfig: ProfilerConfig | None = None
+
+    def to_request(self) -> dict[str, Any]:
+        """The keyword arguments of ``create_training_job``: unset (None) fields are left out."""
+        return self.model_dump(exclude_none=True)
+
+    def channel(self, name: str) -> Channel | None:
+        for channel in self.InputDataConfig or []:
+            if channel.ChannelName == name:
+                return channel
+        return None

@@ -1,0 +1,267 @@
+"""Every name in the contract between a training job and the host it runs on.
+
+This module owns the names, and only the names: environment variables, hyperparameter keys,
+file and directory names under ``/opt/ml``, and the few constants SageMaker fixes (master port,
+group name, reserved keys). Both sides import it: ``estimator`` (which writes the request and, for
+local runs, the ``/opt/ml`` trees) and ``runtime`` (which reads them). One definition, so a key can
+never be spelled two ways. It must stay free of I/O and of imports beyond the standard library.
+
+Sources: SageMaker's training toolkit (``params.py``, ``environment.py``) and the SDK v2 wire format,
+as measured in ``shared/reference/runtime-contract.md`` and ``shared/reference/sdk-wire.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# --- /opt/ml layout -----------------------------------------------------------------------------
+
+DEFAULT_BASE_DIR = "/opt/ml"
+BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
+
+
+class Paths:
+    """The /opt/ml tree below one base directory. Pure path arithmetic; creates nothing."""
+
+    def __init__(self, base_dir: str | Path = DEFAULT_BASE_DIR) -> None:
+        self.base = Path(base_dir)
+
+    @property
+    def code_dir(self) -> Path:
+        return self.base / "code"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.base / "model"
+
+    @property
+    def input_dir(self) -> Path:
+        return self.base / "input"
+
+    @property
+    def input_config_dir(self) -> Path:
+        return self.input_dir / "config"
+
+    @property
+    def input_data_dir(self) -> Path:
+        return self.input_dir / "data"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.base / "output"
+
+    @property
+    def output_data_dir(self) -> Path:
+        return self.output_dir / "data"
+
+    @property
+    def output_intermediate_dir(self) -> Path:
+        return self.output_dir / "intermediate"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.base / "checkpoints"
+
+    @property
+    def success_file(self) -> Path:
+        return self.output_dir / SUCCESS_FILE
+
+    @property
+    def failure_file(self) -> Path:
+        return self.output_dir / FAILURE_FILE
+
+    @property
+    def hyperparameters_file(self) -> Path:
+        return self.input_config_dir / HYPERPARAMETERS_FILE
+
+    @property
+    def resource_config_file(self) -> Path:
+        return self.input_config_dir / RESOURCE_CONFIG_FILE
+
+    @property
+    def input_data_config_file(self) -> Path:
+        return self.input_config_dir / INPUT_DATA_CONFIG_FILE
+
+    @property
+    def checkpoint_config_file(self) -> Path:
+        return self.input_config_dir / CHECKPOINT_CONFIG_FILE
+
+    def channel_dir(self, channel: str) -> Path:
+        return self.input_data_dir / channel
+
+    def pipe_path(self, channel: str, epoch: int) -> Path:
+        """Pipe mode FIFO for one epoch of a channel: ``input/data/<channel>_<epoch>``."""
+        return self.input_data_dir / f"{channel}_{epoch}"
+
+    def directories(self) -> list[Path]:
+        """Directories the platform creates before the container starts."""
+        return [
+            self.code_dir,
+            self.model_dir,
+            self.input_config_dir,
+            self.input_data_dir,
+            self.output_data_dir,
+            self.output_intermediate_dir,
+            self.checkpoints_dir,
+        ]
+
+
+HYPERPARAMETERS_FILE = "hyperparameters.json"
+RESOURCE_CONFIG_FILE = "resourceconfig.json"
+INPUT_DATA_CONFIG_FILE = "inputdataconfig.json"
+CHECKPOINT_CONFIG_FILE = "checkpointconfig.json"
+SUCCESS_FILE = "success"
+FAILURE_FILE = "failure"
+
+SOURCEDIR_TARBALL = "sourcedir.tar.gz"
+MODEL_TARBALL = "model.tar.gz"
+OUTPUT_TARBALL = "output.tar.gz"
+IGNORE_FILE = ".smlaunchignore"
+REQUIREMENTS_FILE = "requirements.txt"
+
+# FailureReason is the first 1024 characters of the failure file.
+FAILURE_REASON_MAX_CHARS = 1024
+
+# --- resourceconfig.json ------------------------------------------------------------------------
+
+DEFAULT_GROUP_NAME = "homogeneousCluster"
+DEFAULT_NETWORK_INTERFACE = "eth0"
+LOCAL_INSTANCE_TYPE = "local"
+LOCAL_GPU_INSTANCE_TYPE = "local_gpu"
+MASTER_PORT = 7777
+
+
+def host_name(index: int) -> str:
+    """Host names are ``algo-1..N`` (1-based), as the service names them."""
+    return f"algo-{index + 1}"
+
+
+# --- hyperparameter keys (SDK v2 wire) ----------------------------------------------------------
+
+HP_PROGRAM = "sagemaker_program"
+HP_SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+HP_LOG_LEVEL = "sagemaker_container_log_level"
+HP_JOB_NAME = "sagemaker_job_name"
+HP_REGION = "sagemaker_region"
+HP_ENABLE_CLOUDWATCH_METRICS = "sagemaker_enable_cloudwatch_metrics"
+HP_S3_OUTPUT = "sagemaker_s3_output"
+
+HP_MPI_ENABLED = "sagemaker_mpi_enabled"
+HP_MPI_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
+HP_MPI_CUSTOM_OPTIONS = "sagemaker_mpi_custom_mpi_options"
+HP_MPI_NUM_PROCESSES = "sagemaker_mpi_num_processes"
+HP_MP_PARAMETERS = "mp_parameters"
+HP_SMDDP_ENABLED = "sagemaker_distributed_dataparallel_enabled"
+HP_SMDDP_CUSTOM_MPI_OPTIONS = "sagemaker_distributed_dataparallel_custom_mpi_options"
+HP_INSTANCE_TYPE = "sagemaker_instance_type"
+HP_TORCH_DISTRIBUTED_ENABLED = "sagemaker_torch_distributed_enabled"
+HP_PYTORCH_DDP_ENABLED = "sagemaker_pytorch_ddp_enabled"
+HP_PARAMETER_SERVER_ENABLED = "sagemaker_parameter_server_enabled"
+HP_PYTORCH_XLA_ENABLED = "sagemaker_pytorch_xla_multi_worker_enabled"
+HP_MWMS_ENABLED = "sagemaker_multi_worker_mirrored_strategy_enabled"
+HP_DISTRIBUTION_INSTANCE_GROUPS = "sagemaker_distribution_instance_groups"
+
+SCRIPT_MODE_KEYS = (HP_SUBMIT_DIRECTORY, HP_PROGRAM, HP_LOG_LEVEL, HP_JOB_NAME, HP_REGION)
+
+# Stripped from the script's argv and from SM_HPS / SM_FRAMEWORK_PARAMS alike
+# (toolkit params.SAGEMAKER_HYPERPARAMETERS).
+RESERVED_HYPERPARAMETERS = frozenset(
+    {
+        HP_PROGRAM,
+        HP_SUBMIT_DIRECTORY,
+        HP_ENABLE_CLOUDWATCH_METRICS,
+        HP_REGION,
+        HP_LOG_LEVEL,
+        HP_JOB_NAME,
+        HP_S3_OUTPUT,
+        "default_user_module_name",
+        "_tuning_objective_metric",
+    }
+)
+FRAMEWORK_PARAM_PREFIX = "sagemaker_"
+
+# Flags that put the current group into distribution_instance_groups (toolkit environment.py).
+DISTRIBUTION_ENABLED_FLAGS = (
+    HP_MPI_ENABLED,
+    HP_PARAMETER_SERVER_ENABLED,
+    HP_SMDDP_ENABLED,
+    HP_PYTORCH_DDP_ENABLED,
+    HP_PYTORCH_XLA_ENABLED,
+    HP_MWMS_ENABLED,
+    HP_TORCH_DISTRIBUTED_ENABLED,
+)
+
+DEFAULT_LOG_LEVEL = 20
+
+# CreateTrainingJob limits on HyperParameters.
+MAX_HYPERPARAMETERS = 100
+MAX_HYPERPARAMETER_KEY_CHARS = 256
+MAX_HYPERPARAMETER_VALUE_CHARS = 2500
+
+# --- environment variables ----------------------------------------------------------------------
+
+SM_PREFIX = "SM_"
+SM_HP_PREFIX = "SM_HP_"
+SM_CHANNEL_PREFIX = "SM_CHANNEL_"
+
+# Set by the platform.
+TRAINING_JOB_NAME_ENV = "TRAINING_JOB_NAME"
+TRAINING_JOB_ARN_ENV = "TRAINING_JOB_ARN"
+PROGRAM_ENV = "SAGEMAKER_PROGRAM"
+TRAINING_MODULE_ENV = "SAGEMAKER_TRAINING_MODULE"
+
+# SDK v3 extras we also provide.
+SM_MASTER_ADDR = "SM_MASTER_ADDR"
+SM_MASTER_PORT = "SM_MASTER_PORT"
+SM_HOST_COUNT = "SM_HOST_COUNT"
+SM_CURRENT_HOST_RANK = "SM_CURRENT_HOST_RANK"
+
+# What torch (and Lightning, Accelerate) read.
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+WORLD_SIZE = "WORLD_SIZE"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT_ENV = "MASTER_PORT"
+NODE_RANK = "NODE_RANK"
+GROUP_RANK = "GROUP_RANK"
+ROLE_RANK = "ROLE_RANK"
+ROLE_WORLD_SIZE = "ROLE_WORLD_SIZE"
+TF_CONFIG = "TF_CONFIG"
+
+# smlaunch's own variables, read by the runtime. Local emulation needs them because host names
+# (algo-1..N) do not resolve on a laptop and several jobs may share one machine.
+#   SMLAUNCH_HOST_ADDRESSES  JSON object host -> address, e.g. {"algo-1": "127.0.0.1", ...}
+#   SMLAUNCH_MASTER_PORT     port for the rendezvous of ranked launchers (default MASTER_PORT)
+#   SMLAUNCH_NUM_GPUS        GPUs this host has (emulated instance types on a CPU machine)
+#   SMLAUNCH_NUM_CPUS        CPUs this host reports as SM_NUM_CPUS
+#   SMLAUNCH_STOP_GRACE_SECONDS  seconds between SIGTERM and SIGKILL when the job is stopped
+#   SMLAUNCH_LOG_PREFIX      "0" turns off the [host/rank N] prefix of rank output
+SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
+SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
+SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
+SMLAUNCH_NUM_CPUS = "SMLAUNCH_NUM_CPUS"
+SMLAUNCH_STOP_GRACE_SECONDS = "SMLAUNCH_STOP_GRACE_SECONDS"
+SMLAUNCH_LOG_PREFIX = "SMLAUNCH_LOG_PREFIX"
+
+DEFAULT_STOP_GRACE_SECONDS = 120.0
+
+# --- status names (DescribeTrainingJob) ---------------------------------------------------------
+
+STATUS_IN_PROGRESS = "InProgress"
+STATUS_COMPLETED = "Completed"
+STATUS_FAILED = "Failed"
+STATUS_STOPPING = "Stopping"
+STATUS_STOPPED = "Stopped"
+TERMINAL_STATUSES = frozenset({STATUS_COMPLETED, STATUS_FAILED, STATUS_STOPPED})
+
+SECONDARY_STARTING = "Starting"
+SECONDARY_DOWNLOADING = "Downloading"
+SECONDARY_TRAINING = "Training"
+SECONDARY_UPLOADING = "Uploading"
+SECONDARY_COMPLETED = "Completed"
+SECONDARY_FAILED = "Failed"
+SECONDARY_STOPPING = "Stopping"
+SECONDARY_STOPPED = "Stopped"
+SECONDARY_MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
+SECONDARY_INTERRUPTED = "Interrupted"

@@ -112,6 +112,9 @@ INPUT_DATA_CONFIG_FILE = "inputdataconfig.json"
 CHECKPOINT_CONFIG_FILE = "checkpointconfig.json"
 SUCCESS_FILE = "success"
 FAILURE_FILE = "failure"
+# Machine-readable companion of the failure file, written by the runtime: {"host", "rank",
+# "exit_code", "time", "reason"}. Lets the local backend name the first failure across hosts.
+FAILURE_DETAILS_FILE = "failure.json"
 
 SOURCEDIR_TARBALL = "sourcedir.tar.gz"
 MODEL_TARBALL = "model.tar.gz"
@@ -235,12 +238,17 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_MASTER_PORT     port for the rendezvous of ranked launchers (default MASTER_PORT)
 #   SMLAUNCH_NUM_GPUS        GPUs this host has (emulated instance types on a CPU machine)
 #   SMLAUNCH_NUM_CPUS        CPUs this host reports as SM_NUM_CPUS
+#   SMLAUNCH_PROCESSES_PER_HOST  ranks per host for one-rank-per-GPU launchers (torchrun, smddp)
+#                            when emulating an instance type whose GPUs this machine lacks
+#   SMLAUNCH_FAULTS          JSON list of faults to inject in a local run (see runtime.faults)
 #   SMLAUNCH_STOP_GRACE_SECONDS  seconds between SIGTERM and SIGKILL when the job is stopped
 #   SMLAUNCH_LOG_PREFIX      "0" turns off the [host/rank N] prefix of rank output
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
 SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
 SMLAUNCH_NUM_CPUS = "SMLAUNCH_NUM_CPUS"
+SMLAUNCH_PROCESSES_PER_HOST = "SMLAUNCH_PROCESSES_PER_HOST"
+SMLAUNCH_FAULTS = "SMLAUNCH_FAULTS"
 SMLAUNCH_STOP_GRACE_SECONDS = "SMLAUNCH_STOP_GRACE_SECONDS"
 SMLAUNCH_LOG_PREFIX = "SMLAUNCH_LOG_PREFIX"
 

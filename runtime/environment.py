@@ -1,0 +1,556 @@
+"""The host's training environment: what ``/opt/ml`` and the process environment say, resolved once.
+
+:meth:`Environment.from_files` reads the three config files below a base directory and an explicit
+environment mapping; nothing happens at import time and nothing is written (unlike the toolkit, which
+freezes paths and creates directories on import). The result is a frozen value that launchers plan
+from and that renders the ``SM_*`` variables (:meth:`Environment.to_env_vars`) with the exact formats
+of SageMaker's training toolkit (``sagemaker_training.environment.Environment.to_env_vars``), checked
+by ``tests/unit/test_environment_oracle.py``.
+
+Rules, where the toolkit leaves a choice (``shared/reference/runtime-contract.md`` §4.3, §8):
+
+- Distribution hosts: the hosts of the distribution instance groups in ``instance_groups`` order
+  (not sorted); ``hosts`` when the file has no ``instance_groups`` (SDK local mode).
+- Master: the first distribution host (else the first host); host rank: the index of this host in
+  the distribution hosts (else in ``hosts``). The same rule gives ``NODE_RANK``.
+- ``SM_HOST_COUNT`` is ``len(hosts)`` (all hosts, as SDK v3 defines it).
+- Addresses: host names resolve on SageMaker and in Docker networks, not on a laptop. When
+  ``SMLAUNCH_HOST_ADDRESSES`` (JSON host -> address) is set, ``MASTER_ADDR`` / ``SM_MASTER_ADDR``
+  carry the mapped address (``127.0.0.1`` locally) while ``SM_HOSTS``, ``SM_CURRENT_HOST`` and
+  ``master_hostname`` keep the names, so scripts see SageMaker's names and torch gets an address it
+  can reach. Without the map the address is the host name itself (the platform's DNS resolves it).
+- Master port: ``SMLAUNCH_MASTER_PORT`` (a free port per local job) else 7777, as SageMaker's
+  PyTorch toolkit uses.
+- ``SM_NUM_GPUS``: ``SMLAUNCH_NUM_GPUS`` when set (emulated instance types), else the count of
+  ``GPU `` lines of ``nvidia-smi --list-gpus`` (0 when it is missing or fails). torch is never
+  imported here: the runtime must start the user's script within a second.
+- ``SM_NUM_CPUS``: ``SMLAUNCH_NUM_CPUS`` when set (the local backend pins emulated hosts), else
+  ``os.cpu_count()``.
+
+Deliberate differences from the toolkit's ``to_env_vars`` (everything else is equal):
+
+- extra variables ``SM_MASTER_ADDR``, ``SM_MASTER_PORT``, ``SM_HOST_COUNT``,
+  ``SM_CURRENT_HOST_RANK`` (SDK v3 names; the toolkit sets none of them);
+- ``SM_NUM_CPUS`` / ``SM_NUM_GPUS`` honour the ``SMLAUNCH_*`` pins above;
+- ``SM_TRAINING_ENV.is_modelparallel_enabled`` says what the user's process sees when
+  ``mp_parameters`` is set (the toolkit's first ``Environment()`` in a process reports ``null``,
+  because it reads ``SM_HP_MP_PARAMETERS`` before anyone has exported it);
+- ``SAGEMAKER_SUBMIT_DIRECTORY`` / ``SAGEMAKER_CONTAINER_LOG_LEVEL`` are ignored exactly as the
+  toolkit ignores them (hyperparameters win); ``SAGEMAKER_PROGRAM`` beats ``sagemaker_program``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime import contract
+from runtime import hyperparameters as hp
+
+
+class HostConfigurationError(ValueError):
+    """The host's configuration (config files, ``SMLAUNCH_*`` variables) is unusable.
+
+    Raised before any process starts. Like the SDK's ``ConfigurationError`` (which the runtime may
+    not import), it names the field, the value and the fix.
+    """
+
+    def __init__(self, field: str, value: object, problem: str, fix: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        self.fix = fix
+        message = f"{field}={value!r}: {problem}"
+        if fix:
+            message += f". Fix: {fix}"
+        super().__init__(message)
+
+
+def _read_json(path: Path, default: Any | None, fix: str) -> Any:
+    if not path.exists():
+        if default is not None:
+            return default
+        raise HostConfigurationError(str(path), None, "file is missing", fix)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise HostConfigurationError(str(path), None, f"cannot be read as JSON ({error})", fix) from error
+
+
+def _count_gpus() -> int:
+    """GPUs as the toolkit counts them: ``GPU `` lines of ``nvidia-smi --list-gpus``; 0 on error."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        output = subprocess.run(
+            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in output.split("\n") if line.startswith("GPU "))
+
+
+def _int_env(environ: Mapping[str, str], name: str, minimum: int) -> int | None:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise HostConfigurationError(
+            name, raw, f"must be an integer >= {minimum}", f"set {name} to {minimum} or more"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One host's resolved training environment. Build it with :meth:`from_files`."""
+
+    base_dir: Path
+    paths: contract.Paths
+    environ: dict[str, str]
+    """The process environment the runtime was started with (ranks inherit it)."""
+    resource_config: dict[str, Any]
+    input_data_config: dict[str, Any]
+    all_hyperparameters: dict[str, Any]
+    """Every hyperparameter, decoded (user, framework and reserved keys)."""
+    hyperparameters: dict[str, Any]
+    """The user's hyperparameters, decoded: what argv, ``SM_HPS`` and ``SM_HP_*`` carry."""
+    framework_params: dict[str, Any]
+    """Non-reserved ``sagemaker_*`` hyperparameters, decoded (``SM_FRAMEWORK_PARAMS``)."""
+    sagemaker_hyperparameters: dict[str, Any]
+    current_host: str
+    hosts: list[str]
+    current_instance_type: str
+    current_group_name: str
+    current_instance_group_hosts: list[str]
+    instance_groups: list[str]
+    """Group names in file order (toolkit ``instance_groups``)."""
+    instance_groups_dict: dict[str, dict[str, Any]]
+    network_interface_name: str
+    topology: list[Any]
+    channel_input_dirs: dict[str, str]
+    num_gpus: int
+    num_cpus: int
+    num_neurons: int
+    user_entry_point: str | None
+    module_dir: str
+    """``sagemaker_submit_directory`` (an S3 URI on SageMaker) else the code dir, as the toolkit
+    reports it. Where the code actually is: :attr:`code_dir`."""
+    job_name: str | None
+    """``TRAINING_JOB_NAME`` (set by the platform), as the toolkit reports it."""
+    log_level: Any
+    framework_module: str | None
+    distribution_instance_groups: list[str]
+    distribution_hosts: list[str]
+    master_hostname: str
+    host_addresses: dict[str, str] = field(default_factory=dict)
+    master_port: int = contract.MASTER_PORT
+    processes_per_host: int = 1
+    """Ranks this host starts for a ranked launcher: ``sagemaker_mpi_num_of_processes_per_host``
+    for MPI-based launchers, else ``SMLAUNCH_PROCESSES_PER_HOST``, else the GPU count (then Neuron
+    cores), else 1."""
+    is_modelparallel_enabled: bool | None = None
+
+    # --- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def from_files(cls, base_dir: str | Path, environ: Mapping[str, str]) -> Environment:
+        """Read ``<base_dir>/input/config/*.json`` and ``environ``. Raises HostConfigurationError."""
+        environ = dict(environ)
+        paths = contract.Paths(base_dir)
+        resource_config = _read_json(
+            paths.resource_config_file,
+            None,
+            "the platform (or smlaunch's local backend) writes it before the runtime starts",
+        )
+        raw_hps = _read_json(
+            paths.hyperparameters_file, {}, 'write a JSON object of strings, e.g. {"epochs": "3"}'
+        )
+        input_data_config = _read_json(
+            paths.input_data_config_file, {}, "write a JSON object keyed by channel name"
+        )
+        for name, value, kind in (
+            (paths.resource_config_file, resource_config, dict),
+            (paths.hyperparameters_file, raw_hps, dict),
+            (paths.input_data_config_file, input_data_config, dict),
+        ):
+            if not isinstance(value, kind):
+                raise HostConfigurationError(
+                    str(name), value, "must hold a JSON object", "rewrite the file as a JSON object"
+                )
+
+        hosts = resource_config.get("hosts")
+        current_host = resource_config.get("current_host")
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+            raise HostConfigurationError(
+                "resourceconfig.json hosts",
+                hosts,
+                "must be a non-empty list of host names",
+                'e.g. ["algo-1", "algo-2"]',
+            )
+        if current_host not in hosts:
+            raise HostConfigurationError(
+                "resourceconfig.json current_host",
+                current_host,
+                f"is not one of hosts {hosts}",
+                "name this host in hosts",
+            )
+
+        decoded = hp.decode(raw_hps)
+        user, framework, sagemaker = hp.split(decoded)
+
+        current_instance_type = resource_config.get("current_instance_type", contract.LOCAL_INSTANCE_TYPE)
+        current_group = resource_config.get("current_group_name", contract.DEFAULT_GROUP_NAME)
+        groups_config = resource_config.get("instance_groups") or []
+        instance_groups = [g["instance_group_name"] for g in groups_config]
+        instance_groups_dict = {g["instance_group_name"]: g for g in groups_config}
+        current_group_hosts: list[str] = []
+        for group in groups_config:
+            if group["instance_group_name"] == current_group:
+                current_group_hosts = list(group["hosts"])
+                break
+
+        if contract.HP_DISTRIBUTION_INSTANCE_GROUPS in framework:
+            distribution_groups = list(framework[contract.HP_DISTRIBUTION_INSTANCE_GROUPS])
+        elif any(hp.truthy(framework.get(flag, False)) for flag in contract.DISTRIBUTION_ENABLED_FLAGS):
+            distribution_groups = [current_group]
+        else:
+            distribution_groups = []
+        if groups_config:
+            distribution_hosts = [
+                h
+                for g in groups_config
+                if g["instance_group_name"] in distribution_groups
+                for h in g["hosts"]
+            ]
+        else:
+            distribution_hosts = list(hosts)
+        master_hostname = distribution_hosts[0] if distribution_hosts else hosts[0]
+
+        host_addresses = cls._host_addresses(environ, hosts)
+        master_port = _int_env(environ, contract.SMLAUNCH_MASTER_PORT, 1) or contract.MASTER_PORT
+        if master_port > 65535:
+            raise HostConfigurationError(
+                contract.SMLAUNCH_MASTER_PORT, master_port, "is not a TCP port", "use 1..65535"
+            )
+
+        num_gpus = _int_env(environ, contract.SMLAUNCH_NUM_GPUS, 0)
+        if num_gpus is None:
+            num_gpus = _count_gpus()
+        num_cpus = _int_env(environ, contract.SMLAUNCH_NUM_CPUS, 1) or (os.cpu_count() or 1)
+        # Neuron cores: the toolkit asks neuron-ls; only trn2.48xlarge is known without it.
+        num_neurons = 64 if "trn2.48xlarge" in str(current_instance_type) else 0
+
+        processes_per_host = cls._processes_per_host(framework, environ, num_gpus, num_neurons)
+
+        user_entry_point = environ.get(contract.PROGRAM_ENV) or sagemaker.get(contract.HP_PROGRAM)
+        module_dir = str(sagemaker.get(contract.HP_SUBMIT_DIRECTORY, str(paths.code_dir)))
+        log_level = sagemaker.get(contract.HP_LOG_LEVEL, contract.DEFAULT_LOG_LEVEL)
+
+        mp_parameters = user.get(contract.HP_MP_PARAMETERS)
+        is_mp: bool | None = None
+        if contract.HP_MP_PARAMETERS in user:
+            is_mp = hp.env_value(mp_parameters) not in ("", "{}")
+
+        return cls(
+            base_dir=Path(base_dir),
+            paths=paths,
+            environ=environ,
+            resource_config=resource_config,
+            input_data_config=input_data_config,
+            all_hyperparameters=decoded,
+            hyperparameters=user,
+            framework_params=framework,
+            sagemaker_hyperparameters=sagemaker,
+            current_host=current_host,
+            hosts=list(hosts),
+            current_instance_type=current_instance_type,
+            current_group_name=current_group,
+            current_instance_group_hosts=current_group_hosts,
+            instance_groups=instance_groups,
+            instance_groups_dict=instance_groups_dict,
+            network_interface_name=resource_config.get(
+                "network_interface_name", contract.DEFAULT_NETWORK_INTERFACE
+            ),
+            topology=resource_config.get("topology", []),
+            channel_input_dirs={c: str(paths.channel_dir(c)) for c in input_data_config},
+            num_gpus=num_gpus,
+            num_cpus=num_cpus,
+            num_neurons=num_neurons,
+            user_entry_point=user_entry_point,
+            module_dir=module_dir,
+            job_name=environ.get(contract.TRAINING_JOB_NAME_ENV),
+            log_level=log_level,
+            framework_module=environ.get(contract.TRAINING_MODULE_ENV),
+            distribution_instance_groups=distribution_groups,
+            distribution_hosts=distribution_hosts,
+            master_hostname=master_hostname,
+            host_addresses=host_addresses,
+            master_port=master_port,
+            processes_per_host=processes_per_host,
+            is_modelparallel_enabled=is_mp,
+        )
+
+    @staticmethod
+    def _host_addresses(environ: Mapping[str, str], hosts: list[str]) -> dict[str, str]:
+        raw = environ.get(contract.SMLAUNCH_HOST_ADDRESSES)
+        if not raw:
+            return {}
+        try:
+            mapping = json.loads(raw)
+        except ValueError:
+            mapping = None
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+            raise HostConfigurationError(
+                contract.SMLAUNCH_HOST_ADDRESSES,
+                raw,
+                "must be a JSON object host -> address",
+                'e.g. {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"}',
+            )
+        missing = [h for h in hosts if h not in mapping]
+        if missing:
+            raise HostConfigurationError(
+                contract.SMLAUNCH_HOST_ADDRESSES,
+                raw,
+                f"has no address for {missing}",
+                "map every host of the job",
+            )
+        return {str(k): str(v) for k, v in mapping.items()}
+
+    @staticmethod
+    def _processes_per_host(
+        framework: Mapping[str, Any], environ: Mapping[str, str], num_gpus: int, num_neurons: int
+    ) -> int:
+        if hp.truthy(framework.get(contract.HP_MPI_ENABLED, False)) and framework.get(
+            contract.HP_MPI_PROCESSES_PER_HOST
+        ):
+            value = framework[contract.HP_MPI_PROCESSES_PER_HOST]
+            try:
+                count = int(value)
+            except (TypeError, ValueError):
+                count = 0
+            if count < 1:
+                raise HostConfigurationError(
+                    contract.HP_MPI_PROCESSES_PER_HOST,
+                    value,
+                    "must be an integer >= 1",
+                    "set distribution['mpi']['processes_per_host'] to 1 or more",
+                )
+            return count
+        pinned = _int_env(environ, contract.SMLAUNCH_PROCESSES_PER_HOST, 1)
+        if pinned is not None:
+            return pinned
+        return num_gpus or num_neurons or 1
+
+    # --- derived values ------------------------------------------------------------------------
+
+    @property
+    def code_dir(self) -> Path:
+        """Where the user's code is extracted and where ranks start."""
+        return self.paths.code_dir
+
+    @property
+    def model_dir(self) -> str:
+        return str(self.paths.model_dir)
+
+    @property
+    def module_name(self) -> str:
+        """The entry point minus ``.py``; ``"None"`` without one, as the toolkit reports it."""
+        name = str(self.user_entry_point)
+        return name[:-3] if name.endswith(".py") else name
+
+    @property
+    def is_hetero(self) -> bool:
+        return len(self.instance_groups) > 1
+
+    @property
+    def is_master(self) -> bool:
+        return self.current_host == self.master_hostname
+
+    @property
+    def distribution_enabled(self) -> bool:
+        """This host's group runs the distributed launcher (else a plain process)."""
+        return self.current_group_name in self.distribution_instance_groups
+
+    @property
+    def host_rank(self) -> int:
+        """Index of this host among the distribution hosts (else among all hosts): NODE_RANK."""
+        if self.current_host in self.distribution_hosts:
+            return self.distribution_hosts.index(self.current_host)
+        return self.hosts.index(self.current_host)
+
+    @property
+    def host_count(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def master_addr(self) -> str:
+        """Address of the master host that ranks rendezvous at (see module docstring)."""
+        return self.address_of(self.master_hostname)
+
+    @property
+    def run_id(self) -> str:
+        """A job identifier for rendezvous ids and logs: the job name, else ``smlaunch``."""
+        return self.job_name or str(self.sagemaker_hyperparameters.get(contract.HP_JOB_NAME) or "smlaunch")
+
+    def address_of(self, host: str) -> str:
+        """The address ``host`` is reached at: mapped by ``SMLAUNCH_HOST_ADDRESSES``, else its name."""
+        if host not in self.hosts:
+            raise HostConfigurationError("host", host, f"is not one of hosts {self.hosts}")
+        return self.host_addresses.get(host, host)
+
+    def user_args(self) -> list[str]:
+        """The script's arguments from the user's hyperparameters (toolkit ``to_cmd_args``)."""
+        return hp.to_cmd_args(self.hyperparameters)
+
+    def training_env(self) -> dict[str, Any]:
+        """``SM_TRAINING_ENV``: every property of the toolkit's ``Environment``, same keys."""
+        paths = self.paths
+        return {
+            "additional_framework_parameters": self.framework_params,
+            "channel_input_dirs": self.channel_input_dirs,
+            "current_host": self.current_host,
+            "current_instance_group": self.current_group_name,
+            "current_instance_group_hosts": self.current_instance_group_hosts,
+            "current_instance_type": self.current_instance_type,
+            "distribution_hosts": self.distribution_hosts,
+            "distribution_instance_groups": self.distribution_instance_groups,
+            "framework_module": self.framework_module,
+            "hosts": self.hosts,
+            "hyperparameters": self.hyperparameters,
+            "input_config_dir": str(paths.input_config_dir),
+            "input_data_config": self.input_data_config,
+            "input_dir": str(paths.input_dir),
+            "instance_groups": self.instance_groups,
+            "instance_groups_dict": self.instance_groups_dict,
+            "is_hetero": self.is_hetero,
+            "is_master": self.is_master,
+            "is_modelparallel_enabled": self.is_modelparallel_enabled,
+            "is_smddpmprun_installed": shutil.which("smddpmprun", path=self.environ.get("PATH")) is not None,
+            "is_smddprun_installed": shutil.which("smddprun", path=self.environ.get("PATH")) is not None,
+            "job_name": self.job_name,
+            "log_level": self.log_level,
+            "master_hostname": self.master_hostname,
+            "model_dir": self.model_dir,
+            "module_dir": self.module_dir,
+            "module_name": self.module_name,
+            "network_interface_name": self.network_interface_name,
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "num_neurons": self.num_neurons,
+            "output_data_dir": str(paths.output_data_dir),
+            "output_dir": str(paths.output_dir),
+            "output_intermediate_dir": str(paths.output_intermediate_dir),
+            "resource_config": self.resource_config,
+            "topology": self.topology,
+            "user_entry_point": self.user_entry_point,
+        }
+
+    def to_env_vars(self) -> dict[str, str]:
+        """Every ``SM_*`` variable with the toolkit's formats, plus the SDK-v3 extras."""
+        paths = self.paths
+        values: dict[str, Any] = {
+            "hosts": self.hosts,
+            "network_interface_name": self.network_interface_name,
+            "hps": self.hyperparameters,
+            "user_entry_point": self.user_entry_point,
+            "framework_params": self.framework_params,
+            "resource_config": self.resource_config,
+            "input_data_config": self.input_data_config,
+            "output_data_dir": str(paths.output_data_dir),
+            "channels": sorted(self.channel_input_dirs),
+            "current_host": self.current_host,
+            "current_instance_type": self.current_instance_type,
+            "current_instance_group": self.current_group_name,
+            "current_instance_group_hosts": self.current_instance_group_hosts,
+            "instance_groups": self.instance_groups,
+            "instance_groups_dict": self.instance_groups_dict,
+            "distribution_instance_groups": self.distribution_instance_groups,
+            "is_hetero": self.is_hetero,
+            "module_name": self.module_name,
+            "log_level": self.log_level,
+            "framework_module": self.framework_module,
+            "input_dir": str(paths.input_dir),
+            "input_config_dir": str(paths.input_config_dir),
+            "output_dir": str(paths.output_dir),
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "num_neurons": self.num_neurons,
+            "model_dir": self.model_dir,
+            "module_dir": self.module_dir,
+            "training_env": self.training_env(),
+            "user_args": self.user_args(),
+            "output_intermediate_dir": str(paths.output_intermediate_dir),
+        }
+        if self.topology:
+            values["topology"] = self.topology
+        for name, path in self.channel_input_dirs.items():
+            values[f"channel_{name}"] = path
+        for key, value in self.hyperparameters.items():
+            values[f"hp_{key}"] = value
+        env = {contract.SM_PREFIX + str(k).upper(): hp.env_value(v) for k, v in values.items()}
+        env[contract.SM_MASTER_ADDR] = self.master_addr
+        env[contract.SM_MASTER_PORT] = str(self.master_port)
+        env[contract.SM_HOST_COUNT] = str(self.host_count)
+        env[contract.SM_CURRENT_HOST_RANK] = str(self.host_rank)
+        return env
+
+    def process_env(self) -> dict[str, str]:
+        """The environment every process of this host starts with.
+
+        The runtime's own environment, plus the ``SM_*`` variables, plus what the toolkit exports
+        into its process (``CURRENT_HOST``, ``SAGEMAKER_JOB_NAME``, ``SAGEMAKER_REGION``), plus a
+        ``PYTHONPATH`` that starts with the code dir and, when the real ``smdistributed`` is not
+        importable, ``runtime/compat`` (the smdistributed API shims).
+        """
+        env = dict(self.environ)
+        env.update(self.to_env_vars())
+        env["CURRENT_HOST"] = self.current_host
+        env["SAGEMAKER_JOB_NAME"] = str(self.sagemaker_hyperparameters.get(contract.HP_JOB_NAME, "") or "")
+        region = (
+            self.sagemaker_hyperparameters.get(contract.HP_REGION)
+            or self.environ.get("AWS_REGION")
+            or self.environ.get("AWS_DEFAULT_REGION")
+            or ""
+        )
+        env["SAGEMAKER_REGION"] = str(region)
+        path_entries = [str(self.code_dir)]
+        compat = compat_dir()
+        if compat is not None:
+            path_entries.append(str(compat))
+        if self.environ.get("PYTHONPATH"):
+            path_entries.append(self.environ["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(path_entries)
+        return env
+
+
+def compat_dir() -> Path | None:
+    """``runtime/compat`` when the real ``smdistributed`` is absent (and the shims exist), else None.
+
+    Looks for the package without importing anything, so it costs a directory scan, not an import.
+    """
+    import importlib.util
+
+    here = Path(__file__).resolve().parent / "compat"
+    if not (here / "smdistributed").is_dir():
+        return None
+    try:
+        found = importlib.util.find_spec("smdistributed")
+    except (ImportError, ValueError):
+        found = None
+    if found is not None and found.origin is not None and here not in Path(found.origin).parents:
+        return None
+    if found is not None and found.submodule_search_locations is not None:
+        if any(here not in Path(p).parents for p in found.submodule_search_locations):
+            return None
+    return here

@@ -1,0 +1,22 @@
+"""Importable shims of the ``smdistributed`` API for machines without AWS's library.
+
+This directory (not the ``runtime.compat`` package) is what goes on the user's ``PYTHONPATH``, so
+``runtime/compat/smdistributed/dataparallel/...`` imports as ``smdistributed.dataparallel...``. It is
+put there only when the real ``smdistributed`` is not importable, so on a SageMaker image with AWS's
+library the shims never shadow it. Nothing here is imported by the runtime itself.
+"""
+
+from __future__ import annotations
+
+
+def compat_path() -> str | None:
+    """The directory to prepend to the user's ``PYTHONPATH``, or None when the real
+    ``smdistributed`` is importable. Looks the package up without importing it (no user code runs).
+
+    The lookup itself lives in :func:`runtime.environment.compat_dir` (which builds every rank's
+    ``PYTHONPATH``); this is its string-valued public name.
+    """
+    from runtime.environment import compat_dir
+
+    found = compat_dir()
+    return None if found is None else str(found)

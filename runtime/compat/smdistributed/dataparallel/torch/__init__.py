@@ -1,0 +1,1 @@
+"""``smdistributed.dataparallel.torch``: ``distributed``, ``parallel.distributed`` and ``torch_smddp``."""

@@ -1,0 +1,1 @@
+"""``smdistributed.dataparallel.torch.parallel``: holds ``distributed.DistributedDataParallel``."""

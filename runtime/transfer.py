@@ -1,0 +1,672 @@
+"""One transfer engine for S3 and ``file://``: code staging, channels, artifacts and checkpoints.
+
+Why one module: every place that moves bytes (the SDK staging ``sourcedir.tar.gz``, the local backend
+staging channels and collecting ``model.tar.gz``, checkpoint sync) gets the same speed, the same
+verification and the same "don't send it twice" rule.
+
+Contracts:
+
+- **Parallel.** Many small files go through a thread pool (one ``put_object`` / ``get_object`` each,
+  ``max_concurrency`` at a time); files at or above ``multipart_threshold`` go through boto3's
+  transfer manager (:class:`s3transfer.manager.TransferManager`) as parallel multipart transfers of
+  ``multipart_chunksize`` parts. The SageMaker SDK's ``S3Uploader`` uploads one file after another.
+- **Verified.** Every upload stores the file's SHA-256 in the object's user metadata
+  (``x-amz-meta-smlaunch-sha256``). Every download checks the size and, when the object carries
+  that metadata, the SHA-256 (otherwise the MD5 ETag of a single-part object). A corrupt or
+  truncated download is retried ``retries`` times and then raises :class:`TransferVerificationError`;
+  the destination is written under a temporary name and renamed only once verified, so a reader
+  never sees a partial file under its final name.
+- **Incremental.** Before uploading a directory the engine lists the destination once (1 request per
+  1,000 keys) and skips every file whose size and content hash match: the ETag S3 computes (MD5, or
+  MD5-of-part-MD5s for multipart objects) is compared with the local file's; when the ETag is not an
+  MD5 (SSE-KMS), one ``head_object`` compares ``smlaunch-sha256``. Local hashes are cached per
+  ``(path, size, mtime_ns, inode)``, as git and rsync do, so an unchanged tree is not re-read.
+  Downloads skip local files whose size and hash already match.
+- **file://** sources and destinations behave the same way (copy to a temporary name, verify, rename).
+- **Progress.** A progress bar (tqdm when installed, else one stderr line) for transfers of at least
+  ``progress_min_bytes``; shown when ``progress=True``, or when ``progress=None`` and stderr is a TTY.
+
+S3 prefix semantics (as SageMaker channels): ``s3://b/p`` selects every key starting with ``p``; a
+key's relative path is the key with the prefix removed and leading ``/`` stripped (an object whose
+key *is* the prefix keeps its base name). Runtime code may import this module; it never imports
+``estimator``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+logger = logging.getLogger(__name__)
+
+SHA256_METADATA_KEY = "smlaunch-sha256"
+MiB = 1024 * 1024
+DEFAULT_MAX_CONCURRENCY = 16
+DEFAULT_MULTIPART_THRESHOLD = 16 * MiB
+DEFAULT_MULTIPART_CHUNKSIZE = 16 * MiB
+PARTIAL_SUFFIX = ".smlaunch-partial"
+
+
+class TransferError(RuntimeError):
+    """A transfer failed after its retries."""
+
+
+class TransferVerificationError(TransferError):
+    """The bytes received do not match the size or checksum the source declares."""
+
+
+# --- URIs ---------------------------------------------------------------------------------------
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key/prefix`` -> ``("bucket", "key/prefix")``."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def local_path(uri_or_path: str | Path) -> Path:
+    """A ``file://`` URI or a plain path -> :class:`Path`."""
+    text = str(uri_or_path)
+    if text.startswith("file://"):
+        return Path(unquote(urlparse(text).path))
+    return Path(text)
+
+
+def is_s3(uri: str | Path) -> bool:
+    return str(uri).startswith("s3://")
+
+
+def relative_key(prefix: str, key: str) -> str:
+    """Path of ``key`` relative to the S3 prefix ``prefix``, the way a channel lays it out."""
+    rel = key[len(prefix):].lstrip("/")
+    return rel or key.rsplit("/", 1)[-1]
+
+
+def join_key(prefix: str, rel: str) -> str:
+    if not prefix:
+        return rel
+    return prefix.rstrip("/") + "/" + rel
+
+
+def _client_error() -> type[Exception]:
+    from botocore.exceptions import ClientError
+
+    return ClientError
+
+
+# --- hashing ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """Content hashes of one file: SHA-256, and the ETag S3 would compute for it at ``chunksize``."""
+
+    size: int
+    sha256: str
+    md5: str
+    part_md5s: tuple[bytes, ...]
+    chunksize: int
+
+    def etag(self, multipart_threshold: int) -> str:
+        """The ETag of this file uploaded by this engine (single part below the threshold)."""
+        if self.size < multipart_threshold:
+            return self.md5
+        combined = hashlib.md5(b"".join(self.part_md5s), usedforsecurity=False).hexdigest()
+        return f"{combined}-{len(self.part_md5s)}"
+
+
+def digest_file(path: Path, chunksize: int) -> FileDigest:
+    """Read ``path`` once and compute SHA-256, MD5 and per-part MD5s at ``chunksize``."""
+    sha = hashlib.sha256()
+    md5 = hashlib.md5(usedforsecurity=False)
+    parts: list[bytes] = []
+    part = hashlib.md5(usedforsecurity=False)
+    in_part = 0
+    size = 0
+    block = 1 * MiB
+    with open(path, "rb") as handle:
+        while data := handle.read(min(block, chunksize - in_part)):
+            sha.update(data)
+            md5.update(data)
+            part.update(data)
+            size += len(data)
+            in_part += len(data)
+            if in_part == chunksize:
+                parts.append(part.digest())
+                part = hashlib.md5(usedforsecurity=False)
+                in_part = 0
+    if in_part or not parts:
+        parts.append(part.digest())
+    return FileDigest(size, sha.hexdigest(), md5.hexdigest(), tuple(parts), chunksize)
+
+
+class HashCache:
+    """``(path, size, mtime_ns, inode) -> FileDigest``; a changed file changes its key. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int, int, int, int], FileDigest] = {}
+        self._lock = threading.Lock()
+
+    def digest(self, path: Path, chunksize: int) -> FileDigest:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, chunksize)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None:
+            return hit
+        result = digest_file(path, chunksize)
+        with self._lock:
+            self._entries[key] = result
+        return result
+
+
+# --- results and progress -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object (or file) under a listed prefix."""
+
+    uri: str
+    rel: str
+    size: int
+    etag: str | None = None
+
+
+@dataclass
+class TransferSummary:
+    """What one call moved: files transferred and skipped as unchanged, and bytes sent."""
+
+    transferred: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def merge(self, other: TransferSummary) -> None:
+        self.transferred += other.transferred
+        self.skipped += other.skipped
+        self.bytes += other.bytes
+
+
+class _Progress:
+    """A byte counter drawn as tqdm (if importable) or one self-overwriting stderr line."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self._lock = threading.Lock()
+        self._done = 0
+        self._total = total
+        self._label = label
+        self._bar: Any = None
+        self._last = 0.0
+        self._enabled = enabled
+        if not enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
+                         file=sys.stderr, leave=False)
+
+    def __call__(self, nbytes: int) -> None:
+        if not self._enabled:
+            return
+        with self._lock:
+            self._done += nbytes
+            if self._bar is not None:
+                self._bar.update(nbytes)
+                return
+            now = time.monotonic()
+            if now - self._last >= 0.5 or self._done >= self._total:
+                self._last = now
+                pct = 100.0 * self._done / self._total if self._total else 100.0
+                sys.stderr.write(f"\r{self._label}: {self._done / MiB:.1f}/{self._total / MiB:.1f} MiB"
+                                 f" ({pct:.0f}%)")
+                sys.stderr.flush()
+
+    def close(self) -> None:
+        if not self._enabled:
+            return
+        if self._bar is not None:
+            self._bar.close()
+        else:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+class TransferEngine:
+    """Parallel, verified, incremental transfers between local paths, ``file://`` and ``s3://``.
+
+    ``s3_client``: a boto3 S3 client (created on first S3 use when omitted, with a connection pool
+    as large as ``max_concurrency``). An injected client with a smaller pool caps the concurrency,
+    because extra threads would only wait for a connection.
+    """
+
+    def __init__(
+        self,
+        s3_client: Any | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        multipart_chunksize: int = DEFAULT_MULTIPART_CHUNKSIZE,
+        progress: bool | None = None,
+        progress_min_bytes: int = 64 * MiB,
+        retries: int = 3,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if multipart_chunksize < 5 * MiB:
+            raise ValueError("multipart_chunksize must be >= 5 MiB (the S3 minimum part size)")
+        self._client = s3_client
+        self.max_concurrency = max_concurrency
+        self.multipart_threshold = multipart_threshold
+        self.multipart_chunksize = multipart_chunksize
+        self.progress = progress
+        self.progress_min_bytes = progress_min_bytes
+        self.retries = retries
+        self.hashes = HashCache()
+        self._manager: Any = None
+        self._lock = threading.Lock()
+
+    # -- clients
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
+
+                self._client = boto3.client(
+                    "s3", config=Config(max_pool_connections=self.max_concurrency)
+                )
+            return self._client
+
+    @property
+    def concurrency(self) -> int:
+        pool = getattr(getattr(self.client.meta, "config", None), "max_pool_connections", None)
+        return max(1, min(self.max_concurrency, pool or self.max_concurrency))
+
+    def _transfer_manager(self) -> Any:
+        client = self.client
+        with self._lock:
+            if self._manager is None:
+                from s3transfer.manager import TransferConfig, TransferManager
+
+                config = TransferConfig(
+                    multipart_threshold=self.multipart_threshold,
+                    multipart_chunksize=self.multipart_chunksize,
+                    max_request_concurrency=self.max_concurrency,
+                    max_submission_concurrency=4,
+                    num_download_attempts=self.retries + 2,
+                )
+                self._manager = TransferManager(client, config)
+            return self._manager
+
+    def close(self) -> None:
+        """Release the transfer manager's threads. The engine can be used again afterwards."""
+        with self._lock:
+            manager, self._manager = self._manager, None
+        if manager is not None:
+            manager.shutdown()
+
+    def __enter__(self) -> TransferEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _progress(self, total: int, label: str) -> _Progress:
+        enabled = self.progress if self.progress is not None else sys.stderr.isatty()
+        return _Progress(total, label, bool(enabled) and total >= self.progress_min_bytes)
+
+    def _pool_map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        if len(items) <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
+                                thread_name_prefix="smlaunch-transfer") as pool:
+            return list(pool.map(fn, items))
+
+    # -- listing
+
+    def list(self, uri: str | Path) -> list[ObjectInfo]:
+        """Every object under an S3 prefix, or every file under a local directory (or that one file).
+
+        Sorted by relative path; relative paths use ``/``.
+        """
+        if is_s3(uri):
+            bucket, prefix = split_s3_uri(str(uri))
+            out: list[ObjectInfo] = []
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    key = obj["Key"]
+                    if key.endswith("/"):
+                        continue  # "folder" marker objects hold no data
+                    out.append(ObjectInfo(f"s3://{bucket}/{key}", relative_key(prefix, key),
+                                          int(obj["Size"]), str(obj.get("ETag", "")).strip('"')))
+            return sorted(out, key=lambda o: o.rel)
+        root = local_path(uri)
+        if root.is_file():
+            return [ObjectInfo(root.as_uri(), root.name, root.stat().st_size)]
+        files: list[ObjectInfo] = []
+        for dirpath, _dirs, names in os.walk(root, followlinks=True):
+            for name in names:
+                path = Path(dirpath) / name
+                if name.endswith(PARTIAL_SUFFIX) or not path.is_file():
+                    continue
+                files.append(ObjectInfo(path.as_uri(), path.relative_to(root).as_posix(),
+                                        path.stat().st_size))
+        return sorted(files, key=lambda o: o.rel)
+
+    # -- uploads
+
+    def upload_file(self, path: str | Path, uri: str, *, skip_unchanged: bool = True,
+                    extra_args: dict[str, Any] | None = None) -> TransferSummary:
+        """Upload (or copy, for ``file://``/paths) one file to ``uri``, the full destination name."""
+        path = Path(path)
+        if not is_s3(uri):
+            return self._copy_files([(path, local_path(uri))], skip_unchanged, "copy")
+        bucket, key = split_s3_uri(uri)
+        remote: dict[str, ObjectInfo] = {}
+        if skip_unchanged:
+            try:
+                head = self.client.head_object(Bucket=bucket, Key=key)
+                remote[key] = ObjectInfo(uri, key, int(head["ContentLength"]),
+                                         str(head.get("ETag", "")).strip('"'))
+            except _client_error():
+                pass
+        return self._upload_many([(path, bucket, key)], remote, skip_unchanged, extra_args, "upload")
+
+    def upload_dir(self, directory: str | Path, uri: str, *, skip_unchanged: bool = True,
+                   extra_args: dict[str, Any] | None = None,
+                   include: Callable[[str], bool] | None = None) -> TransferSummary:
+        """Upload every file under ``directory`` to ``uri`` (prefix), keeping relative paths.
+
+        ``include(rel)`` filters files. Unchanged files (same size and hash) are skipped.
+        """
+        directory = Path(directory)
+        files = [o for o in self.list(directory) if include is None or include(o.rel)]
+        if not is_s3(uri):
+            dest = local_path(uri)
+            pairs = [(directory / o.rel, dest / o.rel) for o in files]
+            return self._copy_files(pairs, skip_unchanged, "copy")
+        bucket, prefix = split_s3_uri(uri)
+        remote: dict[str, ObjectInfo] = {}
+        if skip_unchanged and files:
+            listing_prefix = prefix.rstrip("/") + "/" if prefix else ""
+            remote = {split_s3_uri(o.uri)[1]: o for o in self.list(f"s3://{bucket}/{listing_prefix}")}
+        jobs = [(directory / o.rel, bucket, join_key(prefix, o.rel)) for o in files]
+        return self._upload_many(jobs, remote, skip_unchanged, extra_args, "upload")
+
+    def _unchanged_remote(self, digest: FileDigest, bucket: str, key: str, remote: ObjectInfo) -> bool:
+        if remote.size != digest.size:
+            return False
+        etag = remote.etag or ""
+        if etag and etag == digest.etag(self.multipart_threshold):
+            return True
+        if etag and "-" not in etag and etag == digest.md5:
+            return True
+        # Not an MD5 ETag (SSE-KMS, other part size): ask for the hash we stored at upload.
+        try:
+            head = self.client.head_object(Bucket=bucket, Key=key)
+        except _client_error():
+            return False
+        return head.get("Metadata", {}).get(SHA256_METADATA_KEY) == digest.sha256
+
+    def _upload_many(self, jobs: list[tuple[Path, str, str]], remote: dict[str, ObjectInfo],
+                     skip_unchanged: bool, extra_args: dict[str, Any] | None,
+                     label: str) -> TransferSummary:
+        started = time.monotonic()
+        summary = TransferSummary()
+        digests = self._pool_map(lambda job: self.hashes.digest(job[0], self.multipart_chunksize), jobs)
+        todo: list[tuple[Path, str, str, FileDigest]] = []
+        for (path, bucket, key), digest in zip(jobs, digests, strict=True):
+            known = remote.get(key)
+            if skip_unchanged and known is not None and self._unchanged_remote(digest, bucket, key, known):
+                summary.skipped.append(f"s3://{bucket}/{key}")
+            else:
+                todo.append((path, bucket, key, digest))
+        progress = self._progress(sum(d.size for *_, d in todo), label)
+        small = [job for job in todo if job[3].size < self.multipart_threshold]
+        large = [job for job in todo if job[3].size >= self.multipart_threshold]
+        try:
+            futures: list[Future[Any]] = []
+            if large:
+                from s3transfer.subscribers import BaseSubscriber
+
+                class _Sub(BaseSubscriber):  # type: ignore[misc]
+                    def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+                        progress(bytes_transferred)
+
+                manager = self._transfer_manager()
+                for path, bucket, key, digest in large:
+                    args = self._put_args(digest, extra_args)
+                    futures.append(manager.upload(str(path), bucket, key, extra_args=args,
+                                                  subscribers=[_Sub()]))
+
+            def put_small(job: tuple[Path, str, str, FileDigest]) -> None:
+                path, bucket, key, digest = job
+                body = path.read_bytes()
+                if len(body) != digest.size or hashlib.sha256(body).hexdigest() != digest.sha256:
+                    raise TransferError(f"{path} changed while it was being uploaded")
+                self.client.put_object(Bucket=bucket, Key=key, Body=body,
+                                       **self._put_args(digest, extra_args))
+                progress(digest.size)
+
+            self._pool_map(put_small, small)
+            for future in futures:
+                future.result()
+        finally:
+            progress.close()
+        for _path, bucket, key, digest in todo:
+            summary.transferred.append(f"s3://{bucket}/{key}")
+            summary.bytes += digest.size
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    @staticmethod
+    def _put_args(digest: FileDigest, extra_args: dict[str, Any] | None) -> dict[str, Any]:
+        args = dict(extra_args or {})
+        args["Metadata"] = {**args.get("Metadata", {}), SHA256_METADATA_KEY: digest.sha256}
+        return args
+
+    # -- downloads
+
+    def download_file(self, uri: str, path: str | Path, *, skip_unchanged: bool = True) -> TransferSummary:
+        """Download (or copy) one object to ``path``, verified."""
+        path = Path(path)
+        if not is_s3(uri):
+            return self._copy_files([(local_path(uri), path)], skip_unchanged, "copy")
+        bucket, key = split_s3_uri(uri)
+        head = self.client.head_object(Bucket=bucket, Key=key)
+        info = ObjectInfo(uri, path.name, int(head["ContentLength"]), str(head.get("ETag", "")).strip('"'))
+        return self.download_objects([info], path.parent, skip_unchanged=skip_unchanged,
+                                     dest_paths=[path])
+
+    def download_prefix(self, uri: str, directory: str | Path, *, skip_unchanged: bool = True,
+                        include: Callable[[str], bool] | None = None) -> TransferSummary:
+        """Download every object under ``uri`` into ``directory`` at its relative path."""
+        objects = [o for o in self.list(uri) if include is None or include(o.rel)]
+        return self.download_objects(objects, Path(directory), skip_unchanged=skip_unchanged)
+
+    def download_objects(self, objects: Iterable[ObjectInfo], directory: Path, *,
+                         skip_unchanged: bool = True, dest_paths: list[Path] | None = None,
+                         on_done: Callable[[ObjectInfo, Path], None] | None = None) -> TransferSummary:
+        """Download listed objects into ``directory / rel`` (or ``dest_paths``), in parallel.
+
+        ``on_done(info, path)`` is called (from a worker thread) as each file lands, verified, under
+        its final name. Local sources (``file://``) are copied the same way.
+        """
+        started = time.monotonic()
+        objects = list(objects)
+        dests = dest_paths or [Path(directory) / o.rel for o in objects]
+        summary = TransferSummary()
+        pairs = list(zip(objects, dests, strict=True))
+        local_pairs = [(local_path(o.uri), d) for o, d in pairs if not is_s3(o.uri)]
+        if local_pairs:
+            summary.merge(self._copy_files(local_pairs, skip_unchanged, "copy"))
+            if on_done is not None:
+                for o, d in zip(objects, dests, strict=True):
+                    if not is_s3(o.uri):
+                        on_done(o, d)
+        remote = [(o, d) for o, d in zip(objects, dests, strict=True) if is_s3(o.uri)]
+        todo: list[tuple[ObjectInfo, Path]] = []
+        for info, dest in remote:
+            if skip_unchanged and dest.is_file() and dest.stat().st_size == info.size and info.etag:
+                digest = self.hashes.digest(dest, self.multipart_chunksize)
+                if info.etag in (digest.md5, digest.etag(self.multipart_threshold)):
+                    summary.skipped.append(info.uri)
+                    if on_done is not None:
+                        on_done(info, dest)
+                    continue
+            todo.append((info, dest))
+        progress = self._progress(sum(o.size for o, _ in todo), "download")
+
+        def fetch(job: tuple[ObjectInfo, Path]) -> None:
+            info, dest = job
+            self._download_verified(info, dest, progress)
+            if on_done is not None:
+                on_done(info, dest)
+
+        try:
+            small = [job for job in todo if job[0].size < self.multipart_threshold]
+            large = [job for job in todo if job[0].size >= self.multipart_threshold]
+            # Large objects are already parallel inside (multipart ranges); run a few side by side.
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="smlaunch-large") as big_pool:
+                big = [big_pool.submit(fetch, job) for job in large]
+                self._pool_map(fetch, small)
+                for future in big:
+                    future.result()
+        finally:
+            progress.close()
+        for info, _dest in todo:
+            summary.transferred.append(info.uri)
+            summary.bytes += info.size
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _download_verified(self, info: ObjectInfo, dest: Path, progress: _Progress) -> None:
+        bucket, key = split_s3_uri(info.uri)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        last_problem = ""
+        for attempt in range(self.retries + 1):
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PARTIAL_SUFFIX, dir=dest.parent)
+            os.close(fd)
+            tmp = Path(tmp_name)
+            try:
+                expected_sha, expected_size, etag = self._fetch_to(bucket, key, info, tmp, progress)
+                problem = self._verify(tmp, expected_size, expected_sha, etag)
+                if problem is None:
+                    os.replace(tmp, dest)
+                    return
+                last_problem = problem
+            except Exception as exc:  # network errors, truncated streams: retry the whole object
+                last_problem = f"{type(exc).__name__}: {exc}"
+            finally:
+                tmp.unlink(missing_ok=True)
+            logger.warning("download of %s failed verification (attempt %d/%d): %s",
+                           info.uri, attempt + 1, self.retries + 1, last_problem)
+        raise TransferVerificationError(
+            f"download of {info.uri} failed after {self.retries + 1} attempts: {last_problem}")
+
+    def _fetch_to(self, bucket: str, key: str, info: ObjectInfo, tmp: Path,
+                  progress: _Progress) -> tuple[str | None, int, str]:
+        """Fetch one object into ``tmp``; return (declared sha256, declared size, ETag)."""
+        if info.size < self.multipart_threshold:
+            response = self.client.get_object(Bucket=bucket, Key=key)
+            body = response["Body"].read()
+            tmp.write_bytes(body)
+            progress(len(body))
+            return (response.get("Metadata", {}).get(SHA256_METADATA_KEY),
+                    int(response.get("ContentLength", info.size)), str(response.get("ETag", "")).strip('"'))
+        head = self.client.head_object(Bucket=bucket, Key=key)
+        from s3transfer.subscribers import BaseSubscriber
+
+        class _Sub(BaseSubscriber):  # type: ignore[misc]
+            def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+                progress(bytes_transferred)
+
+        future = self._transfer_manager().download(bucket, key, str(tmp), subscribers=[_Sub()])
+        future.result()
+        return (head.get("Metadata", {}).get(SHA256_METADATA_KEY), int(head["ContentLength"]),
+                str(head.get("ETag", "")).strip('"'))
+
+    def _verify(self, path: Path, size: int, sha256: str | None, etag: str) -> str | None:
+        actual = path.stat().st_size
+        if actual != size:
+            return f"size {actual} != expected {size} (truncated)"
+        digest = digest_file(path, self.multipart_chunksize)
+        if sha256 is not None:
+            return None if digest.sha256 == sha256 else f"sha256 {digest.sha256} != {sha256}"
+        if etag and "-" not in etag and len(etag) == 32:
+            return None if digest.md5 == etag else f"md5 {digest.md5} != ETag {etag}"
+        return None  # no checksum declared (foreign multipart object): the size check is all we have
+
+    # -- local copies
+
+    def _copy_files(self, pairs: list[tuple[Path, Path]], skip_unchanged: bool,
+                    label: str) -> TransferSummary:
+        started = time.monotonic()
+        summary = TransferSummary()
+
+        def copy(pair: tuple[Path, Path]) -> tuple[str, int]:
+            src, dest = pair
+            if skip_unchanged and dest.is_file() and dest.stat().st_size == src.stat().st_size:
+                if (self.hashes.digest(src, self.multipart_chunksize).sha256
+                        == self.hashes.digest(dest, self.multipart_chunksize).sha256):
+                    return "skipped", 0
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PARTIAL_SUFFIX, dir=dest.parent)
+            os.close(fd)
+            try:
+                shutil.copyfile(src, tmp_name)
+                want = self.hashes.digest(src, self.multipart_chunksize)
+                got = digest_file(Path(tmp_name), self.multipart_chunksize)
+                if got.sha256 != want.sha256:
+                    raise TransferVerificationError(f"copy of {src} to {dest} does not match its source")
+                os.replace(tmp_name, dest)
+            finally:
+                Path(tmp_name).unlink(missing_ok=True)
+            return "transferred", want.size
+
+        for (_src, dest), (outcome, nbytes) in zip(pairs, self._pool_map(copy, pairs), strict=True):
+            if outcome == "skipped":
+                summary.skipped.append(dest.as_uri())
+            else:
+                summary.transferred.append(dest.as_uri())
+                summary.bytes += nbytes
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    # -- sync
+
+    def sync(self, source: str | Path, destination: str | Path) -> TransferSummary:
+        """Make ``destination`` hold every file of ``source`` (new and changed files only).
+
+        Either side may be a local path, ``file://`` or ``s3://`` (S3 to S3 is not supported).
+        Nothing is deleted at the destination.
+        """
+        if is_s3(source) and is_s3(destination):
+            raise ValueError("S3-to-S3 sync is not supported; download then upload")
+        if is_s3(destination):
+            return self.upload_dir(local_path(source), str(destination))
+        if is_s3(source):
+            return self.download_prefix(str(source), local_path(destination))
+        return self.upload_dir(local_path(source), local_path(destination).as_uri())

@@ -1,0 +1,148 @@
+"""AWS Deep Learning Container URIs for PyTorch training, from a committed data table.
+
+``estimator/data/pytorch_training_images.json`` holds, for every PyTorch training version that
+SageMaker SDK 2.257.7 knows (its ``image_uri_config/pytorch.json``, ``training`` scope): the Python
+versions, the ECR repository, the registry account per region, the version aliases (``1.8`` ->
+``1.8.0``), and the ECR hostname per region. It was generated once with
+``python -m estimator.image_uris --regenerate`` (which reads the installed ``sagemaker`` package);
+at run time smlaunch never imports ``sagemaker``. A unit test checks the committed table against
+the installed SDK when it is present.
+
+:func:`retrieve` reproduces ``sagemaker.image_uris.retrieve`` for this scope:
+``<account>.dkr.<ecr hostname>/pytorch-training:<version>-<cpu|gpu>-<py>``, with the version as
+the user wrote it (an alias stays an alias in the tag), ``gpu`` for GPU types (``ml.p*``, ``ml.g*``,
+``local_gpu``), and the CUDA 11 suffix the SDK adds for PyTorch 1.6 GPU images with smdistributed or
+on p4d. An unknown version, Python version or region is a :class:`ConfigurationError` listing the
+valid ones.
+
+Not covered: SMP v2 images (``torch_distributed`` + ``smdistributed.modelparallel``, repository
+``smdistributed-modelparallel``): pass ``image_uri`` for those.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from estimator.catalog import InstanceType
+from estimator.errors import ConfigurationError
+
+TABLE_PATH = Path(__file__).parent / "data" / "pytorch_training_images.json"
+SDK_VERSION = "2.257.7"
+
+# sagemaker.image_uris._get_image_tag: CUDA 11 tags for PyTorch 1.6 GPU images when the job uses
+# smdistributed or runs on p4d.
+_AUTO_CONTAINER_VERSIONS = {
+    "1.6-gpu-py36": "cu110-ubuntu18.04-v3",
+    "1.6.0-gpu-py36": "cu110-ubuntu18.04",
+    "1.6-gpu-py3": "cu110-ubuntu18.04-v3",
+    "1.6.0-gpu-py3": "cu110-ubuntu18.04",
+}
+
+
+@lru_cache(maxsize=1)
+def table() -> dict[str, Any]:
+    """The committed table (read once)."""
+    return json.loads(TABLE_PATH.read_text())
+
+
+def versions() -> list[str]:
+    """Every accepted framework version: full versions, then aliases."""
+    data = table()
+    return [*data["versions"], *data["version_aliases"]]
+
+
+def _fail(field: str, value: object, what: str, valid: list[str]) -> ConfigurationError:
+    return ConfigurationError(
+        field, value, f"unsupported {what} for PyTorch training images",
+        f"use one of: {', '.join(valid)}; or pass image_uri",
+    )
+
+
+def version_config(framework_version: str, py_version: str) -> dict[str, Any]:
+    """The table row for a version, after checking the version and the Python version."""
+    data = table()
+    if framework_version not in data["versions"] and framework_version not in data["version_aliases"]:
+        raise _fail("framework_version", framework_version, "version", versions())
+    full = data["version_aliases"].get(framework_version, framework_version)
+    row = data["versions"][full]
+    if py_version not in row["py_versions"]:
+        raise ConfigurationError(
+            "py_version", py_version, f"PyTorch {framework_version} images exist for "
+            f"{', '.join(row['py_versions'])} only", f"pass py_version={row['py_versions'][-1]!r}",
+        )
+    return row
+
+
+def retrieve(
+    framework_version: str,
+    py_version: str,
+    instance: InstanceType,
+    region: str,
+    smdistributed: bool = False,
+) -> str:
+    """The DLC training image URI, as SDK 2.257.7's ``image_uris.retrieve`` returns it."""
+    row = version_config(framework_version, py_version)
+    if region not in row["registries"]:
+        raise _fail("region", region, f"region for PyTorch {framework_version}", sorted(row["registries"]))
+    hostname = table()["hostnames"][region]
+    tag = f"{framework_version}-{instance.processor}-{py_version}"
+    family = instance.name.split(".")[1] if instance.name.startswith("ml.") else ""
+    if (smdistributed or family == "p4d") and tag in _AUTO_CONTAINER_VERSIONS:
+        tag = f"{tag}-{_AUTO_CONTAINER_VERSIONS[tag]}"
+    return f"{row['registries'][region]}.dkr.{hostname}/{row['repository']}:{tag}"
+
+
+def has_region(framework_version: str, py_version: str, region: str) -> bool:
+    return region in version_config(framework_version, py_version)["registries"]
+
+
+# --- regeneration (development only; needs the sagemaker package) ---------------------------------
+
+
+def generate_table(pytorch_config: dict[str, Any], hostname_of: Any) -> dict[str, Any]:
+    """Build the table from the SDK's ``pytorch.json`` dict; ``hostname_of(region)`` gives the ECR
+    hostname (the SDK takes it from botocore's endpoint data)."""
+    training = pytorch_config["training"]
+    rows: dict[str, Any] = {}
+    regions: set[str] = set()
+    for version, config in training["versions"].items():
+        rows[version] = {
+            "py_versions": list(config["py_versions"]),
+            "repository": config["repository"],
+            "registries": dict(sorted(config["registries"].items())),
+        }
+        regions.update(config["registries"])
+    return {
+        "source": f"sagemaker {SDK_VERSION} image_uri_config/pytorch.json (training)",
+        "processors": list(training["processors"]),
+        "version_aliases": dict(training["version_aliases"]),
+        "versions": rows,
+        "hostnames": {region: hostname_of(region) for region in sorted(regions)},
+    }
+
+
+def _regenerate() -> None:  # pragma: no cover - development tool
+    import sagemaker  # noqa: F401  (only here: the runtime never needs it)
+    from sagemaker import image_uris as sdk_image_uris
+    from sagemaker import utils as sdk_utils
+
+    def hostname_of(region: str) -> str:
+        endpoint = sdk_utils._botocore_resolver().construct_endpoint("ecr", region)
+        return endpoint["hostname"] if endpoint else f"ecr.{region}.amazonaws.com"
+
+    data = generate_table(sdk_image_uris.config_for_framework("pytorch"), hostname_of)
+    TABLE_PATH.parent.mkdir(parents=True, exist_ok=True)
+    TABLE_PATH.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {TABLE_PATH} ({len(data['versions'])} versions)")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    if sys.argv[1:] == ["--regenerate"]:
+        _regenerate()
+    else:
+        print("usage: python -m estimator.image_uris --regenerate", file=sys.stderr)
+        sys.exit(2)

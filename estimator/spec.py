@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 InputMode = Literal["File", "FastFile", "Pipe"]
 S3DataType = Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"]
 S3DataDistributionType = Literal["FullyReplicated", "ShardedByS3Key"]
+# Aliases for annotations of fields named like their type (pydantic resolves a field's annotation
+# in the class namespace, where the field's own default would shadow the type).
+_InputMode = InputMode
+_S3DataType = S3DataType
+_S3DataDistributionType = S3DataDistributionType
 
 
 class _Wire(BaseModel):
@@ -38,10 +43,12 @@ class AlgorithmSpecification(_Wire):
 
 
 class S3DataSource(_Wire):
-    S3DataType: S3DataType = "S3Prefix"
+    S3DataType: _S3DataType = "S3Prefix"
     S3Uri: str
-    S3DataDistributionType: S3DataDistributionType = "FullyReplicated"
+    S3DataDistributionType: _S3DataDistributionType = "FullyReplicated"
     AttributeNames: list[str] | None = None
+
+_S3DataSource = S3DataSource
 
 
 class FileSystemDataSource(_Wire):
@@ -50,14 +57,18 @@ class FileSystemDataSource(_Wire):
     FileSystemType: Literal["EFS", "FSxLustre"]
     DirectoryPath: str
 
+_FileSystemDataSource = FileSystemDataSource
+
 
 class DataSource(_Wire):
-    S3DataSource: S3DataSource | None = None
-    FileSystemDataSource: FileSystemDataSource | None = None
+    S3DataSource: _S3DataSource | None = None
+    FileSystemDataSource: _FileSystemDataSource | None = None
 
 
 class ShuffleConfig(_Wire):
     Seed: int
+
+_ShuffleConfig = ShuffleConfig
 
 
 class Channel(_Wire):
@@ -66,8 +77,8 @@ class Channel(_Wire):
     ContentType: str | None = None
     CompressionType: Literal["None", "Gzip"] | None = None
     RecordWrapperType: Literal["None", "RecordIO"] | None = None
-    InputMode: InputMode | None = None
-    ShuffleConfig: ShuffleConfig | None = None
+    InputMode: _InputMode | None = None
+    ShuffleConfig: _ShuffleConfig | None = None
 
 
 class OutputDataConfig(_Wire):
@@ -88,19 +99,27 @@ class StoppingCondition(_Wire):
     MaxRuntimeInSeconds: int = Field(default=86400, ge=1)
     MaxWaitTimeInSeconds: int | None = Field(default=None, ge=1)
 
+_StoppingCondition = StoppingCondition
+
 
 class CheckpointConfig(_Wire):
     S3Uri: str
     LocalPath: str | None = None
+
+_CheckpointConfig = CheckpointConfig
 
 
 class VpcConfig(_Wire):
     SecurityGroupIds: list[str]
     Subnets: list[str]
 
+_VpcConfig = VpcConfig
+
 
 class RetryStrategy(_Wire):
     MaximumRetryAttempts: int = Field(ge=1, le=30)
+
+_RetryStrategy = RetryStrategy
 
 
 class Tag(_Wire):
@@ -113,10 +132,14 @@ class DebugHookConfig(_Wire):
     LocalPath: str | None = None
     CollectionConfigurations: list[dict[str, Any]] = Field(default_factory=list)
 
+_DebugHookConfig = DebugHookConfig
+
 
 class ProfilerConfig(_Wire):
     S3OutputPath: str | None = None
     DisableProfiler: bool = False
+
+_ProfilerConfig = ProfilerConfig
 
 
 class TrainingJobSpec(_Wire):
@@ -127,19 +150,19 @@ class TrainingJobSpec(_Wire):
     RoleArn: str
     OutputDataConfig: OutputDataConfig
     ResourceConfig: ResourceConfig
-    StoppingCondition: StoppingCondition = Field(default_factory=StoppingCondition)
+    StoppingCondition: _StoppingCondition = Field(default_factory=StoppingCondition)
     HyperParameters: dict[str, str] = Field(default_factory=dict)
     InputDataConfig: list[Channel] | None = None
-    CheckpointConfig: CheckpointConfig | None = None
+    CheckpointConfig: _CheckpointConfig | None = None
     Environment: dict[str, str] | None = None
-    VpcConfig: VpcConfig | None = None
+    VpcConfig: _VpcConfig | None = None
     EnableNetworkIsolation: bool | None = None
     EnableInterContainerTrafficEncryption: bool | None = None
     EnableManagedSpotTraining: bool | None = None
-    RetryStrategy: RetryStrategy | None = None
+    RetryStrategy: _RetryStrategy | None = None
     Tags: list[Tag] | None = None
-    DebugHookConfig: DebugHookConfig | None = None
-    ProfilerConfig: ProfilerConfig | None = None
+    DebugHookConfig: _DebugHookConfig | None = None
+    ProfilerConfig: _ProfilerConfig | None = None
 
     def to_request(self) -> dict[str, Any]:
         """The keyword arguments of ``create_training_job``: unset (None) fields are left out."""

@@ -1,0 +1,134 @@
+"""``python -m runtime`` and the ``train`` console script: one host's part of a training job.
+
+Steps: read the environment (``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``, and ``os.environ``), create
+the directories the script writes to, fetch the code into the code dir (skipped when it is already
+there), install ``requirements.txt``, wait (bounded) until every host name resolves when the job
+spans hosts without an address map, pick the launcher, run it under the supervisor, and report.
+
+Exit code: 0 on success; the failing process's exit code (``128 + N`` for a death by signal N);
+``128 + signum`` when the runtime was stopped by SIGTERM/SIGINT; 1 for a bad configuration or an
+internal error ("ClientError: ..." / "Framework Error: ..." in ``output/failure``), never 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from runtime import contract
+
+HOST_RESOLUTION_TIMEOUT_SECONDS = 900.0
+
+
+class _Stopped(BaseException):
+    """SIGTERM/SIGINT arrived before the ranks started (during fetch or pip install)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+def _log(host: str, message: str) -> None:
+    print(f"[{host}] {message}", flush=True)
+
+
+def wait_for_hosts(hosts: list[str], timeout: float, log: Any) -> None:
+    """Wait until every host name resolves (SageMaker's DNS can lag at start), at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    for host in hosts:
+        while True:
+            try:
+                socket.gethostbyname(host)
+                break
+            except OSError as error:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"host {host} did not resolve within {timeout:g} s: {error}"
+                    ) from error
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+    log(f"all {len(hosts)} hosts resolve")
+
+
+def run(environ: Mapping[str, str]) -> int:
+    """One host's job; returns the exit code. Writes ``success`` or ``failure`` before returning."""
+    from runtime.archive import UnsafeArchiveError
+    from runtime.code import CodeFetcher, InstallRequirementsError, install_requirements
+    from runtime.environment import Environment, HostConfigurationError
+    from runtime.report import report_run, write_failure
+
+    base_dir = environ.get(contract.BASE_DIR_ENV) or contract.DEFAULT_BASE_DIR
+    paths = contract.Paths(base_dir)
+    host = "runtime"
+    previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        env = Environment.from_files(base_dir, environ)
+        host = env.current_host
+        for directory in (
+            paths.code_dir,
+            paths.model_dir,
+            paths.output_data_dir,
+            paths.output_intermediate_dir,
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+        if CodeFetcher().fetch(env.sagemaker_hyperparameters.get(contract.HP_SUBMIT_DIRECTORY), env.code_dir):
+            _log(host, f"code from {env.module_dir} extracted into {env.code_dir}")
+        install_requirements(env.code_dir, sys.executable, env.environ, log=lambda m: _log(host, m))
+        if len(env.hosts) > 1 and not env.host_addresses:
+            wait_for_hosts(env.hosts, HOST_RESOLUTION_TIMEOUT_SECONDS, lambda m: _log(host, m))
+
+        from runtime.launchers import select_launcher
+        from runtime.supervisor import Supervisor
+
+        launcher = select_launcher(env)
+        supervisor = Supervisor.from_environ(host, env.environ)
+        result = launcher.run(supervisor)
+        code = report_run(paths, result)
+        _log(host, "training succeeded" if code == 0 else f"training failed: exit code {code}")
+        return code
+    except _Stopped as stop:
+        name = signal.Signals(stop.signum).name
+        write_failure(
+            paths,
+            f"Stopped: host {host} received {name} before training started",
+            host=host,
+            kind="stopped",
+            exit_code=128 + stop.signum,
+        )
+        return 128 + stop.signum
+    except (HostConfigurationError, UnsafeArchiveError, InstallRequirementsError, TimeoutError) as error:
+        text = f"ClientError: {error}"
+        _log(host, text)
+        write_failure(paths, text, host=host, kind="framework_error", exit_code=1)
+        return 1
+    except Exception as error:
+        text = f"Framework Error: \n{traceback.format_exc()}\n{error}"
+        _log(host, text)
+        try:
+            write_failure(paths, text, host=host, kind="framework_error", exit_code=1)
+        except OSError:
+            pass
+        return 1
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def main() -> int:
+    """Console-script entry (``train``); returns the exit code for ``sys.exit``."""
+    return run(os.environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The user's code on this host: fetched, safely extracted, its requirements installed, its command.
+
+- :class:`CodeFetcher` puts ``sagemaker_submit_directory`` into the code dir: ``s3://`` through an
+  injected boto3 S3 client (created lazily, so boto3 is imported only when S3 is used), ``file://``
+  or a plain path, a tarball (extracted with :func:`runtime.archive.safe_extract`, which refuses
+  absolute paths, ``..`` and escaping links before writing anything) or a directory (copied). Like
+  the toolkit, it does nothing when the code dir is already non-empty (Docker images, re-runs).
+- :func:`install_requirements` runs ``python -m pip install -r requirements.txt`` when the file is
+  present, with a bounded wait and the pip output kept for the error.
+- :func:`entry_point_command` turns the entry point into the argv head: ``.py`` runs under the
+  runtime's Python; any other file (``.sh``, a binary) runs directly when it has a shebang or is a
+  binary, else under ``/bin/sh``. Never through ``sh -c``: arguments are never re-split. An entry
+  point that is absolute, has ``..`` segments or resolves outside the code dir is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from runtime import contract
+from runtime.archive import safe_extract
+from runtime.environment import HostConfigurationError
+
+PIP_TIMEOUT_SECONDS = 1800.0
+
+
+class InstallRequirementsError(RuntimeError):
+    """``pip install -r requirements.txt`` failed; the message holds the end of pip's output."""
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return not path.exists() or not any(path.iterdir())
+
+
+class CodeFetcher:
+    """Fetches the submit directory into the code dir. ``s3_client``: a boto3 S3 client (lazy)."""
+
+    def __init__(
+        self, s3_client: Any | None = None, s3_client_factory: Callable[[], Any] | None = None
+    ) -> None:
+        self._s3_client = s3_client
+        self._factory = s3_client_factory
+
+    def s3_client(self) -> Any:
+        if self._s3_client is None:
+            if self._factory is not None:
+                self._s3_client = self._factory()
+            else:
+                import boto3  # only when code comes from S3: boto3 costs ~0.3 s to import
+
+                self._s3_client = boto3.client("s3")
+        return self._s3_client
+
+    def fetch(self, submit_directory: str | None, code_dir: Path) -> bool:
+        """Put the code into ``code_dir``; return False when skipped (non-empty dir or no source)."""
+        code_dir = Path(code_dir)
+        if not _is_empty_dir(code_dir) or not submit_directory:
+            return False
+        code_dir.mkdir(parents=True, exist_ok=True)
+        parsed = urlparse(submit_directory)
+        if parsed.scheme == "s3":
+            self._fetch_s3(submit_directory, parsed.netloc, parsed.path.lstrip("/"), code_dir)
+            return True
+        if parsed.scheme == "file":
+            local = Path(unquote(parsed.path))
+        elif parsed.scheme == "":
+            local = Path(submit_directory)
+        else:
+            raise HostConfigurationError(
+                contract.HP_SUBMIT_DIRECTORY,
+                submit_directory,
+                f"unsupported scheme {parsed.scheme!r}",
+                "use an s3:// or file:// URI or a local path",
+            )
+        if local.is_dir():
+            shutil.copytree(local, code_dir, dirs_exist_ok=True)
+        elif local.is_file():
+            safe_extract(local, code_dir)
+        else:
+            raise HostConfigurationError(
+                contract.HP_SUBMIT_DIRECTORY,
+                submit_directory,
+                "does not exist on this host",
+                "point it at the staged sourcedir.tar.gz or a directory",
+            )
+        return True
+
+    def _fetch_s3(self, uri: str, bucket: str, key: str, code_dir: Path) -> None:
+        if not bucket or not key:
+            raise HostConfigurationError(
+                contract.HP_SUBMIT_DIRECTORY,
+                uri,
+                "is not a full S3 object URI",
+                "use s3://bucket/key/sourcedir.tar.gz",
+            )
+        with tempfile.TemporaryDirectory(prefix="smlaunch-code-") as tmp:
+            local = Path(tmp) / contract.SOURCEDIR_TARBALL
+            self.s3_client().download_file(bucket, key, str(local))
+            safe_extract(local, code_dir)
+
+
+def install_requirements(
+    code_dir: Path, python: str, environ: Mapping[str, str], log: Callable[[str], None] = print
+) -> bool:
+    """Install ``requirements.txt`` from the code dir if present; return whether pip ran."""
+    requirements = Path(code_dir) / contract.REQUIREMENTS_FILE
+    if not requirements.is_file():
+        return False
+    argv = [python, "-m", "pip", "install", "-r", contract.REQUIREMENTS_FILE]
+    log(f"installing requirements: {' '.join(argv)}")
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=code_dir,
+            env=dict(environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=PIP_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise InstallRequirementsError(
+            f"pip install -r requirements.txt timed out after {error.timeout:g} s"
+        ) from error
+    for line in done.stdout.splitlines():
+        log(f"pip: {line}")
+    if done.returncode != 0:
+        tail = "\n".join(done.stdout.splitlines()[-20:])
+        raise InstallRequirementsError(
+            "InstallRequirementsError: pip install -r requirements.txt exited with code "
+            f"{done.returncode}\n{tail}"
+        )
+    return True
+
+
+def resolve_entry_point(code_dir: Path, entry_point: str | None) -> Path:
+    """The entry point's path inside ``code_dir``; refuses anything that escapes it or is missing."""
+    if not entry_point:
+        raise HostConfigurationError(
+            contract.HP_PROGRAM,
+            entry_point,
+            "no entry point was given",
+            "set sagemaker_program (entry_point=)",
+        )
+    name = PurePosixPath(entry_point)
+    if name.is_absolute() or ".." in name.parts:
+        raise HostConfigurationError(
+            contract.HP_PROGRAM,
+            entry_point,
+            "must be a relative path inside the code directory",
+            "name a file of source_dir, e.g. train.py",
+        )
+    root = Path(code_dir).resolve()
+    path = (root / name).resolve()
+    if root not in path.parents:
+        raise HostConfigurationError(
+            contract.HP_PROGRAM,
+            entry_point,
+            f"resolves outside the code directory {root}",
+            "use a file of source_dir",
+        )
+    if not path.is_file():
+        raise HostConfigurationError(
+            contract.HP_PROGRAM,
+            entry_point,
+            f"not found in the code directory {root}",
+            "check entry_point and source_dir",
+        )
+    return path
+
+
+def entry_point_command(code_dir: Path, entry_point: str | None, python: str) -> list[str]:
+    """The argv head that runs the entry point with ``cwd=code_dir`` (arguments follow it)."""
+    path = resolve_entry_point(code_dir, entry_point)
+    relative = str(PurePosixPath(str(entry_point)))
+    if path.suffix == ".py":
+        return [python, relative]
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head.startswith(b"#!") or head == b"\x7fELF":
+        mode = path.stat().st_mode
+        if not mode & stat.S_IXUSR:
+            os.chmod(path, mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return [str(path)]
+    return ["/bin/sh", relative]

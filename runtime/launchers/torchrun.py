@@ -1,0 +1,84 @@
+"""torchrun-style DDP (``torch_distributed``, ``pytorchddp``): this host starts its ranks itself.
+
+No ``torchrun`` binary and no elastic agent: the runtime's supervisor already does what the agent
+would (spawn, prefix, fail fast, forward signals), and skipping the agent keeps the launch within
+a second. Each rank gets what ``torchrun`` exports, so ``init_process_group("env://")``, Lightning
+and Accelerate work unchanged:
+
+``RANK = node_rank * nproc + local_rank``, ``LOCAL_RANK``, ``WORLD_SIZE = nnodes * nproc``,
+``LOCAL_WORLD_SIZE = nproc``, ``MASTER_ADDR`` (the master host's resolved address),
+``MASTER_PORT``, ``NODE_RANK = GROUP_RANK`` (this host's index among the distribution hosts),
+``GROUP_WORLD_SIZE``, ``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``ROLE_NAME``, ``TORCHELASTIC_RUN_ID``
+(the job name), ``TORCHELASTIC_RESTART_COUNT=0``, ``TORCHELASTIC_MAX_RESTARTS=0``, and
+``OMP_NUM_THREADS=1`` when several ranks share a host and the user did not set it (as torchrun).
+
+Rank 0 hosts the rendezvous store (``env://``) at ``MASTER_ADDR:MASTER_PORT``.
+``nproc`` (ranks per host) is ``SMLAUNCH_PROCESSES_PER_HOST`` if set, else the GPU count, else 1
+(:attr:`Environment.processes_per_host`). The process-group backend is the script's choice; the
+topology block notes the one that fits: NCCL with GPUs, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from runtime import contract
+from runtime.code import entry_point_command
+from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
+
+
+class TorchrunLauncher(Launcher):
+    name: ClassVar[str] = "torchrun"
+
+    def plan(self) -> LaunchPlan:
+        env = self.env
+        nnodes = len(env.distribution_hosts)
+        nproc = env.processes_per_host
+        node_rank = env.host_rank
+        world_size = nnodes * nproc
+        argv = entry_point_command(env.code_dir, env.user_entry_point, self.python) + env.user_args()
+        base = env.process_env()
+        if nproc > 1 and "OMP_NUM_THREADS" not in env.environ:
+            base["OMP_NUM_THREADS"] = "1"
+        if env.num_gpus > 0 and not env.host_addresses:
+            # On SageMaker's network (not a loopback emulation) NCCL must use the job's interface.
+            base.setdefault("NCCL_SOCKET_IFNAME", env.network_interface_name)
+        shared = {
+            contract.WORLD_SIZE: str(world_size),
+            contract.LOCAL_WORLD_SIZE: str(nproc),
+            contract.MASTER_ADDR: env.master_addr,
+            contract.MASTER_PORT_ENV: str(env.master_port),
+            contract.NODE_RANK: str(node_rank),
+            contract.GROUP_RANK: str(node_rank),
+            "GROUP_WORLD_SIZE": str(nnodes),
+            contract.ROLE_WORLD_SIZE: str(world_size),
+            "ROLE_NAME": "default",
+            "TORCHELASTIC_RUN_ID": env.run_id,
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+        }
+        processes = []
+        for local_rank in range(nproc):
+            rank = node_rank * nproc + local_rank
+            rank_env = {
+                **base,
+                **shared,
+                contract.RANK: str(rank),
+                contract.LOCAL_RANK: str(local_rank),
+                contract.ROLE_RANK: str(rank),
+            }
+            processes.append(
+                ProcessSpec(
+                    label=f"rank {rank}", argv=list(argv), env=rank_env, cwd=str(env.code_dir), rank=rank
+                )
+            )
+        first = node_rank * nproc
+        topology = {
+            "hosts": ", ".join(env.distribution_hosts),
+            "node rank": f"{node_rank} of {nnodes} ({env.current_host})",
+            "ranks on this host": f"{first}..{first + nproc - 1} ({nproc} per host)",
+            "world size": world_size,
+            "master": f"{env.master_hostname} at {env.master_addr}:{env.master_port}",
+            "backend": "nccl (GPUs)" if env.num_gpus > 0 else "gloo (CPU; no GPU on this host)",
+        }
+        return LaunchPlan(launcher=self.name, processes=processes, topology=topology)

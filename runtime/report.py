@@ -1,0 +1,102 @@
+"""The host's verdict, as files the platform (or smlaunch's local backend) reads after the host exits.
+
+- ``output/success``: empty, written when every process of the host exited 0.
+- ``output/failure``: text whose first 1024 characters become DescribeTrainingJob's FailureReason.
+  Written **only if absent**: a user script may write its own reason first, and it wins (the
+  toolkit's issue #111).
+- ``output/failure.json`` (``contract.FAILURE_DETAILS_FILE``): ``{"host", "rank", "label",
+  "exit_code", "time", "reason", "kind"}`` for the local backend, which names the earliest failure
+  across hosts. ``reason`` is the text that ended up in ``failure`` (the user's, if they wrote one);
+  ``kind`` is ``failed`` (a process exited non-zero), ``stopped`` (the runtime got SIGTERM/SIGINT)
+  or ``framework_error`` (the runtime itself failed before or around the user's code).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from runtime import contract
+from runtime.supervisor import RunResult
+
+
+def _write_text_if_absent(path: Path, text: str) -> str:
+    """Write ``text`` unless the file exists; return what the file holds afterwards."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(path, "x", encoding="utf-8") as handle:
+            handle.write(text)
+        return text
+    except FileExistsError:
+        return path.read_text(encoding="utf-8", errors="replace")
+
+
+def write_success(paths: contract.Paths) -> None:
+    paths.output_dir.mkdir(parents=True, exist_ok=True)
+    paths.success_file.touch()
+
+
+def write_failure(
+    paths: contract.Paths,
+    text: str,
+    *,
+    host: str,
+    kind: str,
+    exit_code: int,
+    rank: int | None = None,
+    label: str | None = None,
+    when: float | None = None,
+) -> str:
+    """Write ``failure`` (if absent) and ``failure.json``; return the reason that was recorded."""
+    reason = _write_text_if_absent(paths.failure_file, text)
+    details: dict[str, Any] = {
+        "host": host,
+        "rank": rank,
+        "label": label,
+        "exit_code": exit_code,
+        "time": when if when is not None else time.time(),
+        "reason": reason,
+        "kind": kind,
+    }
+    (paths.output_dir / contract.FAILURE_DETAILS_FILE).write_text(json.dumps(details, indent=2) + "\n")
+    return reason
+
+
+def report_run(paths: contract.Paths, result: RunResult) -> int:
+    """Write the files for a finished run; return the host's exit code."""
+    if result.first_failure is not None:
+        failure = result.first_failure
+        write_failure(
+            paths,
+            failure.describe(),
+            host=failure.host,
+            kind="failed",
+            exit_code=failure.exit_code,
+            rank=failure.rank,
+            label=failure.label,
+            when=failure.time,
+        )
+    elif result.stop_signal is not None:
+        name = signal.Signals(result.stop_signal).name
+        write_failure(
+            paths,
+            f"Stopped: host {result.host} received {name}; SIGTERM was forwarded to every process "
+            f"(exit codes {result.exit_codes})",
+            host=result.host,
+            kind="stopped",
+            exit_code=result.exit_code,
+        )
+    elif result.exit_code != 0:
+        write_failure(
+            paths,
+            f"Framework Error: processes {result.unreaped} on host {result.host} did not exit after SIGKILL",
+            host=result.host,
+            kind="framework_error",
+            exit_code=result.exit_code,
+        )
+    else:
+        write_success(paths)
+    return result.exit_code

@@ -1,0 +1,415 @@
+"""Runs a host's :class:`~runtime.launchers.base.LaunchPlan`: spawn, prefix output, fail fast, stop.
+
+Written once for every launch strategy. It owns the processes it starts and guarantees that none
+outlives the host's part of the job.
+
+Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s agent is the model):
+
+1. **Spawning.** Every :class:`ProcessSpec` starts from its argv list (never a shell, so arguments
+   are never re-split), in its own session and process group, with ``PR_SET_PDEATHSIG=SIGKILL`` so
+   that a rank dies with the runtime even when the runtime itself is SIGKILLed. Before anything
+   starts, the resolved topology (launcher, hosts, ranks, master, backend, commands) is logged once.
+2. **Output.** stdout and stderr of every process are read line by line and printed as
+   ``[<host>/<label>] <line>`` (``[algo-2/rank 5] loss=0.3``) on the runtime's stdout and stderr
+   respectively; the supervisor's own lines read ``[<host>] ...``. The last 100 stderr lines of each
+   process are kept, and the last Python traceback is kept whole.
+3. **First failure wins.** The first process that exits non-zero is the job's root cause: every
+   other process group gets SIGTERM at once, and SIGKILL after ``fail_fast_grace`` seconds (3 s,
+   so the host ends within 5 s). Exits that follow (peers that lost their collective, ranks killed
+   by the policy) are recorded but never reported as the cause.
+4. **Exit code.** The host exits with the failing process's exit code, unflattened; a death by
+   signal N is ``128 + N`` (137 for SIGKILL, 143 for SIGTERM), as a shell reports it.
+5. **Stop.** SIGTERM or SIGINT to the runtime (StopTrainingJob, ``max_run``, spot interruption,
+   Ctrl-C) is forwarded as SIGTERM to every process group, so user code can checkpoint; SIGKILL
+   follows after ``stop_grace`` seconds (``SMLAUNCH_STOP_GRACE_SECONDS``, default 120, as SageMaker
+   allows). A second signal kills at once. The host then exits ``128 + signum`` of the signal it got.
+6. **No leftovers.** When the last process has exited, every process group the supervisor created
+   is SIGKILLed, so grandchildren (data loader workers, shells) cannot survive. Every wait is
+   bounded.
+
+Reporting the outcome (the ``success`` / ``failure`` files) is :mod:`runtime.report`'s job; the
+supervisor returns a :class:`RunResult` with the per-process exit codes and the first failure.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from runtime import contract
+from runtime.launchers.base import LaunchPlan, ProcessSpec
+
+STDERR_TAIL_LINES = 100
+TRACEBACK_MAX_LINES = 400
+DEFAULT_FAIL_FAST_GRACE = 3.0
+KILL_WAIT_SECONDS = 10.0
+READER_JOIN_SECONDS = 2.0
+
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+_CHAINED = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+_PR_SET_PDEATHSIG = 1
+
+
+def exit_code_of(returncode: int) -> int:
+    """A Popen return code as a shell reports it: ``-N`` (killed by signal N) becomes ``128 + N``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """preexec_fn: SIGKILL this child when the thread that spawned it dies (Linux only)."""
+
+    def preexec() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+@dataclass
+class ProcessExit:
+    """How one supervised process ended."""
+
+    label: str
+    rank: int | None
+    exit_code: int
+    time: float
+    """``time.time()`` when the supervisor saw the exit."""
+
+
+@dataclass
+class RankFailure:
+    """The first process of this host that exited non-zero: the job's root cause on this host."""
+
+    host: str
+    label: str
+    rank: int | None
+    exit_code: int
+    time: float
+    stderr_tail: list[str]
+    """The last lines of its stderr; starts at the last Python traceback when there is one."""
+
+    @property
+    def error_message(self) -> str:
+        """The exception line of the traceback (``ValueError: boom``), else the last stderr line."""
+        for line in reversed(self.stderr_tail):
+            if line.strip() and not line.startswith((" ", "\t")):
+                return line.strip()
+        return ""
+
+    def describe(self) -> str:
+        """Failure text: host, rank, exit code first (FailureReason keeps 1024 chars), then stderr."""
+        who = f"rank {self.rank}" if self.rank is not None else self.label
+        signal_note = ""
+        if self.exit_code > 128:
+            try:
+                signal_note = f" (killed by {signal.Signals(self.exit_code - 128).name})"
+            except ValueError:
+                signal_note = ""
+        lines = [f"AlgorithmError: {who} on host {self.host} exited with code {self.exit_code}{signal_note}"]
+        message = self.error_message
+        if message:
+            lines.append(f"ErrorMessage: {message}")
+        if self.stderr_tail:
+            lines.append(f"Last stderr lines of [{self.host}/{self.label}]:")
+            lines.extend(self.stderr_tail)
+        return "\n".join(lines)
+
+
+@dataclass
+class RunResult:
+    """What happened on this host."""
+
+    host: str
+    exits: list[ProcessExit] = field(default_factory=list)
+    first_failure: RankFailure | None = None
+    stop_signal: int | None = None
+    """The signal that stopped the job (SIGTERM, SIGINT), when it was stopped."""
+    unreaped: list[str] = field(default_factory=list)
+    """Labels of processes that did not exit even after SIGKILL (should never happen)."""
+
+    @property
+    def exit_codes(self) -> dict[str, int]:
+        return {e.label: e.exit_code for e in self.exits}
+
+    @property
+    def exit_code(self) -> int:
+        if self.first_failure is not None:
+            return self.first_failure.exit_code
+        if self.stop_signal is not None:
+            return 128 + self.stop_signal
+        if self.unreaped:
+            return 1
+        return 0
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+
+class _StderrTail:
+    """The last lines of a stream, plus the last Python traceback (with its chained causes) whole."""
+
+    def __init__(self) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.traceback: list[str] | None = None
+        self._previous = ""
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        if line.startswith(_TRACEBACK_HEAD):
+            if self.traceback is not None and self._previous.strip() in _CHAINED:
+                self.traceback.append(line)
+            else:
+                self.traceback = [line]
+        elif self.traceback is not None and len(self.traceback) < TRACEBACK_MAX_LINES:
+            self.traceback.append(line)
+        if line.strip():
+            self._previous = line
+
+    def tail(self) -> list[str]:
+        if self.traceback:
+            return list(self.traceback)
+        return list(self.lines)[-30:]
+
+
+class _Proc:
+    def __init__(self, spec: ProcessSpec, popen: subprocess.Popen[bytes]) -> None:
+        self.spec = spec
+        self.popen = popen
+        self.pgid = popen.pid  # start_new_session: the process leads its own group
+        self.stderr = _StderrTail()
+        self.readers: list[threading.Thread] = []
+        self.exited = False
+
+
+class Supervisor:
+    """Runs one host's processes under the failure policy of the module docstring."""
+
+    def __init__(
+        self,
+        host: str,
+        stop_grace: float = contract.DEFAULT_STOP_GRACE_SECONDS,
+        fail_fast_grace: float = DEFAULT_FAIL_FAST_GRACE,
+        prefix_output: bool = True,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> None:
+        self.host = host
+        self.stop_grace = stop_grace
+        self.fail_fast_grace = fail_fast_grace
+        self.prefix_output = prefix_output
+        self._stdout = stdout
+        self._stderr = stderr
+        self._print_lock = threading.Lock()
+        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._signals_seen = 0
+
+    @classmethod
+    def from_environ(cls, host: str, environ: Mapping[str, str], **kwargs: Any) -> Supervisor:
+        """Read ``SMLAUNCH_STOP_GRACE_SECONDS`` and ``SMLAUNCH_LOG_PREFIX`` from ``environ``."""
+        raw = environ.get(contract.SMLAUNCH_STOP_GRACE_SECONDS)
+        grace = contract.DEFAULT_STOP_GRACE_SECONDS
+        if raw:
+            try:
+                grace = float(raw)
+            except ValueError:
+                grace = -1.0
+            if grace < 0:
+                from runtime.environment import HostConfigurationError
+
+                raise HostConfigurationError(
+                    contract.SMLAUNCH_STOP_GRACE_SECONDS, raw, "must be a number of seconds >= 0", "e.g. 120"
+                )
+        prefix = environ.get(contract.SMLAUNCH_LOG_PREFIX, "1") != "0"
+        return cls(host, stop_grace=grace, prefix_output=prefix, **kwargs)
+
+    # --- output ----------------------------------------------------------------------------------
+
+    @property
+    def stdout(self) -> IO[str]:
+        return self._stdout or sys.stdout
+
+    @property
+    def stderr(self) -> IO[str]:
+        return self._stderr or sys.stderr
+
+    def _emit(self, stream: IO[str], text: str) -> None:
+        with self._print_lock:
+            try:
+                stream.write(text + "\n")
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed or broken log stream must never stop the job
+
+    def log(self, message: str) -> None:
+        """A supervisor line: ``[<host>] message``."""
+        self._emit(self.stdout, f"[{self.host}] {message}")
+
+    def _log_topology(self, plan: LaunchPlan) -> None:
+        lines = [f"launcher: {plan.launcher}"]
+        for key, value in plan.topology.items():
+            lines.append(f"  {key}: {value}")
+        for spec in plan.processes:
+            lines.append(f"  [{spec.label}] {shlex.join(spec.argv)}")
+        for line in lines:
+            self.log(line)
+
+    def _read(self, proc: _Proc, pipe: IO[bytes], is_stderr: bool) -> None:
+        stream = self.stderr if is_stderr else self.stdout
+        split = proc.spec.split_line
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            label = proc.spec.label
+            if split is not None:
+                split_label, line = split(line)
+                label = split_label or label
+            if is_stderr:
+                proc.stderr.add(line)
+            self._emit(stream, f"[{self.host}/{label}] {line}" if self.prefix_output else line)
+        pipe.close()
+
+    # --- processes -------------------------------------------------------------------------------
+
+    def _spawn(self, spec: ProcessSpec) -> _Proc:
+        popen = subprocess.Popen(
+            spec.argv,
+            env=spec.env,
+            cwd=spec.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()),
+        )
+        proc = _Proc(spec, popen)
+        assert popen.stdout is not None and popen.stderr is not None
+        for pipe, is_stderr in ((popen.stdout, False), (popen.stderr, True)):
+            reader = threading.Thread(target=self._read, args=(proc, pipe, is_stderr), daemon=True)
+            reader.start()
+            proc.readers.append(reader)
+        threading.Thread(target=self._wait, args=(proc,), daemon=True).start()
+        return proc
+
+    def _wait(self, proc: _Proc) -> None:
+        returncode = proc.popen.wait()
+        self._events.put(("exit", (proc, exit_code_of(returncode), time.time())))
+
+    @staticmethod
+    def _signal_group(proc: _Proc, signum: int) -> None:
+        try:
+            os.killpg(proc.pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._events.put(("signal", signum))
+
+    def request_stop(self, signum: int = signal.SIGTERM) -> None:
+        """Stop the job as if the runtime had received ``signum`` (thread-safe)."""
+        self._events.put(("signal", signum))
+
+    def _install_handlers(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return previous
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self, plan: LaunchPlan) -> RunResult:
+        """Start every process of ``plan``, supervise them to the end, and say what happened."""
+        result = RunResult(host=self.host)
+        self._log_topology(plan)
+        previous = self._install_handlers()
+        procs: list[_Proc] = []
+        try:
+            for spec in plan.processes:
+                procs.append(self._spawn(spec))
+            self._supervise(procs, result)
+        finally:
+            for proc in procs:
+                self._signal_group(proc, signal.SIGKILL)
+            for proc in procs:
+                for reader in proc.readers:
+                    reader.join(READER_JOIN_SECONDS)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        return result
+
+    def _supervise(self, procs: list[_Proc], result: RunResult) -> None:
+        alive = {id(p): p for p in procs}
+        kill_at: float | None = None
+        give_up_at: float | None = None
+        while alive:
+            now = time.monotonic()
+            deadlines = [d for d in (kill_at, give_up_at) if d is not None]
+            timeout = max(0.0, min(deadlines) - now) if deadlines else None
+            try:
+                kind, payload = self._events.get(timeout=timeout)
+            except queue.Empty:
+                kind, payload = "tick", None
+            if kind == "exit":
+                proc, code, when = payload
+                proc.exited = True
+                alive.pop(id(proc), None)
+                result.exits.append(ProcessExit(proc.spec.label, proc.spec.rank, code, when))
+                if code != 0 and result.first_failure is None and result.stop_signal is None:
+                    for reader in proc.readers:  # the tail must be complete before it is reported
+                        reader.join(READER_JOIN_SECONDS)
+                    result.first_failure = RankFailure(
+                        self.host, proc.spec.label, proc.spec.rank, code, when, proc.stderr.tail()
+                    )
+                    self.log(
+                        f"{proc.spec.label} exited with code {code}: ending the other "
+                        f"{len(alive)} process(es) (SIGTERM, SIGKILL after {self.fail_fast_grace:g} s)"
+                    )
+                    for other in alive.values():
+                        self._signal_group(other, signal.SIGTERM)
+                    kill_at = time.monotonic() + self.fail_fast_grace
+            elif kind == "signal":
+                signum = int(payload)
+                self._signals_seen += 1
+                if result.stop_signal is None and result.first_failure is None:
+                    result.stop_signal = signum
+                    self.log(
+                        f"received {signal.Signals(signum).name}: forwarding SIGTERM to {len(alive)} "
+                        f"process(es), SIGKILL after {self.stop_grace:g} s"
+                    )
+                    for proc in alive.values():
+                        self._signal_group(proc, signal.SIGTERM)
+                    kill_at = time.monotonic() + self.stop_grace
+                else:
+                    self.log(f"received {signal.Signals(signum).name} again: killing every process now")
+                    kill_at = time.monotonic()
+            now = time.monotonic()
+            if kill_at is not None and now >= kill_at and alive:
+                self.log(f"SIGKILL to {len(alive)} process(es) still running")
+                for proc in alive.values():
+                    self._signal_group(proc, signal.SIGKILL)
+                kill_at = None
+                give_up_at = now + KILL_WAIT_SECONDS
+            if give_up_at is not None and now >= give_up_at and alive:
+                result.unreaped = [p.spec.label for p in alive.values()]
+                self.log(f"processes did not exit after SIGKILL: {result.unreaped}")
+                return

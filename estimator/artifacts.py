@@ -1,0 +1,115 @@
+"""Model and output artifacts of an emulated multi-host job, packaged as the SageMaker platform does.
+
+After every host has exited, the platform tars each host's ``/opt/ml/model`` into ONE
+``model.tar.gz`` (files at the archive root, merged across hosts) and ``/opt/ml/output/data`` into
+``output.tar.gz``, and puts both at ``<output_path>/<job>/output/``. This module does the same for
+backends that keep the hosts' trees on this machine (local processes, Docker).
+
+Merge rule: files are unioned across hosts. Two hosts writing the same path with identical bytes is
+fine (one copy is kept). With different bytes the first host in host order (``algo-1`` first, the
+master) wins and a warning naming both hosts and the path goes to the job log: never a silent
+overwrite (SageMaker's local mode silently lets the last host win).
+
+Destinations: ``file://`` (the directory is created) or ``s3://`` (through the injected boto3 client).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from estimator.backends._local_layout import file_uri_path, list_files
+from runtime import contract
+from runtime.archive import create_tarball, sha256_file
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """The same relative path written with different bytes by two hosts."""
+
+    path: str
+    kept_host: str
+    other_host: str
+
+    def message(self, what: str) -> str:
+        return (
+            f"WARNING: {what} file {self.path!r} differs between {self.kept_host} and {self.other_host}; "
+            f"keeping {self.kept_host}'s copy (write host-specific names, or save on one host only)"
+        )
+
+
+def merge_entries(trees: Mapping[str, Path]) -> tuple[list[tuple[Path, str]], list[Conflict]]:
+    """Union of the files of ``trees`` (host -> directory) as ``(local path, archive name)``.
+
+    Hosts are visited in the mapping's order; the first host to write a path wins.
+    """
+    chosen: dict[str, tuple[str, Path]] = {}
+    conflicts: list[Conflict] = []
+    for host, root in trees.items():
+        if not root.is_dir():
+            continue
+        for rel in list_files(root):
+            local = root / rel
+            if rel not in chosen:
+                chosen[rel] = (host, local)
+                continue
+            kept_host, kept = chosen[rel]
+            if sha256_file(kept) != sha256_file(local):
+                conflicts.append(Conflict(rel, kept_host, host))
+    entries = [(local, rel) for rel, (_, local) in sorted(chosen.items())]
+    return entries, conflicts
+
+
+def output_prefix(output_path: str, job_name: str) -> str:
+    """``<output_path>/<job>/output`` with exactly one slash between the parts."""
+    return f"{output_path.rstrip('/')}/{job_name}/output"
+
+
+def put(local: Path, uri: str, s3_client: Callable[[], Any]) -> None:
+    """Copy ``local`` to ``uri`` (``file://`` or ``s3://``)."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        target = file_uri_path(uri)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.partial")
+        shutil.copyfile(local, tmp)
+        tmp.replace(target)
+    elif parsed.scheme == "s3":
+        s3_client().upload_file(str(local), parsed.netloc, parsed.path.lstrip("/"))
+    else:
+        raise ValueError(f"{uri!r}: output URIs must start with file:// or s3://")
+
+
+def package_artifacts(
+    host_bases: Mapping[str, Path],
+    job_name: str,
+    output_path: str,
+    staging_dir: Path,
+    s3_client: Callable[[], Any],
+    log: Callable[[str], None],
+) -> dict[str, str]:
+    """Build and deliver ``model.tar.gz`` and ``output.tar.gz`` from every host's ``/opt/ml`` tree.
+
+    ``host_bases`` maps host -> base directory (the host's ``/opt/ml``), in host order. Conflicts
+    are reported through ``log``. Returns ``{"model": uri, "output": uri}``.
+    """
+    paths = {host: contract.Paths(base) for host, base in host_bases.items()}
+    prefix = output_prefix(output_path, job_name)
+    delivered: dict[str, str] = {}
+    for key, what, tarball, tree in (
+        ("model", "model", contract.MODEL_TARBALL, lambda p: p.model_dir),
+        ("output", "output/data", contract.OUTPUT_TARBALL, lambda p: p.output_data_dir),
+    ):
+        entries, conflicts = merge_entries({host: tree(p) for host, p in paths.items()})
+        for conflict in conflicts:
+            log(conflict.message(what))
+        local = staging_dir / tarball
+        create_tarball(entries, local)
+        uri = f"{prefix}/{tarball}"
+        put(local, uri, s3_client)
+        delivered[key] = uri
+    return delivered

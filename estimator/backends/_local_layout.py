@@ -1,0 +1,277 @@
+"""Per-host ``/opt/ml`` trees written from a job spec, as the SageMaker platform writes them.
+
+Shared by every backend that emulates hosts on this machine (local processes, Docker containers):
+they differ in how they start a host, not in what the host finds on disk. This module owns:
+
+- the config files (``hyperparameters.json`` verbatim from the spec, ``resourceconfig.json`` with
+  ``instance_groups`` and sorted hosts, ``inputdataconfig.json``, ``checkpointconfig.json``);
+- the channel views under ``input/data/<channel>``;
+- the environment a host runtime starts with.
+
+Channel views (the guarantee the local backends give for ``file://`` data)
+--------------------------------------------------------------------------
+Each host's ``input/data/<channel>/`` is a fresh tree of *real directories* created for the job, in
+which every *file* is a symlink to the original file (nothing is copied, so a 50 GB data set costs
+nothing to stage). Precisely:
+
+- the job may create, delete, rename or replace entries anywhere in its channel directory (including
+  ``os.remove``/``os.replace`` of a data file): that changes only the job's tree, never the user's
+  directory, and never another host's view;
+- reading through the links reads the originals (``os.walk`` works, since directories are real);
+- writing *in place* into an existing data file (``open(path, "r+")`` or ``"w"`` on the link) would
+  reach the original: this cannot be prevented without copying or a read-only mount, so it is
+  *detected* instead: :func:`fingerprint_files` records size and mtime of every original when the
+  view is made, and :func:`changed_files` lists the originals that changed, which the local agent
+  reports as a warning in the job log.
+
+``s3://`` channels are downloaded once per job into a cache directory (one small function,
+:func:`download_s3_prefix`), and each host gets the same kind of view of that cache.
+``ShardedByS3Key`` gives host ``i`` of ``N`` every ``N``-th file (sorted by key, starting at ``i``),
+which SageMaker's own local mode refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+from estimator.spec import Channel, TrainingJobSpec
+from runtime import contract
+
+
+def host_names(count: int) -> list[str]:
+    """``algo-1..N`` sorted as the platform sorts them (lexicographically)."""
+    return sorted((contract.host_name(i) for i in range(count)), key=str)
+
+
+def instance_gpu_count(instance_type: str) -> int:
+    """GPUs of ``instance_type`` per the instance catalog; ``local_gpu`` means this machine's GPUs."""
+    from estimator import catalog
+
+    gpus = catalog.lookup(instance_type).gpus
+    return machine_gpu_count() if gpus is None else gpus
+
+
+def resource_config(spec: TrainingJobSpec, host: str, hosts: list[str]) -> dict[str, Any]:
+    instance_type = spec.ResourceConfig.InstanceType
+    return {
+        "current_host": host,
+        "current_instance_type": instance_type,
+        "current_group_name": contract.DEFAULT_GROUP_NAME,
+        "hosts": sorted(hosts),
+        "instance_groups": [
+            {
+                "instance_group_name": contract.DEFAULT_GROUP_NAME,
+                "instance_type": instance_type,
+                "hosts": sorted(hosts),
+            }
+        ],
+        "network_interface_name": contract.DEFAULT_NETWORK_INTERFACE,
+    }
+
+
+def input_data_config(spec: TrainingJobSpec) -> dict[str, dict[str, str]]:
+    config: dict[str, dict[str, str]] = {}
+    for channel in spec.InputDataConfig or []:
+        entry = {
+            "TrainingInputMode": channel.InputMode or spec.AlgorithmSpecification.TrainingInputMode,
+            "S3DistributionType": _distribution(channel),
+            "RecordWrapperType": channel.RecordWrapperType or "None",
+        }
+        if channel.ContentType:
+            entry["ContentType"] = channel.ContentType
+        config[channel.ChannelName] = entry
+    return config
+
+
+def checkpoint_config(spec: TrainingJobSpec, local_path: str) -> dict[str, str] | None:
+    if spec.CheckpointConfig is None:
+        return None
+    return {"LocalPath": local_path, "S3Uri": spec.CheckpointConfig.S3Uri}
+
+
+def _distribution(channel: Channel) -> str:
+    s3 = channel.DataSource.S3DataSource
+    return s3.S3DataDistributionType if s3 is not None else "FullyReplicated"
+
+
+def write_host_tree(
+    spec: TrainingJobSpec,
+    base_dir: Path,
+    host: str,
+    hosts: list[str],
+    checkpoint_local_path: str | None = None,
+) -> contract.Paths:
+    """Create one host's ``/opt/ml`` directories and config files below ``base_dir``.
+
+    ``checkpoint_local_path`` is what ``checkpointconfig.json`` says (``/opt/ml/checkpoints`` inside
+    a container; the host tree's own ``checkpoints/`` for processes, the default).
+    """
+    paths = contract.Paths(base_dir)
+    for directory in paths.directories():
+        directory.mkdir(parents=True, exist_ok=True)
+    _write(paths.hyperparameters_file, dict(spec.HyperParameters))
+    _write(paths.resource_config_file, resource_config(spec, host, hosts))
+    _write(paths.input_data_config_file, input_data_config(spec))
+    checkpoints = checkpoint_config(spec, checkpoint_local_path or str(paths.checkpoints_dir))
+    if checkpoints is not None:
+        _write(paths.checkpoint_config_file, checkpoints)
+    return paths
+
+
+def _write(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+# --- channels -----------------------------------------------------------------------------------
+
+
+def file_uri_path(uri: str) -> Path:
+    """The local path of a ``file://`` URI (``file:///a/b`` and ``file://localhost/a/b``)."""
+    parsed = urlparse(uri)
+    if parsed.netloc not in ("", "localhost"):
+        raise ValueError(f"{uri!r}: file:// URIs must name a local path (file:///abs/path)")
+    return Path(url2pathname(parsed.path))
+
+
+def list_files(root: Path) -> list[str]:
+    """Relative POSIX paths of every file below ``root`` (or ``[""]`` when ``root`` is a file)."""
+    if root.is_file():
+        return [""]
+    found: list[str] = []
+    for current, dirs, files in os.walk(root, followlinks=True):
+        dirs.sort()
+        rel = Path(current).relative_to(root)
+        found.extend((rel / name).as_posix() for name in sorted(files))
+    return sorted(found)
+
+
+def shard(files: list[str], host_index: int, host_count: int) -> list[str]:
+    """ShardedByS3Key: host ``i`` of ``N`` gets files ``i, i+N, i+2N...`` of the sorted list."""
+    return sorted(files)[host_index::host_count]
+
+
+def link_view(source: Path, dest: Path, files: Iterable[str] | None = None) -> list[Path]:
+    """Make ``dest`` a tree of real directories whose files are symlinks into ``source``.
+
+    ``files`` limits the view to those relative paths (sharding); default every file. Empty
+    directories of ``source`` are reproduced. Returns the originals linked (absolute paths).
+    """
+    source = source.resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    if source.is_file():
+        target = dest / source.name
+        target.symlink_to(source)
+        return [source]
+    if files is None:
+        for current, dirs, _ in os.walk(source, followlinks=True):
+            for name in dirs:
+                (dest / Path(current).relative_to(source) / name).mkdir(parents=True, exist_ok=True)
+        files = list_files(source)
+    linked: list[Path] = []
+    for rel in files:
+        original = source / rel
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(original)
+        linked.append(original)
+    return linked
+
+
+def fingerprint_files(files: Iterable[Path]) -> dict[str, list[int]]:
+    """``{path: [size, mtime_ns]}`` of each file, to detect in-place writes through a view."""
+    prints: dict[str, list[int]] = {}
+    for path in files:
+        stat = path.stat()
+        prints[str(path)] = [stat.st_size, stat.st_mtime_ns]
+    return prints
+
+
+def changed_files(prints: Mapping[str, list[int]]) -> list[str]:
+    """The files of ``prints`` whose size or mtime changed, or that disappeared."""
+    changed: list[str] = []
+    for path, (size, mtime_ns) in sorted(prints.items()):
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            changed.append(path)
+            continue
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+            changed.append(path)
+    return changed
+
+
+def download_s3_prefix(client: Any, uri: str, dest: Path) -> list[str]:
+    """Download an ``s3://bucket/prefix`` (S3Prefix) into ``dest``; return the relative paths.
+
+    As SageMaker does: an object whose key equals the prefix lands under its own base name; the
+    objects under ``prefix/`` keep their path relative to it. The data helper replaces this with
+    the transfer engine; keep it one function.
+    """
+    parsed = urlparse(uri)
+    bucket, prefix = parsed.netloc, parsed.path.lstrip("/")
+    dest.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+    paginator = client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            key = obj["Key"]
+            if key.endswith("/"):
+                continue
+            if key == prefix:
+                rel = Path(key).name
+            elif prefix == "" or prefix.endswith("/") or key[len(prefix)] == "/":
+                rel = key[len(prefix) :].lstrip("/")
+            else:
+                continue  # "train" must not match "training/x"
+            target = dest / rel
+            if ".." in Path(rel).parts:
+                raise ValueError(f"s3://{bucket}/{key}: key escapes the channel directory")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, key, str(target))
+            written.append(Path(rel).as_posix())
+    return sorted(written)
+
+
+# --- the host runtime's environment -------------------------------------------------------------
+
+
+def host_environment(
+    spec: TrainingJobSpec,
+    base_dir: Path,
+    addresses: Mapping[str, str],
+    master_port: int,
+    processes_per_host: int,
+    stop_grace_seconds: float,
+    num_gpus: int | None,
+) -> dict[str, str]:
+    """What a host runtime needs besides the inherited environment (``spec.Environment`` included)."""
+    env = dict(spec.Environment or {})
+    env.update(
+        {
+            contract.BASE_DIR_ENV: str(base_dir),
+            contract.TRAINING_JOB_NAME_ENV: spec.TrainingJobName,
+            contract.SMLAUNCH_HOST_ADDRESSES: json.dumps(dict(addresses), sort_keys=True),
+            contract.SMLAUNCH_MASTER_PORT: str(master_port),
+            contract.SMLAUNCH_PROCESSES_PER_HOST: str(processes_per_host),
+            contract.SMLAUNCH_STOP_GRACE_SECONDS: f"{stop_grace_seconds:g}",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if num_gpus is not None:
+        env[contract.SMLAUNCH_NUM_GPUS] = str(num_gpus)
+    return env
+
+
+def machine_gpu_count() -> int:
+    """NVIDIA GPUs on this machine, without importing torch (the estimator never does)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    try:
+        return sum(1 for _ in gpus.iterdir())
+    except OSError:
+        return 0

@@ -1,0 +1,141 @@
+"""The files of one local job directory, shared by the local backend (any client process) and its agent.
+
+A local job is a directory ``<session root>/<job>/``; every handle on the job, in any Python process,
+talks to the job only through these files, so ``fit(wait=False)`` in one notebook and
+``LocalSession(root).backend().describe(name)`` in another see the same job:
+
+- ``spec.json``      the CreateTrainingJob request (``TrainingJobSpec.to_request()``), written by submit;
+- ``settings.json``  how this machine runs it (ranks per host, grace, S3 endpoint), written by submit;
+- ``agent.json``     ``{"pid", "create_time"}`` of the supervising agent, written by submit;
+- ``state.json``     the job's status, written ONLY by the agent, atomically (tmp + rename), so a
+  reader never sees half a file;
+- ``stop``           present once someone asked the job to stop (StopTrainingJob); the agent polls it;
+- ``logs/job.log``   merged log of every host, ``logs/<host>.log`` per host, ``logs/agent.log``;
+- ``hosts/<host>/``  each emulated host's ``/opt/ml`` tree.
+
+Only file I/O here; no processes are started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from runtime import contract
+
+
+class JobDir:
+    """Path arithmetic and atomic state I/O for one local job directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def spec_file(self) -> Path:
+        return self.path / "spec.json"
+
+    @property
+    def settings_file(self) -> Path:
+        return self.path / "settings.json"
+
+    @property
+    def agent_file(self) -> Path:
+        return self.path / "agent.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def stop_file(self) -> Path:
+        return self.path / "stop"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def job_log(self) -> Path:
+        return self.logs_dir / "job.log"
+
+    @property
+    def agent_log(self) -> Path:
+        return self.logs_dir / "agent.log"
+
+    def host_log(self, host: str) -> Path:
+        return self.logs_dir / f"{host}.log"
+
+    @property
+    def hosts_dir(self) -> Path:
+        return self.path / "hosts"
+
+    def host_base(self, host: str) -> Path:
+        return self.hosts_dir / host
+
+    @property
+    def s3_cache_dir(self) -> Path:
+        """Where ``s3://`` channels are downloaded once per job, before each host gets its view."""
+        return self.path / "s3-inputs"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """Where model.tar.gz / output.tar.gz are built before they go to the output path."""
+        return self.path / "artifacts"
+
+    def read_json(self, path: Path) -> dict[str, Any]:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+
+    def write_json(self, path: Path, data: dict[str, Any]) -> None:
+        write_json_atomic(path, data)
+
+    def read_state(self) -> dict[str, Any]:
+        return self.read_json(self.state_file)
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        write_json_atomic(self.state_file, state)
+
+    def agent_alive(self) -> bool | None:
+        """True/False once submit recorded the agent; None before (the agent is starting)."""
+        try:
+            agent = self.read_json(self.agent_file)
+        except FileNotFoundError:
+            return None
+        try:
+            proc = psutil.Process(int(agent["pid"]))
+            if abs(proc.create_time() - float(agent["create_time"])) > 1.0:
+                return False  # the pid was reused by another process
+            return proc.status() != psutil.STATUS_ZOMBIE
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON so that readers see the old file or the new one, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def is_terminal(state: dict[str, Any]) -> bool:
+    return state.get("TrainingJobStatus") in contract.TERMINAL_STATUSES
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,283 @@
+"""The local backend: every host of the job emulated as processes on this machine (no AWS, no Docker).
+
+``submit(spec)`` checks the spec, creates the job directory ``<session.root>/<job>/`` (layout in
+:mod:`estimator.backends._local_state`), and starts ONE detached supervisor process per job,
+``python -m estimator.backends.local_agent <job dir>``, then returns at once. The agent writes the
+hosts' ``/opt/ml`` trees, starts one ``python -m runtime`` per host, streams their logs, applies the
+failure, stop and ``max_run`` policy, packages the artifacts and keeps ``state.json`` current (see
+its docstring for the policy).
+
+Every other operation reads or writes files of the job directory only, so any handle in any
+Python process (``LocalSession(root).backend().describe(name)``) can describe, stream, wait on or
+stop a job that another process submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import psutil
+
+from estimator.backends._local_layout import file_uri_path, instance_gpu_count, machine_gpu_count
+from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
+from estimator.backends.base import Backend, Capabilities
+from estimator.errors import ConfigurationError, SmlaunchError
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+
+if TYPE_CHECKING:
+    from estimator.session import LocalSession
+
+_TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
+_POLL_SECONDS = 0.1
+
+
+class JobNotFoundError(SmlaunchError, KeyError):
+    """No local job of that name under the session's root."""
+
+
+class LocalBackend(Backend):
+    """Run jobs as processes on this machine; see the module docstring."""
+
+    capabilities = Capabilities(
+        name="local",
+        uri_schemes=frozenset({"file", "s3"}),
+        input_modes=frozenset({"File"}),
+        spot=False,
+        checkpoints=False,
+        interrupt_stops_job=True,
+    )
+
+    def __init__(self, session: LocalSession) -> None:
+        self.session = session
+
+    # --- where things are -------------------------------------------------------------------
+
+    def job_dir(self, job_name: str) -> JobDir:
+        return JobDir(Path(self.session.root) / job_name)
+
+    def _existing(self, job_name: str) -> JobDir:
+        job = self.job_dir(job_name)
+        if not job.spec_file.exists():
+            raise JobNotFoundError(f"no local training job {job_name!r} under {self.session.root}")
+        return job
+
+    # --- check / submit ---------------------------------------------------------------------
+
+    def check(self, spec: TrainingJobSpec) -> None:
+        """Capabilities, plus what only this machine can tell: writable output path and job root,
+        ``file://`` inputs that exist, a job name not used yet. Raises before anything starts."""
+        super().check(spec)
+        output = spec.OutputDataConfig.S3OutputPath
+        if urlparse(output).scheme == "file":
+            _require_writable_dir("output_path", output, file_uri_path(output))
+        _require_writable_dir("sagemaker_session.root", str(self.session.root), Path(self.session.root))
+        for channel in spec.InputDataConfig or []:
+            source = channel.DataSource.S3DataSource
+            if source is None:
+                raise ConfigurationError(
+                    f"inputs[{channel.ChannelName!r}]",
+                    channel.DataSource.model_dump(exclude_none=True),
+                    "only S3DataSource channels (s3:// or file:// URIs) run locally",
+                    "pass an s3:// or file:// URI",
+                )
+            if urlparse(source.S3Uri).scheme == "file":
+                path = file_uri_path(source.S3Uri)
+                if not path.exists():
+                    raise ConfigurationError(
+                        f"inputs[{channel.ChannelName!r}]",
+                        source.S3Uri,
+                        f"{path} does not exist",
+                        "point the channel at an existing file or directory",
+                    )
+                if source.S3DataType != "S3Prefix":
+                    raise ConfigurationError(
+                        f"inputs[{channel.ChannelName!r}].s3_data_type",
+                        source.S3DataType,
+                        "manifest files are not supported for file:// channels",
+                        "use S3Prefix",
+                    )
+        if self.job_dir(spec.TrainingJobName).path.exists():
+            raise ConfigurationError(
+                "job_name",
+                spec.TrainingJobName,
+                f"a job of that name already exists under {self.session.root}",
+                "pass another job_name, or leave it unset for a fresh timestamped name",
+            )
+
+    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
+        """How this machine runs ``spec``: resolved once at submit and logged by the agent."""
+        ranks = self.session.processes_per_host or instance_gpu_count(spec.ResourceConfig.InstanceType)
+        grace = self.session.stop_grace_seconds
+        settings: dict[str, Any] = {
+            "processes_per_host": max(1, int(ranks)),
+            "stop_grace_seconds": contract.DEFAULT_STOP_GRACE_SECONDS if grace is None else float(grace),
+            "num_gpus": 0 if machine_gpu_count() == 0 else None,
+            "python": sys.executable,
+            "s3_endpoint_url": None,
+            "s3_region_name": None,
+        }
+        if _uses_s3(spec):
+            meta = getattr(self.session.s3_client(), "meta", None)
+            settings["s3_endpoint_url"] = getattr(meta, "endpoint_url", None)
+            settings["s3_region_name"] = getattr(meta, "region_name", None)
+        return settings
+
+    def submit(self, spec: TrainingJobSpec) -> None:
+        """Create the job directory and start its agent; returns once the agent process exists."""
+        self.check(spec)
+        job = self.job_dir(spec.TrainingJobName)
+        job.path.mkdir(parents=True, exist_ok=False)
+        job.logs_dir.mkdir()
+        job.job_log.touch()
+        write_json_atomic(job.spec_file, spec.to_request())
+        write_json_atomic(job.settings_file, self.settings(spec))
+        created = time.time()
+        job.write_state(
+            {
+                "TrainingJobStatus": contract.STATUS_IN_PROGRESS,
+                "SecondaryStatus": contract.SECONDARY_STARTING,
+                "SecondaryStatusTransitions": [
+                    {
+                        "Status": contract.SECONDARY_STARTING,
+                        "StartTime": created,
+                        "StatusMessage": "Launching requested emulated hosts",
+                    }
+                ],
+                "CreationTime": created,
+                "LastModifiedTime": created,
+            }
+        )
+        with open(job.agent_log, "ab") as agent_log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "estimator.backends.local_agent", str(job.path)],
+                stdin=subprocess.DEVNULL,
+                stdout=agent_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C in the notebook must not reach the job; stop() does
+                close_fds=True,
+                env=_agent_environment(),
+            )
+        write_json_atomic(
+            job.agent_file, {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time()}
+        )
+
+    # --- describe / logs / stop -------------------------------------------------------------
+
+    def describe(self, job_name: str) -> dict[str, Any]:
+        job = self._existing(job_name)
+        request = job.read_json(job.spec_file)
+        state = job.read_state()
+        if not is_terminal(state) and job.agent_alive() is False:
+            state = _agent_lost(job, job.read_state())
+        description: dict[str, Any] = dict(request)
+        description["TrainingJobArn"] = (
+            f"arn:aws:sagemaker:local:000000000000:training-job/{job_name.lower()}"
+        )
+        for key, value in state.items():
+            description[key] = _to_datetime(value) if key in _TIME_FIELDS else value
+        description["SecondaryStatusTransitions"] = [
+            {k: (_to_datetime(v) if k in ("StartTime", "EndTime") else v) for k, v in transition.items()}
+            for transition in state.get("SecondaryStatusTransitions", [])
+        ]
+        return description
+
+    def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """Lines of the merged job log; with ``follow``, tail it until the job is terminal."""
+        job = self._existing(job_name)
+        buffer = b""
+        with open(job.job_log, "rb") as handle:
+            while True:
+                chunk = handle.read(1 << 16)
+                if chunk:
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        yield line.decode("utf-8", errors="replace")
+                    continue
+                if not follow:
+                    break
+                state = job.read_state()
+                if is_terminal(state) or job.agent_alive() is False:
+                    # The agent closes every host's log before it writes a terminal state: drain.
+                    rest = handle.read()
+                    buffer += rest
+                    if rest:
+                        continue
+                    break
+                time.sleep(_POLL_SECONDS)
+        if buffer:
+            yield buffer.decode("utf-8", errors="replace")
+
+    def stop(self, job_name: str) -> None:
+        """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period)."""
+        job = self._existing(job_name)
+        if is_terminal(job.read_state()):
+            return
+        job.stop_file.touch()
+
+
+def _uses_s3(spec: TrainingJobSpec) -> bool:
+    uris = [spec.OutputDataConfig.S3OutputPath]
+    uris += [c.DataSource.S3DataSource.S3Uri for c in spec.InputDataConfig or [] if c.DataSource.S3DataSource]
+    return any(urlparse(uri).scheme == "s3" for uri in uris)
+
+
+def _require_writable_dir(field: str, value: str, path: Path) -> None:
+    """Create ``path`` if needed and prove it writable with a probe file, or raise naming ``field``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".smlaunch-probe-"):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(
+            field,
+            value,
+            f"not a writable directory ({exc.strerror or exc})",
+            "pass a directory you can write to (file:///path/you/own) or an s3:// URI",
+        ) from None
+
+
+def _agent_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    # The agent must import this very checkout even when it is not installed (tests, notebooks).
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _agent_lost(job: JobDir, state: dict[str, Any]) -> dict[str, Any]:
+    """The state to report when the agent died without writing a terminal state (e.g. SIGKILL).
+
+    Its host runtimes died with it (PDEATHSIG), so the job is over: report it Failed.
+    """
+    if is_terminal(state):
+        return state
+    agent = json.loads(job.agent_file.read_text())
+    state = dict(state)
+    ended = time.time()
+    state["TrainingJobStatus"] = contract.STATUS_FAILED
+    state["SecondaryStatus"] = contract.SECONDARY_FAILED
+    state["FailureReason"] = (
+        f"InternalServerError: the smlaunch agent of this job (pid {agent['pid']}) died; "
+        "its hosts were killed with it. See " + str(job.agent_log)
+    )
+    state.setdefault("TrainingEndTime", ended)
+    return state
+
+
+def _to_datetime(value: Any) -> Any:
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    return value

@@ -1,0 +1,518 @@
+"""The per-job supervisor of the local backend: ``python -m estimator.backends.local_agent <job dir>``.
+
+Started detached (own session) by :meth:`LocalBackend.submit`, so the notebook returns at once and
+the job survives the notebook; every handle talks to it through the files of the job directory
+(:mod:`estimator.backends._local_state`). It is the only writer of ``state.json``.
+
+What it does, in order: write every host's ``/opt/ml`` tree and channel views (SecondaryStatus
+``Downloading``); start one ``python -m runtime`` per host (``Training``), each with its own
+``SAGEMAKER_BASE_DIR``, the host->address map (all ``127.0.0.1``) and a free master port, so
+concurrent jobs never collide; copy every line the hosts print to ``logs/<host>.log`` and the merged
+``logs/job.log`` (prefixed ``[algo-N] `` unless the runtime already prefixed it); when the hosts
+have ended, merge their model and output directories into ``model.tar.gz`` / ``output.tar.gz``
+(``Uploading``; :mod:`estimator.artifacts`); write the terminal state.
+
+Failure policy across hosts (one policy for every fault; times are bounds, not sleeps)
+-------------------------------------------------------------------------------------
+- **A host fails** (its runtime exits non-zero, or writes ``output/failure.json``): every other
+  host runtime gets SIGTERM (the runtime forwards it to its ranks); after a short grace
+  (``FAILURE_GRACE_SECONDS``, at most the stop grace) every process left in the job's process trees
+  gets SIGKILL, so the whole job ends within 5 seconds. Status ``Failed``. ``FailureReason`` is the
+  FIRST failure across hosts: the earliest ``time`` among the hosts' ``output/failure.json``
+  (falling back to the first runtime that exited non-zero and the tail of its log), naming host,
+  rank, exit code and the tail of that rank's stderr; ``ExitCode`` is that rank's exit code.
+- **stop()** (and Ctrl-C in ``TrainingJob.wait``, which calls it; or SIGTERM/SIGINT to the agent):
+  status ``Stopping``; SIGTERM to every host (user code may checkpoint), SIGKILL of what remains
+  after ``stop_grace_seconds`` (default 120); status ``Stopped``.
+- **max_run** (``StoppingCondition.MaxRuntimeInSeconds``, counted from the hosts' start): the same
+  SIGTERM / grace / SIGKILL; status ``Stopped``, SecondaryStatus ``MaxRuntimeExceeded``, and a
+  FailureReason saying so.
+- **The agent itself dies** (even SIGKILL): every host runtime was started with
+  ``PR_SET_PDEATHSIG=SIGKILL`` against the agent and dies with it (the runtime in turn sets it on its
+  ranks); the agent is also a child subreaper, so ranks orphaned by a dying runtime are reparented to
+  it and killed before it exits. Readers see the job ``Failed`` (the agent's pid is gone).
+- Artifacts are packaged whatever the outcome (a stopped job keeps what it saved, as on SageMaker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import psutil
+
+from estimator.artifacts import package_artifacts
+from estimator.backends import _local_layout as layout
+from estimator.backends._local_state import JobDir
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+
+FAILURE_GRACE_SECONDS = 2.0
+"""SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
+POLL_SECONDS = 0.05
+LOG_TAIL_LINES = 20
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+_MESSAGES = {
+    contract.SECONDARY_DOWNLOADING: "Downloading input data",
+    contract.SECONDARY_TRAINING: "Training in progress on the emulated hosts",
+    contract.SECONDARY_STOPPING: "Stopping the training job",
+    contract.SECONDARY_UPLOADING: "Uploading generated training model",
+    contract.SECONDARY_COMPLETED: "Training job completed",
+    contract.SECONDARY_FAILED: "Training job failed",
+    contract.SECONDARY_STOPPED: "Training job stopped",
+    contract.SECONDARY_MAX_RUNTIME_EXCEEDED: "Job stopped because it exceeded MaxRuntimeInSeconds",
+}
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the rendezvous binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Host:
+    def __init__(self, name: str, index: int, base: Path) -> None:
+        self.name = name
+        self.index = index
+        self.base = base
+        self.paths = contract.Paths(base)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+        self.exited_at: float | None = None
+        self.pump: threading.Thread | None = None
+
+    @property
+    def failure_details(self) -> Path:
+        return self.paths.output_dir / contract.FAILURE_DETAILS_FILE
+
+
+class Agent:
+    """Runs one local job to a terminal state. See the module docstring for the policy."""
+
+    def __init__(self, job: JobDir) -> None:
+        self.job = job
+        self.spec = TrainingJobSpec.model_validate(job.read_json(job.spec_file))
+        self.settings = job.read_json(job.settings_file)
+        self.state = job.read_state()
+        names = layout.host_names(self.spec.ResourceConfig.InstanceCount)
+        self.hosts = [_Host(name, i, job.host_base(name)) for i, name in enumerate(names)]
+        self.grace = float(self.settings["stop_grace_seconds"])
+        self._log_lock = threading.Lock()
+        self._job_log: IO[bytes] = open(job.job_log, "ab")
+        self._signalled = False
+        self._s3: Any = None
+        self._fingerprints: dict[str, list[int]] = {}
+        self._known_pids: set[int] = set()
+
+    # --- logging and state --------------------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        """A line from smlaunch itself, in the job log and the agent log."""
+        for line in message.splitlines() or [""]:
+            self._write_line(f"[smlaunch] {line}", None)
+        print(message, flush=True)
+
+    def _write_line(self, line: str, host_log: IO[bytes] | None) -> None:
+        data = (line + "\n").encode("utf-8", errors="replace")
+        with self._log_lock:
+            if host_log is not None:
+                host_log.write(data)
+                host_log.flush()
+            self._job_log.write(data)
+            self._job_log.flush()
+
+    def transition(self, secondary: str, status: str | None = None, **fields: Any) -> None:
+        at = time.time()
+        transitions = self.state.setdefault("SecondaryStatusTransitions", [])
+        if transitions and "EndTime" not in transitions[-1]:
+            transitions[-1]["EndTime"] = at
+        entry: dict[str, Any] = {
+            "Status": secondary,
+            "StartTime": at,
+            "StatusMessage": _MESSAGES.get(secondary, ""),
+        }
+        if status in contract.TERMINAL_STATUSES:
+            entry["EndTime"] = at
+        transitions.append(entry)
+        self.state["SecondaryStatus"] = secondary
+        if status is not None:
+            self.state["TrainingJobStatus"] = status
+        self.state["LastModifiedTime"] = at
+        self.state.update(fields)
+        self.job.write_state(self.state)
+
+    # --- the job ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        with contextlib.suppress(OSError):
+            _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            outcome = self._run()
+        except Exception as exc:  # the agent's own bug or an I/O error: never leave InProgress behind
+            self.say(traceback.format_exc())
+            self._kill_everything()
+            outcome = (
+                contract.STATUS_FAILED,
+                contract.SECONDARY_FAILED,
+                {"FailureReason": f"InternalServerError: {type(exc).__name__}: {exc}"},
+            )
+        status, secondary, fields = outcome
+        ended = time.time()
+        start = self.state.get("TrainingStartTime", ended)
+        seconds = max(0, round(ended - start))
+        self.say(f"Job {self.spec.TrainingJobName} ended {status} ({secondary}) after {seconds} s")
+        self._job_log.close()
+        self.transition(
+            secondary,
+            status,
+            TrainingEndTime=ended,
+            TrainingTimeInSeconds=seconds,
+            BillableTimeInSeconds=seconds,
+            **fields,
+        )
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signalled = True
+
+    def _stop_requested(self) -> bool:
+        return self._signalled or self.job.stop_file.exists()
+
+    def _run(self) -> tuple[str, str, dict[str, Any]]:
+        self.state["TrainingStartTime"] = time.time()
+        self.transition(contract.SECONDARY_DOWNLOADING)
+        try:
+            self._prepare()
+        except Exception as exc:
+            self.say(f"ERROR preparing the hosts: {type(exc).__name__}: {exc}")
+            return (
+                contract.STATUS_FAILED,
+                contract.SECONDARY_FAILED,
+                {"FailureReason": f"ClientError: preparing the hosts failed: {type(exc).__name__}: {exc}"},
+            )
+        if self._stop_requested():
+            return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
+        self._launch()
+        self.transition(contract.SECONDARY_TRAINING)
+        outcome = self._supervise()
+        self._check_originals()
+        self.transition(contract.SECONDARY_UPLOADING)
+        try:
+            uris = package_artifacts(
+                {h.name: h.base for h in self.hosts},
+                self.spec.TrainingJobName,
+                self.spec.OutputDataConfig.S3OutputPath,
+                self.job.artifacts_dir,
+                self._s3_client,
+                self.say,
+            )
+        except Exception as exc:
+            self.say(f"ERROR packaging artifacts: {type(exc).__name__}: {exc}")
+            if outcome[0] == contract.STATUS_COMPLETED:
+                return (
+                    contract.STATUS_FAILED,
+                    contract.SECONDARY_FAILED,
+                    {"FailureReason": f"ClientError: uploading the model artifacts failed: {exc}"},
+                )
+            return outcome
+        self.say(f"Model artifacts: {uris['model']}")
+        outcome[2]["ModelArtifacts"] = {"S3ModelArtifacts": uris["model"]}
+        outcome[2]["OutputArtifacts"] = {"S3OutputArtifacts": uris["output"]}
+        return outcome
+
+    def _s3_client(self) -> Any:
+        if self._s3 is None:
+            import boto3
+
+            self._s3 = boto3.client(
+                "s3",
+                endpoint_url=self.settings.get("s3_endpoint_url"),
+                region_name=self.settings.get("s3_region_name"),
+            )
+        return self._s3
+
+    def _prepare(self) -> None:
+        names = [h.name for h in self.hosts]
+        for host in self.hosts:
+            layout.write_host_tree(self.spec, host.base, host.name, names)
+        originals: list[Path] = []
+        for channel in self.spec.InputDataConfig or []:
+            source = channel.DataSource.S3DataSource
+            assert source is not None  # refused by LocalBackend.check
+            if source.S3Uri.startswith("s3://"):
+                root = self.job.s3_cache_dir / channel.ChannelName
+                files = layout.download_s3_prefix(self._s3_client(), source.S3Uri, root)
+            else:
+                root = layout.file_uri_path(source.S3Uri)
+                files = layout.list_files(root)
+            sharded = source.S3DataDistributionType == "ShardedByS3Key" and not root.is_file()
+            for host in self.hosts:
+                subset = layout.shard(files, host.index, len(self.hosts)) if sharded else None
+                linked = layout.link_view(root, host.paths.channel_dir(channel.ChannelName), subset)
+                if not source.S3Uri.startswith("s3://"):
+                    originals.extend(linked)
+        self._fingerprints = layout.fingerprint_files(set(originals))
+
+    def _launch(self) -> None:
+        port = free_port()
+        addresses = {h.name: "127.0.0.1" for h in self.hosts}
+        ranks = int(self.settings["processes_per_host"])
+        python = self.settings.get("python") or sys.executable
+        self.say(
+            f"Job {self.spec.TrainingJobName}: {len(self.hosts)} host(s) {[h.name for h in self.hosts]} "
+            f"emulating {self.spec.ResourceConfig.InstanceType}, {ranks} process(es) per host for "
+            f"per-GPU launchers, master {self.hosts[0].name}=127.0.0.1:{port}, "
+            f"stop grace {self.grace:g} s, max run {self.spec.StoppingCondition.MaxRuntimeInSeconds} s"
+        )
+        libc = _libc()
+        parent = psutil.Process().pid
+
+        def die_with_agent() -> None:
+            # Runs in the child between fork and exec: the host runtime gets SIGKILL if the agent
+            # dies, whatever kills it. Then re-check the parent in case it died before prctl.
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(137)
+
+        base_env = dict(os.environ)
+        # Every process is spawned from this (main) thread before any log thread starts:
+        # PDEATHSIG is tied to the spawning thread and preexec_fn is only safe without threads.
+        for host in self.hosts:
+            env = dict(base_env)
+            env.update(
+                layout.host_environment(
+                    self.spec,
+                    host.base,
+                    addresses,
+                    port,
+                    ranks,
+                    self.grace,
+                    self.settings.get("num_gpus"),
+                )
+            )
+            host.proc = subprocess.Popen(
+                [python, "-m", "runtime"],
+                cwd=str(host.base),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_agent,
+            )
+        for host in self.hosts:
+            host.pump = threading.Thread(
+                target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True
+            )
+            host.pump.start()
+
+    def _pump(self, host: _Host) -> None:
+        assert host.proc is not None and host.proc.stdout is not None
+        own = (f"[{host.name}]", f"[{host.name}/")
+        with open(self.job.host_log(host.name), "ab") as host_log:
+            for raw in iter(host.proc.stdout.readline, b""):
+                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if not text.startswith(own):
+                    text = f"[{host.name}] {text}"
+                self._write_line(text, host_log)
+
+    def _supervise(self) -> tuple[str, str, dict[str, Any]]:
+        max_run = self.spec.StoppingCondition.MaxRuntimeInSeconds
+        deadline = time.monotonic() + max_run
+        outcome: tuple[str, str, dict[str, Any]] | None = None
+        kill_at: float | None = None
+        while True:
+            now = time.monotonic()
+            running = []
+            for host in self.hosts:
+                assert host.proc is not None
+                if host.exit_code is None:
+                    code = host.proc.poll()
+                    if code is None:
+                        running.append(host)
+                    else:
+                        host.exit_code, host.exited_at = _exit_code(code), time.time()
+            self._remember_descendants()
+            if not running:
+                break
+            if outcome is None:
+                failed = [h for h in self.hosts if (h.exit_code or 0) != 0 or h.failure_details.exists()]
+                if failed:
+                    outcome = ("failed", "", {})
+                    names = ", ".join(h.name for h in failed)
+                    self.say(
+                        f"Host {names} failed: ending every host (SIGTERM, SIGKILL after "
+                        f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
+                    )
+                    kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))
+                elif self._stop_requested():
+                    outcome = (contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {})
+                    self.say(f"Stop requested: SIGTERM to every host, SIGKILL after {self.grace:g} s")
+                    self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
+                    kill_at = now + self._terminate(running, self.grace)
+                elif now >= deadline:
+                    outcome = (
+                        contract.STATUS_STOPPED,
+                        contract.SECONDARY_MAX_RUNTIME_EXCEEDED,
+                        {
+                            "FailureReason": f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds "
+                            f"provided ({max_run} s) and was stopped",
+                        },
+                    )
+                    self.say(
+                        f"MaxRuntimeInSeconds={max_run} exceeded: SIGTERM to every host, "
+                        f"SIGKILL after {self.grace:g} s"
+                    )
+                    self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
+                    kill_at = now + self._terminate(running, self.grace)
+            if kill_at is not None and now >= kill_at:
+                self.say("Grace period over: SIGKILL to every remaining process of the job")
+                self._kill_everything()
+                kill_at = None
+            time.sleep(POLL_SECONDS)
+        # Orphaned ranks (their runtime died first) were reparented to us: none may outlive the job.
+        self._kill_everything()
+        for host in self.hosts:
+            if host.pump is not None:
+                host.pump.join(timeout=10)
+        if outcome is None:
+            failed = [h for h in self.hosts if h.exit_code != 0]
+            outcome = (
+                ("failed", "", {})
+                if failed
+                else (contract.STATUS_COMPLETED, contract.SECONDARY_COMPLETED, {})
+            )
+        if outcome[0] == "failed":
+            return contract.STATUS_FAILED, contract.SECONDARY_FAILED, self._root_cause()
+        return outcome
+
+    def _terminate(self, running: list[_Host], grace: float) -> float:
+        for host in running:
+            assert host.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                host.proc.send_signal(signal.SIGTERM)
+        return grace
+
+    def _remember_descendants(self) -> None:
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process().children(recursive=True):
+                self._known_pids.add(child.pid)
+
+    def _kill_everything(self) -> None:
+        """SIGKILL every process of the job still alive: our descendants and any we saw before."""
+        victims: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
+            victims.extend(psutil.Process().children(recursive=True))
+        for pid in self._known_pids:
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if self._belongs_to_job(proc):
+                    victims.append(proc)
+        for proc in victims:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(victims, timeout=5)
+        self._reap_orphans()
+
+    def _belongs_to_job(self, proc: psutil.Process) -> bool:
+        """A pid we once saw may have been reused: kill it only if it still carries this job."""
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            return False
+        return env.get(contract.TRAINING_JOB_NAME_ENV) == self.spec.TrainingJobName
+
+    def _reap_orphans(self) -> None:
+        ours = {h.proc.pid for h in self.hosts if h.proc is not None}
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process().children():
+                if child.pid not in ours:
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(child.pid, os.WNOHANG)
+
+    def _root_cause(self) -> dict[str, Any]:
+        """The first failure across hosts: earliest failure.json, else the first non-zero exit."""
+        details: list[dict[str, Any]] = []
+        for host in self.hosts:
+            try:
+                data = json.loads(host.failure_details.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and "time" in data:
+                data.setdefault("host", host.name)
+                details.append(data)
+        if details:
+            first = min(details, key=lambda d: float(d["time"]))
+            host, rank, code = first.get("host"), first.get("rank"), first.get("exit_code")
+            reason = str(first.get("reason") or "")
+            where = f"{host}" + (f"/rank {rank}" if rank is not None else "")
+            if host not in reason or (rank is not None and f"rank {rank}" not in reason):
+                reason = f"{where} exited with code {code}: {reason}"
+        else:
+            exited = [h for h in self.hosts if h.exit_code not in (0, None)]
+            first_host = min(exited, key=lambda h: h.exited_at or 0.0)
+            code = first_host.exit_code
+            tail = _tail(self.job.host_log(first_host.name), LOG_TAIL_LINES)
+            reason = f"{first_host.name} runtime exited with code {code}. Last lines:\n{tail}"
+        return {"FailureReason": _clip(f"AlgorithmError: {reason}"), "ExitCode": code}
+
+    def _check_originals(self) -> None:
+        for path in layout.changed_files(self._fingerprints):
+            self.say(
+                f"WARNING: input file {path} changed during the job (written through its channel "
+                "view); channel data should be treated as read-only"
+            )
+
+
+def _exit_code(code: int) -> int:
+    """Popen's -N (killed by signal N) as a shell reports it: 128 + N."""
+    return 128 - code if code < 0 else code
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _clip(reason: str, limit: int = contract.FAILURE_REASON_MAX_CHARS) -> str:
+    """FailureReason is at most 1024 characters: keep the head (who failed) and the tail (why)."""
+    if len(reason) <= limit:
+        return reason
+    head = reason[: limit // 4]
+    return head + "\n...\n" + reason[-(limit - len(head) - 5) :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m estimator.backends.local_agent <job dir>", file=sys.stderr)
+        return 2
+    return Agent(JobDir(Path(args[0]))).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

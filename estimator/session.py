@@ -17,9 +17,15 @@ container per host). ``Session`` selects Amazon SageMaker.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
 from estimator.errors import ConfigurationError
 
@@ -110,3 +116,338 @@ class LocalSession:
 
                 self._backend = LocalBackend(session=self)
         return self._backend
+
+
+# --- Amazon SageMaker ---------------------------------------------------------------------------
+
+_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+_CREDENTIALS_FIX = (
+    "configure AWS credentials (`aws configure`, AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY; `aws sso login` for SSO profiles), or run on this machine with "
+    "sagemaker_session=LocalSession()"
+)
+
+
+@contextlib.contextmanager
+def aws_errors(action: str) -> Iterator[None]:
+    """Turn missing or unusable credentials into one clear :class:`ConfigurationError`.
+
+    botocore reports them as ``NoCredentialsError`` with a long trace from deep inside the credential
+    chain; the user needs to know only that credentials are missing and how to provide them. Other
+    errors pass through unchanged.
+    """
+    try:
+        yield
+    except (NoCredentialsError, PartialCredentialsError) as error:
+        raise ConfigurationError(
+            "credentials", None, f"no usable AWS credentials to {action} ({error})", _CREDENTIALS_FIX
+        ) from None
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in ("ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId",
+                    "UnrecognizedClientException"):
+            raise ConfigurationError(
+                "credentials", None, f"AWS rejected the credentials used to {action} ({code})",
+                _CREDENTIALS_FIX,
+            ) from None
+        raise
+
+
+def _error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _http_status(error: ClientError) -> int:
+    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+class Session:
+    """Run jobs on Amazon SageMaker: the same estimator, a real CreateTrainingJob.
+
+    Mirrors ``sagemaker.Session`` for what an estimator needs:
+
+    - ``region_name`` from ``boto_session`` (default ``boto3.Session()``: environment, profile);
+    - ``account_id`` from STS ``GetCallerIdentity``;
+    - ``default_bucket()``: ``default_bucket`` or ``sagemaker-{region}-{account}``, created on first use
+      (no ``LocationConstraint`` in us-east-1, as S3 requires) and, when the name is the generated one,
+      checked with ``ExpectedBucketOwner`` so a bucket another account registered under our name
+      (bucket squatting) is refused instead of receiving our code and data;
+    - ``expand_role(role)``: an IAM role ARN as is; a role name resolved with IAM ``GetRole``;
+    - ``backend()``: :class:`~estimator.backends.sagemaker.SageMakerBackend`;
+    - ``stage_local_input(path, job_name, channel)``: a local directory or file uploaded to
+      ``s3://<bucket>/[<prefix>/]<job>/input/<channel>/`` (parallel, unchanged files skipped).
+
+    Clients (``sagemaker``, ``s3``, ``sts``, ``iam``, ``logs``) are created lazily from ``boto_session``;
+    pass any of them to inject moto-backed or otherwise configured ones. Nothing talks to AWS before
+    a method needs it. Missing credentials give a :class:`ConfigurationError` saying how to configure
+    them, not a botocore trace.
+    """
+
+    is_local = False
+
+    def __init__(
+        self,
+        boto_session: Any | None = None,
+        default_bucket: str | None = None,
+        default_bucket_prefix: str | None = None,
+        sagemaker_client: Any | None = None,
+        s3_client: Any | None = None,
+        sts_client: Any | None = None,
+        iam_client: Any | None = None,
+        logs_client: Any | None = None,
+    ) -> None:
+        if default_bucket is not None and not _BUCKET_RE.match(default_bucket):
+            raise ConfigurationError(
+                "default_bucket", default_bucket, "not a valid S3 bucket name",
+                "pass the bucket name only (3-63 lowercase letters, digits, dots, hyphens), without s3://",
+            )
+        prefix = (default_bucket_prefix or "").strip("/") or None
+        self._boto_session = boto_session
+        self._bucket_override = default_bucket
+        self.default_bucket_prefix = prefix
+        self._clients: dict[str, Any] = {
+            name: client
+            for name, client in (
+                ("sagemaker", sagemaker_client), ("s3", s3_client), ("sts", sts_client),
+                ("iam", iam_client), ("logs", logs_client),
+            )
+            if client is not None
+        }
+        self._account_id: str | None = None
+        self._default_bucket: str | None = None
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Session(region_name={self._region_or_none()!r})"
+
+    # -- region, account, clients
+
+    @property
+    def boto_session(self) -> Any:
+        if self._boto_session is None:
+            import boto3
+
+            self._boto_session = boto3.Session()
+        return self._boto_session
+
+    def _region_or_none(self) -> str | None:
+        if self._boto_session is not None or not self._clients:
+            region = self.boto_session.region_name
+            if region:
+                return str(region)
+        for client in self._clients.values():
+            region = getattr(getattr(client, "meta", None), "region_name", None)
+            if region and region != "aws-global":
+                return str(region)
+        return None
+
+    @property
+    def region_name(self) -> str:
+        """The AWS region jobs run in, from ``boto_session`` (or the injected clients)."""
+        region = self._region_or_none()
+        if not region:
+            raise ConfigurationError(
+                "region", None, "no AWS region configured",
+                "set AWS_DEFAULT_REGION (or `region` in ~/.aws/config), or pass "
+                "boto_session=boto3.Session(region_name='us-west-2')",
+            )
+        return region
+
+    def _client(self, service: str) -> Any:
+        with self._lock:
+            client = self._clients.get(service)
+            if client is None:
+                session = self.boto_session
+                with aws_errors(f"create the {service} client"):
+                    if session.get_credentials() is None:
+                        raise NoCredentialsError()
+                from botocore.config import Config
+
+                # CloudWatch Logs throttles readers of busy jobs; the SDK allows 15 attempts too.
+                attempts = 15 if service == "logs" else 10
+                config = Config(retries={"mode": "standard", "max_attempts": attempts})
+                client = session.client(service, region_name=self.region_name, config=config)
+                self._clients[service] = client
+            return client
+
+    def sagemaker_client(self) -> Any:
+        return self._client("sagemaker")
+
+    def s3_client(self) -> Any:
+        return self._client("s3")
+
+    def logs_client(self) -> Any:
+        return self._client("logs")
+
+    @property
+    def account_id(self) -> str:
+        """The caller's AWS account, from STS ``GetCallerIdentity`` (asked once)."""
+        if self._account_id is None:
+            with aws_errors("look up the AWS account (sts:GetCallerIdentity)"):
+                self._account_id = str(self._client("sts").get_caller_identity()["Account"])
+        return self._account_id
+
+    # -- default bucket
+
+    @property
+    def bucket_is_generated(self) -> bool:
+        """True when the default bucket is the SDK-style ``sagemaker-{region}-{account}`` name."""
+        return self._bucket_override is None
+
+    def default_bucket(self) -> str:
+        """The bucket for code, outputs and staged inputs, created (and ownership-checked) on first use."""
+        if self._default_bucket is not None:
+            return self._default_bucket
+        name = self._bucket_override or f"sagemaker-{self.region_name}-{self.account_id}"
+        with aws_errors(f"check the S3 bucket {name}"):
+            self._ensure_bucket(name)
+            if self.bucket_is_generated:
+                self._check_bucket_owner(name)
+        self._default_bucket = name
+        return name
+
+    def _ensure_bucket(self, name: str) -> None:
+        s3 = self.s3_client()
+        try:
+            s3.head_bucket(Bucket=name)
+            return
+        except ClientError as error:
+            status, code = _http_status(error), _error_code(error)
+            if status == 403 or code in ("403", "Forbidden", "AccessDenied"):
+                raise ConfigurationError(
+                    "default_bucket", name,
+                    "the bucket exists but this account cannot access it (403)",
+                    "grant s3:ListBucket on it, or pass default_bucket='<a bucket you own>' to Session()",
+                ) from None
+            if status != 404 and code not in ("404", "NoSuchBucket", "NotFound"):
+                raise
+        request: dict[str, Any] = {"Bucket": name}
+        if self.region_name != "us-east-1":
+            # us-east-1 is S3's default location and rejects an explicit LocationConstraint for it.
+            request["CreateBucketConfiguration"] = {"LocationConstraint": self.region_name}
+        try:
+            s3.create_bucket(**request)
+        except ClientError as error:
+            # Someone (another notebook of ours) created it between the two calls: fine.
+            if _error_code(error) not in ("BucketAlreadyOwnedByYou", "OperationAborted"):
+                if _error_code(error) == "BucketAlreadyExists":
+                    raise ConfigurationError(
+                        "default_bucket", name, "the bucket name is taken by another AWS account",
+                        "pass default_bucket='<a bucket you own>' to Session()",
+                    ) from None
+                raise
+
+    def _check_bucket_owner(self, name: str) -> None:
+        try:
+            self.s3_client().head_bucket(Bucket=name, ExpectedBucketOwner=self.account_id)
+        except ClientError as error:
+            if _http_status(error) == 403 or _error_code(error) in ("403", "AccessDenied", "Forbidden"):
+                raise ConfigurationError(
+                    "default_bucket", name,
+                    f"the bucket is not owned by account {self.account_id}: it may have been registered "
+                    "by someone else under the default name, and code or data sent there would leave "
+                    "your account",
+                    "pass default_bucket='<a bucket you own>' to Session()",
+                ) from None
+            raise
+
+    def default_output_path(self) -> str:
+        """``s3://<default bucket>/[<default_bucket_prefix>/]``, with the trailing slash the SDK uses."""
+        prefix = f"{self.default_bucket_prefix}/" if self.default_bucket_prefix else ""
+        return f"s3://{self.default_bucket()}/{prefix}"
+
+    def bucket_owner_args(self, bucket: str) -> dict[str, str]:
+        """``ExpectedBucketOwner`` for uploads, only to the generated default bucket (as the SDK does)."""
+        if self.bucket_is_generated and bucket == self._default_bucket:
+            return {"ExpectedBucketOwner": self.account_id}
+        return {}
+
+    # -- role
+
+    def expand_role(self, role: str | None) -> str:
+        """The execution role's ARN: an ARN as given, a role name looked up with IAM ``GetRole``."""
+        if not role:
+            raise ConfigurationError(
+                "role", role, "SageMaker training jobs need an IAM execution role",
+                "pass role='arn:aws:iam::<account>:role/<name>' (or the role's name)",
+            )
+        if role.startswith("arn:"):
+            if not _ROLE_ARN_RE.match(role):
+                raise ConfigurationError(
+                    "role", role, "not an IAM role ARN",
+                    "pass role='arn:aws:iam::<12-digit account>:role/<name>' or just the role name",
+                )
+            return role
+        try:
+            with aws_errors(f"look up the IAM role {role!r}"):
+                return str(self._client("iam").get_role(RoleName=role)["Role"]["Arn"])
+        except ClientError as error:
+            if _error_code(error) == "NoSuchEntity":
+                raise ConfigurationError(
+                    "role", role, "no IAM role with this name in the account",
+                    "create the role (trusting sagemaker.amazonaws.com) or pass its full ARN",
+                ) from None
+            raise
+
+    # -- backend, inputs, listing
+
+    def backend(self) -> Backend:
+        if self._backend is None:
+            from estimator.backends.sagemaker import SageMakerBackend
+
+            self._backend = SageMakerBackend(session=self)
+        return self._backend
+
+    def stage_local_input(self, path: str | Path, job_name: str, channel: str) -> str:
+        """Upload a local directory (or file) for ``channel``; return the channel's S3 prefix URI.
+
+        Destination: ``s3://<default bucket>/[<prefix>/]<job>/input/<channel>/``. Files are sent in
+        parallel (multipart above the threshold) with a progress bar on a terminal; a file already there
+        with the same content hash is not sent again. Objects are written with
+        ``ServerSideEncryption: aws:kms`` and, for the generated default bucket, ``ExpectedBucketOwner``,
+        as the SageMaker SDK uploads code.
+        """
+        source = Path(path).expanduser()
+        if not source.exists():
+            raise ConfigurationError(
+                f"inputs[{channel!r}]", str(path), "no such file or directory",
+                "pass an existing local path, or an s3:// URI of data already uploaded",
+            )
+        from runtime.transfer import TransferEngine
+
+        bucket = self.default_bucket()
+        prefix = f"{self.default_bucket_prefix}/" if self.default_bucket_prefix else ""
+        uri = f"s3://{bucket}/{prefix}{job_name}/input/{channel}/"
+        extra_args = {"ServerSideEncryption": "aws:kms", **self.bucket_owner_args(bucket)}
+        with aws_errors(f"upload {source} to {uri}"), TransferEngine(s3_client=self.s3_client()) as engine:
+            if source.is_dir():
+                engine.upload_dir(source, uri, extra_args=extra_args)
+            else:
+                engine.upload_file(source, uri + source.name, extra_args=extra_args)
+        return uri
+
+    def list_training_jobs(
+        self,
+        name_contains: str | None = None,
+        status: str | None = None,
+        max_results: int = 20,
+    ) -> list[dict[str, Any]]:
+        """Recent training jobs, newest first: ``TrainingJobSummaries`` of ``ListTrainingJobs``."""
+        request: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
+        if name_contains:
+            request["NameContains"] = name_contains
+        if status:
+            request["StatusEquals"] = status
+        jobs: list[dict[str, Any]] = []
+        with aws_errors("list training jobs"):
+            paginator = self.sagemaker_client().get_paginator("list_training_jobs")
+            for page in paginator.paginate(**request, PaginationConfig={"PageSize": min(max_results, 100)}):
+                jobs.extend(page.get("TrainingJobSummaries", []))
+                if len(jobs) >= max_results:
+                    break
+        jobs.sort(key=lambda job: job.get("CreationTime") or 0, reverse=True)
+        return jobs[:max_results]
+
+
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

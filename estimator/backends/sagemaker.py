@@ -1,0 +1,292 @@
+"""Amazon SageMaker as a backend: a thin shim over CreateTrainingJob, DescribeTrainingJob,
+StopTrainingJob and the job's CloudWatch logs.
+
+The spec is already the request (``spec.to_request()``), so submission adds nothing; what this module
+owns is talking to the service well:
+
+- ``describe`` retries throttling with exponential backoff and jitter (a notebook polling many jobs
+  hits DescribeTrainingJob's rate limit), and turns an unknown job name into a
+  :class:`ConfigurationError`;
+- ``log_lines`` merges every host's CloudWatch stream (:mod:`estimator.cloudwatch`), prefixes each
+  line with its host, interleaves each secondary-status transition once
+  (``[sagemaker] 2026-11-22 02:27:58 Starting - Preparing the instances for training``), waits for a
+  log group that does not exist yet, follows until the job is terminal, reads once more after a short
+  delay so the last lines CloudWatch ingests late are not lost, and ends with training and billable
+  seconds (and the spot saving) of a Completed job;
+- ``stop`` of a job that already ended is a no-op, not an error.
+
+Ctrl-C while waiting does not stop a SageMaker job (``interrupt_stops_job=False``): the job runs and
+bills in the cloud whether or not a notebook watches it; :class:`~estimator.job.TrainingJob` says
+how to re-attach. The clock (``sleep``) is injected so tests drive a job through its states without
+waiting.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from estimator.backends.base import Backend, Capabilities
+from estimator.cloudwatch import LogEvent, LogStreamMerger
+from estimator.errors import ConfigurationError
+from estimator.metrics import SERVICE_SOURCE, metric_values
+from estimator.session import aws_errors
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+
+if TYPE_CHECKING:
+    from estimator.session import Session
+
+logger = logging.getLogger(__name__)
+
+
+THROTTLING_CODES = frozenset({
+    "ThrottlingException", "Throttling", "ThrottledException", "TooManyRequestsException",
+    "RequestLimitExceeded", "RequestThrottled", "RequestThrottledException", "SlowDown",
+    "ProvisionedThroughputExceededException",
+})
+
+
+def _error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _error_message(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Message", ""))
+
+
+def _millis(value: Any) -> int:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, (int, float)):
+        return int(value * 1000)
+    return 0
+
+
+def _clock_text(value: Any) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return ""
+
+
+def instance_count(description: Mapping[str, Any]) -> int:
+    """Hosts in the job: ``ResourceConfig.InstanceCount``, or the sum over ``InstanceGroups``."""
+    resources = description.get("ResourceConfig") or {}
+    groups = resources.get("InstanceGroups") or []
+    if groups:
+        return sum(int(group.get("InstanceCount", 0)) for group in groups) or 1
+    return int(resources.get("InstanceCount") or 1)
+
+
+def summary_lines(description: Mapping[str, Any]) -> list[str]:
+    """Training and billable seconds of a Completed job (times instance count, as the SDK prints them),
+    and the Managed Spot Training saving. Empty for any other status; a figure the service did not
+    report is left out rather than guessed."""
+    if description.get("TrainingJobStatus") != contract.STATUS_COMPLETED:
+        return []
+    count = instance_count(description)
+    training = description.get("TrainingTimeInSeconds")
+    if training is None:
+        start, end = description.get("TrainingStartTime"), description.get("TrainingEndTime")
+        if isinstance(start, datetime) and isinstance(end, datetime):
+            training = max(0, int((end - start).total_seconds()))
+    billable = description.get("BillableTimeInSeconds")
+    lines = []
+    if training is not None:
+        lines.append(f"[{SERVICE_SOURCE}] Training seconds: {int(training) * count}")
+    if billable is not None:
+        lines.append(f"[{SERVICE_SOURCE}] Billable seconds: {int(billable) * count}")
+        if description.get("EnableManagedSpotTraining") and training:
+            saving = (1 - float(billable) / float(training)) * 100
+            lines.append(f"[{SERVICE_SOURCE}] Managed Spot Training savings: {saving:.1f}%")
+    return lines
+
+
+class _StatusTracker:
+    """Secondary-status transitions not printed yet, as log events merged with the hosts' lines.
+
+    A transition is printed once; if SageMaker later rewrites its ``StatusMessage`` (it does for the
+    current one), the new message is printed once too.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, int, str]] = set()
+
+    def new_events(self, description: Mapping[str, Any]) -> list[LogEvent]:
+        events = []
+        for index, transition in enumerate(description.get("SecondaryStatusTransitions") or []):
+            status = str(transition.get("Status", ""))
+            started = transition.get("StartTime")
+            message = str(transition.get("StatusMessage", ""))
+            key = (status, _millis(started), message)
+            if key in self._seen:
+                continue
+            updated = any(seen[:2] == key[:2] for seen in self._seen)
+            self._seen.add(key)
+            when = description.get("LastModifiedTime") if updated else started
+            text = f"{_clock_text(when)} {status} - {message}".strip()
+            events.append(LogEvent(_millis(when), -1, index, SERVICE_SOURCE, text))
+        events.sort()
+        return events
+
+
+class SageMakerBackend(Backend):
+    """Jobs on Amazon SageMaker, through the session's boto3 clients.
+
+    ``poll_seconds``: first delay between polls while following; it grows 1.5x per quiet poll up to
+    ``max_poll_seconds`` and falls back when lines arrive. ``final_flush_seconds``: the wait, after the
+    job ended, before the last read of its logs. ``sleep``: the clock (tests inject one that advances a
+    moto-backed job). ``describe_attempts``: tries of DescribeTrainingJob under throttling.
+    ``streams_page_size``/``events_page_size``: CloudWatch page sizes (tests make them small).
+    """
+
+    capabilities = Capabilities(
+        name="sagemaker",
+        uri_schemes=frozenset({"s3"}),
+        input_modes=frozenset({"File", "FastFile", "Pipe"}),
+        spot=True,
+        checkpoints=True,
+        vpc=True,
+        network_isolation=True,
+        retry_strategy=True,
+        interrupt_stops_job=False,
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        poll_seconds: float = 5.0,
+        max_poll_seconds: float = 30.0,
+        final_flush_seconds: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+        describe_attempts: int = 8,
+        streams_page_size: int = 50,
+        events_page_size: int | None = None,
+    ) -> None:
+        self.session = session
+        self.poll_seconds = poll_seconds
+        self.max_poll_seconds = max_poll_seconds
+        self.final_flush_seconds = final_flush_seconds
+        self.sleep = sleep
+        self.describe_attempts = describe_attempts
+        self.streams_page_size = streams_page_size
+        self.events_page_size = events_page_size
+
+    # -- the four operations
+
+    def submit(self, spec: TrainingJobSpec) -> None:
+        request = spec.to_request()
+        logger.info("Creating training job %s", spec.TrainingJobName)
+        logger.debug("CreateTrainingJob request: %s", request)
+        try:
+            with aws_errors(f"create the training job {spec.TrainingJobName}"):
+                self.session.sagemaker_client().create_training_job(**request)
+        except ClientError as error:
+            if _error_code(error) == "ResourceInUse":
+                raise ConfigurationError(
+                    "job_name", spec.TrainingJobName, "a training job with this name already exists",
+                    "pass another job_name, or leave it unset for a timestamped one",
+                ) from None
+            raise
+
+    def describe(self, job_name: str) -> dict[str, Any]:
+        delay = 1.0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with aws_errors(f"describe the training job {job_name}"):
+                    response = self.session.sagemaker_client().describe_training_job(TrainingJobName=job_name)
+            except ClientError as error:
+                code = _error_code(error)
+                if code in THROTTLING_CODES and attempt < self.describe_attempts:
+                    logger.debug("DescribeTrainingJob throttled (%s); retrying in %.1fs", code, delay)
+                    self.sleep(delay * random.uniform(0.5, 1.0))
+                    delay = min(delay * 2, 20.0)
+                    continue
+                if code == "ValidationException" and "find" in _error_message(error).lower():
+                    raise ConfigurationError(
+                        "job_name", job_name,
+                        f"no training job with this name in {self.session.region_name}",
+                        "check the name (Session().list_training_jobs() lists recent jobs) and the region",
+                    ) from None
+                raise
+            response.pop("ResponseMetadata", None)
+            return dict(response)
+
+    def stop(self, job_name: str) -> None:
+        try:
+            with aws_errors(f"stop the training job {job_name}"):
+                self.session.sagemaker_client().stop_training_job(TrainingJobName=job_name)
+        except ClientError as error:
+            # Stopping a job that already ended is what the caller wanted anyway.
+            if _error_code(error) == "ValidationException":
+                if self.describe(job_name)["TrainingJobStatus"] in contract.TERMINAL_STATUSES:
+                    return
+            raise
+
+    def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        events = self._events(job_name, follow)
+        while True:
+            try:
+                event = next(events)
+            except StopIteration as end:
+                final: dict[str, Any] | None = end.value
+                break
+            yield event.line()
+        yield from summary_lines(final or {})
+
+    # -- beyond the interface
+
+    def metrics(self, job_name: str) -> dict[str, list[float]]:
+        """Values of the job's ``MetricDefinitions`` found in its logs so far, per metric, in order."""
+        description = self.describe(job_name)
+        definitions = (description.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
+        return metric_values(self.log_lines(job_name), definitions)
+
+    def _events(self, job_name: str, follow: bool) -> Generator[LogEvent, None, dict[str, Any] | None]:
+        """The merge loop behind :meth:`log_lines` (contract in the module docstring).
+
+        Returns the final description when the job was terminal at the last read, else None.
+        """
+        merger = LogStreamMerger(
+            self.session.logs_client(), job_name,
+            streams_page_size=self.streams_page_size, events_page_size=self.events_page_size,
+        )
+        statuses = _StatusTracker()
+        description = self.describe(job_name)
+        expected_hosts = instance_count(description)
+        delay = self.poll_seconds
+        polls = 0
+        watched_running = False
+        while True:
+            terminal = description["TrainingJobStatus"] in contract.TERMINAL_STATUSES
+            if terminal and watched_running:
+                # CloudWatch ingests with a few seconds' lag; read once more after the job ended.
+                self.sleep(self.final_flush_seconds)
+            watched_running = watched_running or not terminal
+            arrived = 0
+            with aws_errors(f"read the CloudWatch logs of {job_name}"):
+                # Rediscover while hosts are missing, now and then (spot restarts add streams), and last.
+                if len(merger.streams) < expected_hosts or terminal or polls % 6 == 0:
+                    merger.discover()
+                for event in heapq.merge(statuses.new_events(description), merger.poll()):
+                    arrived += event.host != SERVICE_SOURCE
+                    yield event
+            if terminal or not follow:
+                return description if terminal else None
+            delay = self.poll_seconds if arrived else min(max(delay, 0.001) * 1.5, self.max_poll_seconds)
+            self.sleep(delay)
+            polls += 1
+            description = self.describe(job_name)

@@ -49,13 +49,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from runtime.archive import sha256_file
+
 logger = logging.getLogger(__name__)
 
 SHA256_METADATA_KEY = "smlaunch-sha256"
 MiB = 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 16
 DEFAULT_MULTIPART_THRESHOLD = 16 * MiB
-DEFAULT_MULTIPART_CHUNKSIZE = 16 * MiB
+DEFAULT_MULTIPART_CHUNKSIZE = 8 * MiB
 PARTIAL_SUFFIX = ".smlaunch-partial"
 
 
@@ -113,62 +115,56 @@ def _client_error() -> type[Exception]:
 
 @dataclass(frozen=True)
 class FileDigest:
-    """Content hashes of one file: SHA-256, and the ETag S3 would compute for it at ``chunksize``."""
+    """Content hashes of one file: SHA-256, and the ETag S3 computes for it when this engine uploads
+    it (MD5 below the multipart threshold, else MD5 of the part MD5s, ``-<parts>``)."""
 
     size: int
     sha256: str
-    md5: str
-    part_md5s: tuple[bytes, ...]
-    chunksize: int
-
-    def etag(self, multipart_threshold: int) -> str:
-        """The ETag of this file uploaded by this engine (single part below the threshold)."""
-        if self.size < multipart_threshold:
-            return self.md5
-        combined = hashlib.md5(b"".join(self.part_md5s), usedforsecurity=False).hexdigest()
-        return f"{combined}-{len(self.part_md5s)}"
+    etag: str
 
 
-def digest_file(path: Path, chunksize: int) -> FileDigest:
-    """Read ``path`` once and compute SHA-256, MD5 and per-part MD5s at ``chunksize``."""
+def digest_file(path: Path, chunksize: int, multipart_threshold: int) -> FileDigest:
+    """Read ``path`` once; compute its SHA-256 and its ETag for the given multipart settings."""
     sha = hashlib.sha256()
-    md5 = hashlib.md5(usedforsecurity=False)
+    single_part = path.stat().st_size < multipart_threshold
     parts: list[bytes] = []
     part = hashlib.md5(usedforsecurity=False)
     in_part = 0
     size = 0
-    block = 1 * MiB
+    limit = chunksize if not single_part else 1 << 62
     with open(path, "rb") as handle:
-        while data := handle.read(min(block, chunksize - in_part)):
+        while data := handle.read(min(MiB, limit - in_part)):
             sha.update(data)
-            md5.update(data)
             part.update(data)
             size += len(data)
             in_part += len(data)
-            if in_part == chunksize:
+            if in_part == limit:
                 parts.append(part.digest())
                 part = hashlib.md5(usedforsecurity=False)
                 in_part = 0
+    if single_part:
+        return FileDigest(size, sha.hexdigest(), part.hexdigest())
     if in_part or not parts:
         parts.append(part.digest())
-    return FileDigest(size, sha.hexdigest(), md5.hexdigest(), tuple(parts), chunksize)
+    combined = hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest()
+    return FileDigest(size, sha.hexdigest(), f"{combined}-{len(parts)}")
 
 
 class HashCache:
     """``(path, size, mtime_ns, inode) -> FileDigest``; a changed file changes its key. Thread-safe."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, int, int, int, int], FileDigest] = {}
+        self._entries: dict[tuple[str, int, int, int, int, int], FileDigest] = {}
         self._lock = threading.Lock()
 
-    def digest(self, path: Path, chunksize: int) -> FileDigest:
+    def digest(self, path: Path, chunksize: int, multipart_threshold: int) -> FileDigest:
         st = path.stat()
-        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, chunksize)
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, chunksize, multipart_threshold)
         with self._lock:
             hit = self._entries.get(key)
         if hit is not None:
             return hit
-        result = digest_file(path, chunksize)
+        result = digest_file(path, chunksize, multipart_threshold)
         with self._lock:
             self._entries[key] = result
         return result
@@ -332,6 +328,9 @@ class TransferEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _digest(self, path: Path) -> FileDigest:
+        return self.hashes.digest(path, self.multipart_chunksize, self.multipart_threshold)
+
     def _progress(self, total: int, label: str) -> _Progress:
         enabled = self.progress if self.progress is not None else sys.stderr.isatty()
         return _Progress(total, label, bool(enabled) and total >= self.progress_min_bytes)
@@ -418,10 +417,7 @@ class TransferEngine:
     def _unchanged_remote(self, digest: FileDigest, bucket: str, key: str, remote: ObjectInfo) -> bool:
         if remote.size != digest.size:
             return False
-        etag = remote.etag or ""
-        if etag and etag == digest.etag(self.multipart_threshold):
-            return True
-        if etag and "-" not in etag and etag == digest.md5:
+        if remote.etag and remote.etag == digest.etag:
             return True
         # Not an MD5 ETag (SSE-KMS, other part size): ask for the hash we stored at upload.
         try:
@@ -435,7 +431,7 @@ class TransferEngine:
                      label: str) -> TransferSummary:
         started = time.monotonic()
         summary = TransferSummary()
-        digests = self._pool_map(lambda job: self.hashes.digest(job[0], self.multipart_chunksize), jobs)
+        digests = self._pool_map(lambda job: self._digest(job[0]), jobs)
         todo: list[tuple[Path, str, str, FileDigest]] = []
         for (path, bucket, key), digest in zip(jobs, digests, strict=True):
             known = remote.get(key)
@@ -530,8 +526,7 @@ class TransferEngine:
         todo: list[tuple[ObjectInfo, Path]] = []
         for info, dest in remote:
             if skip_unchanged and dest.is_file() and dest.stat().st_size == info.size and info.etag:
-                digest = self.hashes.digest(dest, self.multipart_chunksize)
-                if info.etag in (digest.md5, digest.etag(self.multipart_threshold)):
+                if info.etag == self._digest(dest).etag:
                     summary.skipped.append(info.uri)
                     if on_done is not None:
                         on_done(info, dest)
@@ -612,11 +607,12 @@ class TransferEngine:
         actual = path.stat().st_size
         if actual != size:
             return f"size {actual} != expected {size} (truncated)"
-        digest = digest_file(path, self.multipart_chunksize)
         if sha256 is not None:
-            return None if digest.sha256 == sha256 else f"sha256 {digest.sha256} != {sha256}"
+            got = sha256_file(path)
+            return None if got == sha256 else f"sha256 {got} != {sha256} (corrupt)"
         if etag and "-" not in etag and len(etag) == 32:
-            return None if digest.md5 == etag else f"md5 {digest.md5} != ETag {etag}"
+            got = digest_file(path, self.multipart_chunksize, actual + 1).etag
+            return None if got == etag else f"md5 {got} != ETag {etag} (corrupt)"
         return None  # no checksum declared (foreign multipart object): the size check is all we have
 
     # -- local copies
@@ -629,17 +625,15 @@ class TransferEngine:
         def copy(pair: tuple[Path, Path]) -> tuple[str, int]:
             src, dest = pair
             if skip_unchanged and dest.is_file() and dest.stat().st_size == src.stat().st_size:
-                if (self.hashes.digest(src, self.multipart_chunksize).sha256
-                        == self.hashes.digest(dest, self.multipart_chunksize).sha256):
+                if self._digest(src).sha256 == self._digest(dest).sha256:
                     return "skipped", 0
             dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PARTIAL_SUFFIX, dir=dest.parent)
             os.close(fd)
             try:
                 shutil.copyfile(src, tmp_name)
-                want = self.hashes.digest(src, self.multipart_chunksize)
-                got = digest_file(Path(tmp_name), self.multipart_chunksize)
-                if got.sha256 != want.sha256:
+                want = self._digest(src)
+                if sha256_file(Path(tmp_name)) != want.sha256:
                     raise TransferVerificationError(f"copy of {src} to {dest} does not match its source")
                 os.replace(tmp_name, dest)
             finally:

@@ -1,0 +1,166 @@
+"""Transfer benchmark: smlaunch's TransferEngine vs a sequential ``upload_file`` loop, in one run.
+
+The baseline is what the SageMaker SDK's ``S3Uploader.upload`` / ``S3Downloader.download`` do: one
+``upload_file`` (``download_file``) per file, one after another, default boto3 transfer settings.
+Both sides talk to the same moto server on 127.0.0.1 (started here on a free port), with the same
+client settings, so the ratios compare strategies, not servers.
+
+Workloads: (a) 2,000 files of 64 KiB; (b) 4 files of 256 MiB; plus the second upload of the
+unchanged directory (a). ``--scale 0.1`` shrinks counts and sizes for a quick run.
+
+Usage: ``python benchmarks/transfer.py [--scale S] [--concurrency N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MiB = 1024 * 1024
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, server: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"moto server exited with {server.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError(f"moto server did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
+def _make_files(root: Path, count: int, size: int) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(min(size, 8 * MiB))
+    paths = []
+    for i in range(count):
+        path = root / f"part-{i // 100:03d}" / f"file-{i:05d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as handle:
+            written = 0
+            header = i.to_bytes(8, "little")  # distinct content per file
+            while written < size:
+                chunk = (header + block)[: size - written]
+                handle.write(chunk)
+                written += len(chunk)
+        paths.append(path)
+    return paths
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="shrink counts and sizes (0 < scale <= 1)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args(argv)
+
+    import boto3
+    from botocore.config import Config
+
+    from runtime.transfer import TransferEngine
+
+    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        os.environ.setdefault(var, value)
+    port = _free_port()
+    # A separate server process, as S3 is: an in-process ThreadedMotoServer would share this
+    # process's GIL with the transfer threads being measured.
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_port(port, server)
+    work = Path(tempfile.mkdtemp(prefix="smlaunch-bench-"))
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                              config=Config(max_pool_connections=max(10, args.concurrency)))
+        client.create_bucket(Bucket="bench")
+        engine = TransferEngine(client, max_concurrency=args.concurrency, progress=False)
+
+        n_small = max(20, int(2000 * args.scale))
+        n_large, large_size = 4, max(8 * MiB, int(256 * MiB * args.scale))
+        small_dir, large_dir = work / "small", work / "large"
+        _make_files(small_dir, n_small, 64 * 1024)
+        _make_files(large_dir, n_large, large_size)
+
+        def baseline_upload(directory: Path, prefix: str) -> None:
+            for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+                client.upload_file(str(path), "bench", f"{prefix}/{path.relative_to(directory).as_posix()}")
+
+        def baseline_download(prefix: str, directory: Path) -> None:
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket="bench", Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    dest = directory / obj["Key"][len(prefix):].lstrip("/")
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    client.download_file("bench", obj["Key"], str(dest))
+
+        rows: list[tuple[str, float, float]] = []
+        for label, directory in (
+            (f"(a) {n_small} x 64 KiB", small_dir),
+            (f"(b) {n_large} x {large_size // MiB} MiB", large_dir),
+        ):
+            tag = directory.name
+            base_up = _timed(lambda d=directory, t=tag: baseline_upload(d, f"base-{t}"))
+            ours_up = _timed(lambda d=directory, t=tag: engine.upload_dir(d, f"s3://bench/ours-{t}"))
+            rows.append((f"upload   {label}", base_up, ours_up))
+            base_dl = _timed(lambda t=tag: baseline_download(f"base-{t}", work / f"dl-base-{t}"))
+            ours_dl = _timed(lambda t=tag: engine.download_prefix(f"s3://bench/ours-{t}",
+                                                                  work / f"dl-ours-{t}"))
+            rows.append((f"download {label}", base_dl, ours_dl))
+            shutil.rmtree(work / f"dl-base-{tag}", ignore_errors=True)
+            shutil.rmtree(work / f"dl-ours-{tag}", ignore_errors=True)
+
+        # Unchanged directory: the second upload by a fresh engine (cold hash cache) and by the same
+        # engine (warm cache), both against the engine's own first upload of (a).
+        fresh = TransferEngine(client, max_concurrency=args.concurrency, progress=False)
+        first = _timed(lambda: fresh.upload_dir(small_dir, "s3://bench/again"))
+        second_cold = _timed(lambda: TransferEngine(client, max_concurrency=args.concurrency,
+                                                    progress=False).upload_dir(small_dir, "s3://bench/again"))
+        second_warm = _timed(lambda: fresh.upload_dir(small_dir, "s3://bench/again"))
+        engine.close()
+        fresh.close()
+
+        print(f"moto server 127.0.0.1:{port}, scale {args.scale}, concurrency {args.concurrency}, "
+              f"{os.cpu_count()} CPUs")
+        print(f"{'workload':40s} {'sequential s':>13s} {'smlaunch s':>11s} {'speed-up':>9s}")
+        for name, base, ours in rows:
+            print(f"{name:40s} {base:13.2f} {ours:11.2f} {base / ours:8.1f}x")
+        print(f"{'second upload of unchanged (a)':40s} {'first':>13s} {'second':>11s}")
+        print(f"{'  fresh engine (hashes re-read)':40s} {first:13.2f} {second_cold:11.3f} "
+              f"{first / second_cold:8.1f}x")
+        print(f"{'  same engine (hash cache warm)':40s} {first:13.2f} {second_warm:11.3f} "
+              f"{first / second_warm:8.1f}x")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

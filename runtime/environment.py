@@ -18,7 +18,8 @@ Rules, where the toolkit leaves a choice (``shared/reference/runtime-contract.md
   ``SMLAUNCH_HOST_ADDRESSES`` (JSON host -> address) is set, ``MASTER_ADDR`` / ``SM_MASTER_ADDR``
   carry the mapped address (``127.0.0.1`` locally) while ``SM_HOSTS``, ``SM_CURRENT_HOST`` and
   ``master_hostname`` keep the names, so scripts see SageMaker's names and torch gets an address it
-  can reach. Without the map the address is the host name itself (the platform's DNS resolves it).
+  can reach. Without the map the address is the host name itself (the platform's DNS resolves it),
+  except in a one-host job, where it is ``127.0.0.1``.
 - Master port: ``SMLAUNCH_MASTER_PORT`` (a free port per local job) else 7777, as SageMaker's
   PyTorch toolkit uses.
 - ``SM_NUM_GPUS``: ``SMLAUNCH_NUM_GPUS`` when set (emulated instance types), else the count of
@@ -404,10 +405,15 @@ class Environment:
         return self.job_name or str(self.sagemaker_hyperparameters.get(contract.HP_JOB_NAME) or "smlaunch")
 
     def address_of(self, host: str) -> str:
-        """The address ``host`` is reached at: mapped by ``SMLAUNCH_HOST_ADDRESSES``, else its name."""
+        """The address ``host`` is reached at: mapped by ``SMLAUNCH_HOST_ADDRESSES``; else loopback
+        in a one-host job (the name may not resolve outside SageMaker); else the name itself."""
         if host not in self.hosts:
             raise HostConfigurationError("host", host, f"is not one of hosts {self.hosts}")
-        return self.host_addresses.get(host, host)
+        if host in self.host_addresses:
+            return self.host_addresses[host]
+        if len(self.hosts) == 1:
+            return "127.0.0.1"
+        return host
 
     def user_args(self) -> list[str]:
         """The script's arguments from the user's hyperparameters (toolkit ``to_cmd_args``)."""

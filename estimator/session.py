@@ -358,8 +358,9 @@ class Session:
         return f"s3://{self.default_bucket()}/{prefix}"
 
     def bucket_owner_args(self, bucket: str) -> dict[str, str]:
-        """``ExpectedBucketOwner`` for uploads, only to the generated default bucket (as the SDK does)."""
-        if self.bucket_is_generated and bucket == self._default_bucket:
+        """``ExpectedBucketOwner`` for uploads to the generated default bucket only (as the SDK does):
+        that name is predictable, so another account could own it; a bucket the user named is theirs."""
+        if self.bucket_is_generated and bucket == f"sagemaker-{self.region_name}-{self.account_id}":
             return {"ExpectedBucketOwner": self.account_id}
         return {}
 
@@ -416,9 +417,8 @@ class Session:
             )
         from runtime.transfer import TransferEngine
 
+        uri = f"{self.default_output_path()}{job_name}/input/{channel}/"
         bucket = self.default_bucket()
-        prefix = f"{self.default_bucket_prefix}/" if self.default_bucket_prefix else ""
-        uri = f"s3://{bucket}/{prefix}{job_name}/input/{channel}/"
         extra_args = {"ServerSideEncryption": "aws:kms", **self.bucket_owner_args(bucket)}
         with aws_errors(f"upload {source} to {uri}"), TransferEngine(s3_client=self.s3_client()) as engine:
             if source.is_dir():

@@ -1,0 +1,165 @@
+"""Launcher selection by the framework params, and the pure plans of the process and torchrun launchers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import runtime.launchers as launchers
+from runtime import contract
+from runtime.environment import Environment, HostConfigurationError
+from runtime.launchers import LauncherUnavailableError, launcher_class, launcher_name, select_launcher
+from runtime.launchers.process import ProcessLauncher
+from runtime.launchers.torchrun import TorchrunLauncher
+from tests.functional._runtime_tree import write_host_tree
+
+PROGRAM = {contract.HP_PROGRAM: '"train.py"', "epochs": "2", "name": '"a b"'}
+
+
+def env_for(
+    tmp_path: Path,
+    hps: dict[str, str],
+    host: str = "algo-1",
+    hosts: tuple[str, ...] = ("algo-1",),
+    environ: dict[str, str] | None = None,
+    instance_groups: list[dict[str, object]] | None = None,
+) -> Environment:
+    base = tmp_path / host
+    paths = write_host_tree(base, host, list(hosts), {**PROGRAM, **hps}, instance_groups=instance_groups)
+    (paths.code_dir / "train.py").write_text("print('hi')\n")
+    return Environment.from_files(base, {"SMLAUNCH_NUM_GPUS": "0", **(environ or {})})
+
+
+@pytest.mark.parametrize(
+    ("hps", "expected"),
+    [
+        ({}, "process"),
+        ({contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"}, "torchrun"),
+        ({contract.HP_PYTORCH_DDP_ENABLED: "true"}, "torchrun"),
+        ({contract.HP_SMDDP_ENABLED: "true"}, "smddp"),
+        ({contract.HP_MPI_ENABLED: "true", contract.HP_MPI_PROCESSES_PER_HOST: "2"}, "mpi"),
+        ({contract.HP_MPI_ENABLED: "true", contract.HP_MP_PARAMETERS: '{"partitions": 2}'}, "smp"),
+        ({contract.HP_MPI_ENABLED: "true", contract.HP_MP_PARAMETERS: "{}"}, "mpi"),
+        ({contract.HP_SMDDP_ENABLED: "false", contract.HP_TORCH_DISTRIBUTED_ENABLED: "false"}, "process"),
+        # first match wins: MPI before DDP, DDP before smddp (DESIGN.md §6)
+        ({contract.HP_MPI_ENABLED: "true", contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"}, "mpi"),
+        ({contract.HP_SMDDP_ENABLED: "true", contract.HP_PYTORCH_DDP_ENABLED: "true"}, "torchrun"),
+    ],
+)
+def test_launcher_table(tmp_path: Path, hps: dict[str, str], expected: str) -> None:
+    assert launcher_name(env_for(tmp_path, hps)) == expected
+
+
+def test_hosts_outside_the_distribution_groups_run_one_process(tmp_path: Path) -> None:
+    groups = [
+        {"instance_group_name": "data", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+        {"instance_group_name": "gpu", "instance_type": "ml.g5.xlarge", "hosts": ["algo-3", "algo-2"]},
+    ]
+    hps = {contract.HP_TORCH_DISTRIBUTED_ENABLED: "true", contract.HP_DISTRIBUTION_INSTANCE_GROUPS: '["gpu"]'}
+    hosts = ("algo-1", "algo-2", "algo-3")
+    assert launcher_name(env_for(tmp_path, hps, "algo-1", hosts, instance_groups=groups)) == "process"
+    gpu_host = env_for(tmp_path, hps, "algo-2", hosts, instance_groups=groups)
+    assert launcher_name(gpu_host) == "torchrun"
+    plan = TorchrunLauncher(gpu_host).plan()
+    # algo-3 comes first in the group, so it is the master and algo-2 is node 1.
+    assert plan.processes[0].env["NODE_RANK"] == "1"
+    assert plan.processes[0].env["MASTER_ADDR"] == "algo-3"
+
+
+def test_unsupported_strategies_are_refused(tmp_path: Path) -> None:
+    env = env_for(tmp_path, {contract.HP_PYTORCH_XLA_ENABLED: "true"})
+    with pytest.raises(HostConfigurationError, match="sagemaker_pytorch_xla_multi_worker_enabled"):
+        launcher_name(env)
+
+
+def test_a_missing_launcher_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(launchers.LAUNCHERS, "ghost", ("runtime.launchers.ghost", "GhostLauncher"))
+    with pytest.raises(LauncherUnavailableError, match=r"runtime\.launchers\.ghost is not part"):
+        launcher_class("ghost")
+
+
+def test_select_launcher_constructs_the_chosen_class(tmp_path: Path) -> None:
+    assert isinstance(select_launcher(env_for(tmp_path, {})), ProcessLauncher)
+    env = env_for(tmp_path, {contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"})
+    launcher = select_launcher(env, python="/opt/py")
+    assert isinstance(launcher, TorchrunLauncher) and launcher.python == "/opt/py"
+
+
+def test_process_plan(tmp_path: Path) -> None:
+    env = env_for(tmp_path, {})
+    plan = ProcessLauncher(env, python="/usr/bin/python3").plan()
+    assert plan.launcher == "process" and len(plan.processes) == 1
+    spec = plan.processes[0]
+    assert spec.argv == ["/usr/bin/python3", "train.py", "--epochs", "2", "--name", "a b"]
+    assert spec.cwd == str(env.code_dir) and spec.label == "rank 0"
+    assert spec.env["SM_CURRENT_HOST"] == "algo-1"
+    assert spec.env["PYTHONPATH"].split(":")[0] == str(env.code_dir)
+    assert "RANK" not in spec.env or spec.env["RANK"] == env.environ.get("RANK")
+
+
+def test_torchrun_plan_on_the_second_of_two_hosts(tmp_path: Path) -> None:
+    addresses = {"algo-1": "127.0.0.5", "algo-2": "127.0.0.6"}
+    env = env_for(
+        tmp_path,
+        {contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"},
+        host="algo-2",
+        hosts=("algo-1", "algo-2"),
+        environ={
+            contract.SMLAUNCH_HOST_ADDRESSES: json.dumps(addresses),
+            contract.SMLAUNCH_MASTER_PORT: "29555",
+            contract.SMLAUNCH_PROCESSES_PER_HOST: "3",
+            contract.TRAINING_JOB_NAME_ENV: "job-1",
+        },
+    )
+    plan = TorchrunLauncher(env, python="py").plan()
+    assert plan.launcher == "torchrun"
+    assert [p.rank for p in plan.processes] == [3, 4, 5]
+    assert [p.label for p in plan.processes] == ["rank 3", "rank 4", "rank 5"]
+    for local_rank, spec in enumerate(plan.processes):
+        e = spec.env
+        assert spec.argv == ["py", "train.py", "--epochs", "2", "--name", "a b"]
+        assert (e["RANK"], e["LOCAL_RANK"], e["ROLE_RANK"]) == (
+            str(3 + local_rank),
+            str(local_rank),
+            str(3 + local_rank),
+        )
+        assert (e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["ROLE_WORLD_SIZE"]) == ("6", "3", "6")
+        assert (e["NODE_RANK"], e["GROUP_RANK"], e["GROUP_WORLD_SIZE"]) == ("1", "1", "2")
+        assert (e["MASTER_ADDR"], e["MASTER_PORT"]) == ("127.0.0.5", "29555")
+        assert (e["SM_MASTER_ADDR"], e["SM_MASTER_PORT"]) == ("127.0.0.5", "29555")
+        assert e["TORCHELASTIC_RUN_ID"] == "job-1"
+        assert e["OMP_NUM_THREADS"] == "1"
+        assert e["SM_CURRENT_HOST"] == "algo-2" and e["SM_HOSTS"] == '["algo-1","algo-2"]'
+    assert plan.topology["world size"] == 6
+    assert plan.topology["backend"].startswith("gloo")
+    assert plan.topology["master"] == "algo-1 at 127.0.0.5:29555"
+
+
+def test_ranks_per_host_follow_gpus_then_one(tmp_path: Path) -> None:
+    hps = {contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"}
+    four_gpus = env_for(tmp_path, hps, environ={contract.SMLAUNCH_NUM_GPUS: "4"})
+    plan = TorchrunLauncher(four_gpus).plan()
+    assert len(plan.processes) == 4 and plan.topology["backend"].startswith("nccl")
+    assert len(TorchrunLauncher(env_for(tmp_path, hps)).plan().processes) == 1
+    pinned = env_for(
+        tmp_path, hps, environ={contract.SMLAUNCH_NUM_GPUS: "4", contract.SMLAUNCH_PROCESSES_PER_HOST: "2"}
+    )
+    assert len(TorchrunLauncher(pinned).plan().processes) == 2
+
+
+def test_user_omp_threads_are_kept(tmp_path: Path) -> None:
+    env = env_for(
+        tmp_path,
+        {contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"},
+        environ={contract.SMLAUNCH_PROCESSES_PER_HOST: "2", "OMP_NUM_THREADS": "4"},
+    )
+    assert {p.env["OMP_NUM_THREADS"] for p in TorchrunLauncher(env).plan().processes} == {"4"}
+
+
+def test_a_missing_entry_point_fails_the_plan(tmp_path: Path) -> None:
+    env = env_for(tmp_path, {})
+    (env.code_dir / "train.py").unlink()
+    with pytest.raises(HostConfigurationError, match="not found in the code directory"):
+        ProcessLauncher(env).plan()

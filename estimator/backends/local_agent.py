@@ -63,6 +63,7 @@ FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
 POLL_SECONDS = 0.05
 LOG_TAIL_LINES = 20
+_REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -463,11 +464,13 @@ class Agent:
                 data.setdefault("host", host.name)
                 details.append(data)
         if details:
-            first = min(details, key=lambda d: float(d["time"]))
+            # Hosts we SIGTERMed report kind "stopped": a consequence, never the root cause.
+            causes = [d for d in details if d.get("kind") != "stopped"] or details
+            first = min(causes, key=lambda d: float(d["time"]))
             host, rank, code = first.get("host"), first.get("rank"), first.get("exit_code")
             reason = str(first.get("reason") or "")
             where = f"{host}" + (f"/rank {rank}" if rank is not None else "")
-            if host not in reason or (rank is not None and f"rank {rank}" not in reason):
+            if str(host) not in reason or (rank is not None and f"rank {rank}" not in reason):
                 reason = f"{where} exited with code {code}: {reason}"
         else:
             exited = [h for h in self.hosts if h.exit_code not in (0, None)]
@@ -475,7 +478,9 @@ class Agent:
             code = first_host.exit_code
             tail = _tail(self.job.host_log(first_host.name), LOG_TAIL_LINES)
             reason = f"{first_host.name} runtime exited with code {code}. Last lines:\n{tail}"
-        return {"FailureReason": _clip(f"AlgorithmError: {reason}"), "ExitCode": code}
+        if not reason.startswith(_REASON_TAGS):
+            reason = f"AlgorithmError: {reason}"
+        return {"FailureReason": _clip(reason), "ExitCode": code}
 
     def _check_originals(self) -> None:
         for path in layout.changed_files(self._fingerprints):

@@ -1,0 +1,142 @@
+"""Helpers for the local backend's functional tests: real job specs, real tarballs, process checks.
+
+``make_spec`` builds a CreateTrainingJob request the way SDK v2 encodes it (JSON-text hyperparameter
+values, script-mode keys, ``sagemaker_torch_distributed_enabled`` for DDP) around a real
+``sourcedir.tar.gz``, so the backend is exercised on exactly what the estimator would submit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from estimator.backends.base import Backend
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+from runtime.archive import create_tarball
+
+WAIT_SECONDS = 90
+
+
+def make_spec(
+    tmp_path: Path,
+    job_name: str,
+    script: str,
+    *,
+    instance_count: int = 2,
+    instance_type: str = "ml.c5.xlarge",
+    ddp: bool = False,
+    hyperparameters: dict[str, Any] | None = None,
+    inputs: dict[str, str] | None = None,
+    max_run: int = 600,
+    output_path: str | None = None,
+) -> TrainingJobSpec:
+    source = tmp_path / f"src-{job_name}"
+    source.mkdir()
+    (source / "train.py").write_text(textwrap.dedent(script))
+    tarball = tmp_path / "code" / job_name / "source" / contract.SOURCEDIR_TARBALL
+    create_tarball([(source / "train.py", "train.py")], tarball)
+    hps: dict[str, str] = {key: json.dumps(value) for key, value in (hyperparameters or {}).items()}
+    hps.update(
+        {
+            contract.HP_PROGRAM: json.dumps("train.py"),
+            contract.HP_SUBMIT_DIRECTORY: json.dumps(tarball.as_uri()),
+            contract.HP_LOG_LEVEL: "20",
+            contract.HP_JOB_NAME: json.dumps(job_name),
+            contract.HP_REGION: json.dumps("local"),
+        }
+    )
+    if ddp:
+        hps[contract.HP_TORCH_DISTRIBUTED_ENABLED] = "true"
+        hps[contract.HP_INSTANCE_TYPE] = json.dumps(instance_type)
+    channels = [
+        {"ChannelName": name, "DataSource": {"S3DataSource": {"S3Uri": uri}}}
+        for name, uri in (inputs or {}).items()
+    ]
+    return TrainingJobSpec(
+        TrainingJobName=job_name,
+        AlgorithmSpecification={"TrainingImage": "smlaunch-local", "TrainingInputMode": "File"},
+        RoleArn="arn:aws:iam::000000000000:role/test",
+        OutputDataConfig={"S3OutputPath": output_path or (tmp_path / "out").as_uri()},
+        ResourceConfig={"InstanceType": instance_type, "InstanceCount": instance_count},
+        StoppingCondition={"MaxRuntimeInSeconds": max_run},
+        HyperParameters=hps,
+        InputDataConfig=channels or None,
+    )
+
+
+def job_processes(job_name: str, job_dir: Path | None = None) -> list[psutil.Process]:
+    """Every live process that belongs to the job: by TRAINING_JOB_NAME in its environment, or by
+    the job directory on its command line (the agent)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if job_dir is not None and str(job_dir) in cmdline:
+                found.append(proc)
+                continue
+            if proc.environ().get(contract.TRAINING_JOB_NAME_ENV) == job_name:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_no_job_processes(job_name: str, job_dir: Path | None = None, settle: float = 5.0) -> None:
+    """No process of the job remains (allowing ``settle`` seconds for exits already under way)."""
+    deadline = time.monotonic() + settle
+    while True:
+        left = job_processes(job_name, job_dir)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+def wait_terminal(backend: Backend, job_name: str, timeout: float = WAIT_SECONDS) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        description = backend.describe(job_name)
+        if description["TrainingJobStatus"] in contract.TERMINAL_STATUSES:
+            return description
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_name} not terminal after {timeout} s: {description}")
+        time.sleep(0.1)
+
+
+def wait_for_line(backend: Backend, job_name: str, needle: str, timeout: float = WAIT_SECONDS) -> None:
+    """Block until a line containing ``needle`` is in the job log (e.g. the script reached a point)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(needle in line for line in backend.log_lines(job_name)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} never appeared in the log of {job_name}")
+
+
+def kill_leftover_jobs(root: Path) -> None:
+    """Test teardown: SIGKILL the agent of every job under ``root`` that is still running (its hosts
+    die with it), so a failing test never leaves processes behind for the next one."""
+    for agent_file in root.glob("*/agent.json"):
+        job_dir = agent_file.parent
+        try:
+            agent = json.loads(agent_file.read_text())
+            proc = psutil.Process(int(agent["pid"]))
+            if abs(proc.create_time() - float(agent["create_time"])) < 1.0:
+                proc.kill()
+        except (psutil.Error, OSError, ValueError, KeyError):
+            pass
+        for proc in job_processes(job_dir.name, job_dir):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

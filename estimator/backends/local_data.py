@@ -1,0 +1,343 @@
+"""Channel delivery for backends that run hosts on this machine: File, FastFile and Pipe input modes.
+
+Used by the local agent (:mod:`estimator.backends.local_agent`) before it starts the host runtimes.
+Which objects a host gets (ShardedByS3Key, ManifestFile expansion, Pipe order) is decided by
+:mod:`runtime.channels`; bytes move through :class:`runtime.transfer.TransferEngine` (parallel,
+verified). ``inputdataconfig.json`` records the mode actually delivered (``File``, ``FastFile`` or
+``Pipe``), unlike SageMaker's local mode, which always writes ``File``.
+
+What each mode guarantees to the training script
+------------------------------------------------
+- **File**: every object of the host's share is present under ``input/data/<channel>/`` at its
+  relative path before the script starts. ``file://`` data is not copied: each file is a symlink
+  into the original (see :mod:`estimator.backends._local_layout`); ``s3://`` data is downloaded once
+  per job into the job's cache and linked into every host's tree.
+- **FastFile** (``s3://`` sources): the script starts before the channel has fully arrived.
+  Guaranteed when the script starts: every *directory* of the host's share exists, and
+  ``input/data/<channel>.smlaunch-listing`` holds the complete list of the host's files (JSON list of
+  ``{"path": rel, "size": bytes}``, key order). Then each file *appears atomically*: it becomes
+  visible under its final name only once its bytes are complete and verified (a symlink is created
+  under a temporary name and renamed), so any file the script can open is whole. Files arrive in
+  roughly key order (several downloads run in parallel). When the last one has arrived,
+  ``input/data/<channel>.smlaunch-complete`` is created. Not guaranteed: that ``os.listdir`` at start
+  shows every file (SageMaker's FastFile mount lists everything at once and streams on read; a
+  script that lists the directory once at start should read the listing file instead, or wait for
+  the completion marker). ``file://`` sources are complete at start (they are symlinked).
+- **Pipe**: for each channel a FIFO ``input/data/<channel>_<epoch>`` per epoch, starting at
+  ``<channel>_0``, streaming the host's share object after object (RecordIO-framed when
+  ``RecordWrapperType="RecordIO"``; order per :func:`runtime.channels.epoch_order`). When the writer
+  has sent the last byte of epoch ``N`` it first creates ``<channel>_<N+1>``, then closes epoch ``N``
+  (the reader sees EOF) and removes its FIFO: so when a reader sees EOF, the next epoch's FIFO exists.
+  A reader that closes a FIFO early ends that epoch. Epochs continue until the job ends.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from estimator.backends import _local_layout as layout
+from estimator.spec import Channel, TrainingJobSpec
+from runtime import channels as rules
+from runtime import contract
+from runtime.transfer import ObjectInfo, TransferEngine, is_s3, local_path, split_s3_uri
+
+LISTING_SUFFIX = ".smlaunch-listing"
+COMPLETE_SUFFIX = ".smlaunch-complete"
+PIPE_CHUNK = 1 << 20
+_POLL = 0.05
+
+Log = Callable[[str], None]
+
+
+def channel_mode(spec: TrainingJobSpec, channel: Channel) -> str:
+    return channel.InputMode or spec.AlgorithmSpecification.TrainingInputMode
+
+
+def list_channel(engine: TransferEngine, channel: Channel) -> list[ObjectInfo]:
+    """Every object of a channel, key order: an S3Prefix listing, or a ManifestFile's expansion."""
+    source = channel.DataSource.S3DataSource
+    if source is None:
+        raise rules.ChannelError(f"channel {channel.ChannelName!r} has no S3DataSource")
+    if source.S3DataType == "S3Prefix":
+        return engine.list(source.S3Uri)
+    if source.S3DataType != "ManifestFile":
+        raise rules.ChannelError(
+            f"channel {channel.ChannelName!r}: S3DataType {source.S3DataType!r} is not supported locally")
+    entries = rules.parse_manifest(_read_text(engine, source.S3Uri), source.S3Uri)
+    prefixes = {e.uri[: len(e.uri) - len(e.rel)] for e in entries}
+    listed: dict[str, ObjectInfo] = {}
+    for prefix in prefixes:
+        for info in engine.list(prefix):
+            listed[info.uri] = info
+    objects: list[ObjectInfo] = []
+    for entry in entries:
+        found = listed.get(entry.uri)
+        if found is None:
+            raise rules.ChannelError(f"manifest {source.S3Uri} names {entry.uri}, which does not exist")
+        objects.append(ObjectInfo(entry.uri, entry.rel, found.size, found.etag))
+    return sorted(objects, key=lambda o: o.rel)
+
+
+def _read_text(engine: TransferEngine, uri: str) -> str:
+    if is_s3(uri):
+        bucket, key = split_s3_uri(uri)
+        body: bytes = engine.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return body.decode("utf-8")
+    return local_path(uri).read_text(encoding="utf-8")
+
+
+def _atomic_symlink(target: Path, link: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
+class JobData:
+    """Stages every channel of one job into every host's tree and runs the background feeders.
+
+    ``hosts``: ``(host index, host's Paths)`` in host order. ``cache_dir``: where ``s3://`` objects
+    are downloaded once per job. ``stage()`` returns when each host can start (File data present,
+    FastFile listing written, first Pipe FIFOs created); ``close()`` stops the feeders.
+    """
+
+    def __init__(self, spec: TrainingJobSpec, hosts: Sequence[tuple[int, contract.Paths]],
+                 cache_dir: Path, engine: TransferEngine, log: Log) -> None:
+        self.spec = spec
+        self.hosts = list(hosts)
+        self.cache_dir = cache_dir
+        self.engine = engine
+        self.log = log
+        self.originals: list[Path] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- staging
+
+    def stage(self) -> None:
+        for channel in self.spec.InputDataConfig or []:
+            mode = channel_mode(self.spec, channel)
+            source = channel.DataSource.S3DataSource
+            assert source is not None
+            objects = list_channel(self.engine, channel)
+            shares = {
+                index: rules.select_for_host(objects, source.S3DataDistributionType, index,
+                                             len(self.hosts), key=lambda o: o.rel)
+                for index, _ in self.hosts
+            }
+            summary = ", ".join(f"{contract.host_name(i)}: {len(s)}" for i, s in shares.items())
+            self.log(f"Channel {channel.ChannelName!r}: {len(objects)} object(s), {mode} mode, "
+                     f"{source.S3DataDistributionType} ({summary})")
+            if mode == "Pipe":
+                self._stage_pipe(channel, shares)
+            elif is_s3(source.S3Uri) or source.S3DataType == "ManifestFile":
+                if mode == "FastFile":
+                    self._stage_fastfile(channel, objects, shares)
+                else:
+                    self._stage_downloaded(channel, objects, shares)
+            else:
+                self._stage_linked(channel, shares)
+
+    def _stage_linked(self, channel: Channel, shares: dict[int, list[ObjectInfo]]) -> None:
+        """file:// File/FastFile: symlink views of the original files (nothing copied)."""
+        source = channel.DataSource.S3DataSource
+        assert source is not None
+        root = local_path(source.S3Uri)
+        sharded = source.S3DataDistributionType == rules.SHARDED_BY_S3_KEY and not root.is_file()
+        for index, paths in self.hosts:
+            subset = [o.rel for o in shares[index]] if sharded else None
+            self.originals += layout.link_view(root, paths.channel_dir(channel.ChannelName), subset)
+
+    def _cache_root(self, channel: Channel) -> Path:
+        return self.cache_dir / channel.ChannelName
+
+    def _stage_downloaded(self, channel: Channel, objects: list[ObjectInfo],
+                          shares: dict[int, list[ObjectInfo]]) -> None:
+        """s3:// (or manifest) File: download every object once, then link each host's share."""
+        needed = {o.uri: o for share in shares.values() for o in share}
+        cache = self._cache_root(channel)
+        summary = self.engine.download_objects(sorted(needed.values(), key=lambda o: o.rel), cache)
+        self.log(f"Channel {channel.ChannelName!r}: downloaded {len(summary.transferred)} object(s) "
+                 f"({summary.bytes} bytes) in {summary.seconds:.1f} s")
+        for index, paths in self.hosts:
+            dest = paths.channel_dir(channel.ChannelName)
+            dest.mkdir(parents=True, exist_ok=True)
+            for obj in shares[index]:
+                _atomic_symlink(cache / obj.rel, dest / obj.rel)
+
+    def _stage_fastfile(self, channel: Channel, objects: list[ObjectInfo],
+                        shares: dict[int, list[ObjectInfo]]) -> None:
+        name = channel.ChannelName
+        readers: dict[str, list[Path]] = {}
+        for index, paths in self.hosts:
+            dest = paths.channel_dir(name)
+            dest.mkdir(parents=True, exist_ok=True)
+            listing = [{"path": o.rel, "size": o.size} for o in shares[index]]
+            for obj in shares[index]:
+                (dest / obj.rel).parent.mkdir(parents=True, exist_ok=True)
+                readers.setdefault(obj.uri, []).append(dest / obj.rel)
+            _write_atomic(paths.input_data_dir / f"{name}{LISTING_SUFFIX}", json.dumps(listing))
+        cache = self._cache_root(channel)
+        needed = sorted({o.uri: o for s in shares.values() for o in s}.values(), key=lambda o: o.rel)
+
+        def arrived(info: ObjectInfo, path: Path) -> None:
+            for link in readers.get(info.uri, []):
+                _atomic_symlink(path, link)
+
+        def feed() -> None:
+            try:
+                self.engine.download_objects(needed, cache, on_done=arrived)
+                for _, paths in self.hosts:
+                    (paths.input_data_dir / f"{name}{COMPLETE_SUFFIX}").touch()
+                self.log(f"Channel {name!r}: FastFile data complete ({len(needed)} object(s))")
+            except Exception as exc:
+                self._fail(f"FastFile channel {name!r}: {type(exc).__name__}: {exc}")
+
+        self._start(feed, f"fastfile-{name}")
+
+    def _stage_pipe(self, channel: Channel, shares: dict[int, list[ObjectInfo]]) -> None:
+        wrap = channel.RecordWrapperType == "RecordIO"
+        seed = channel.ShuffleConfig.Seed if channel.ShuffleConfig is not None else None
+        for index, paths in self.hosts:
+            pipe = PipeFeeder(self.engine, paths, channel.ChannelName, shares[index], wrap, seed, self._stop)
+            pipe.create(0)
+
+            def feed(pipe: PipeFeeder = pipe) -> None:
+                try:
+                    pipe.run()
+                except Exception as exc:
+                    self._fail(f"Pipe channel {pipe.channel!r} on {pipe.paths.base.name}: "
+                               f"{type(exc).__name__}: {exc}")
+
+            self._start(feed, f"pipe-{channel.ChannelName}-{index}")
+
+    # -- background threads
+
+    def _start(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _fail(self, message: str) -> None:
+        self.errors.append(message)
+        self.log(f"ERROR {message}")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the Pipe writers and FastFile downloads (they end at their next check)."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+class PipeFeeder:
+    """Feeds one channel's FIFOs on one host, epoch after epoch, until ``stop`` is set."""
+
+    def __init__(self, engine: TransferEngine, paths: contract.Paths, channel: str,
+                 objects: list[ObjectInfo], recordio: bool, shuffle_seed: int | None,
+                 stop: threading.Event) -> None:
+        self.engine = engine
+        self.paths = paths
+        self.channel = channel
+        self.objects = objects
+        self.recordio = recordio
+        self.shuffle_seed = shuffle_seed
+        self.stop = stop
+        self.epochs_done = 0
+
+    def create(self, epoch: int) -> Path:
+        path = self.paths.pipe_path(self.channel, epoch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not (path.exists() and stat.S_ISFIFO(path.stat().st_mode)):
+            os.mkfifo(path, 0o600)
+        return path
+
+    def run(self) -> None:
+        epoch = 0
+        while not self.stop.is_set():
+            path = self.create(epoch)
+            fd = self._open_writer(path)
+            if fd is None:
+                return  # stopped while nobody was reading
+            try:
+                self._write_epoch(fd, epoch)
+                # The next FIFO exists before this one reports EOF (see the module docstring).
+                self.create(epoch + 1)
+            finally:
+                os.close(fd)
+                path.unlink(missing_ok=True)
+            self.epochs_done += 1
+            epoch += 1
+
+    def _open_writer(self, path: Path) -> int | None:
+        """Open the FIFO for writing once a reader has opened it; ``None`` if stopped first."""
+        while not self.stop.is_set():
+            try:
+                return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    raise
+            time.sleep(_POLL)
+        return None
+
+    def _chunks(self, info: ObjectInfo) -> Iterator[bytes]:
+        if is_s3(info.uri):
+            bucket, key = split_s3_uri(info.uri)
+            body: Any = self.engine.client.get_object(Bucket=bucket, Key=key)["Body"]
+            yield from body.iter_chunks(PIPE_CHUNK)
+        else:
+            with open(local_path(info.uri), "rb") as handle:
+                while chunk := handle.read(PIPE_CHUNK):
+                    yield chunk
+
+    def _write_epoch(self, fd: int, epoch: int) -> None:
+        for info in rules.epoch_order(self.objects, epoch, self.shuffle_seed):
+            if self.recordio:
+                if not self._write(fd, rules.recordio_header(info.size)):
+                    return
+            sent = 0
+            for chunk in self._chunks(info):
+                if not self._write(fd, chunk):
+                    return
+                sent += len(chunk)
+            if sent != info.size:
+                raise rules.ChannelError(f"{info.uri}: streamed {sent} bytes, expected {info.size}")
+            if self.recordio and not self._write(fd, rules.recordio_padding(info.size)):
+                return
+
+    def _write(self, fd: int, data: bytes) -> bool:
+        """Write all of ``data``; False when the reader went away or the job is stopping."""
+        view = memoryview(data)
+        while view:
+            if self.stop.is_set():
+                return False
+            _, writable, _ = select.select([], [fd], [], _POLL)
+            if not writable:
+                continue
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                return False
+        return True

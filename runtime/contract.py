@@ -243,6 +243,9 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_FAULTS          JSON list of faults to inject in a local run (see runtime.faults)
 #   SMLAUNCH_STOP_GRACE_SECONDS  seconds between SIGTERM and SIGKILL when the job is stopped
 #   SMLAUNCH_LOG_PREFIX      "0" turns off the [host/rank N] prefix of rank output
+#   SMLAUNCH_STALL_TIMEOUT_SECONDS  seconds without output (and no exit) after which a host's job is
+#                            declared hung: stacks dumped, job ended (see runtime.watchdog); unset/0 = off
+#   SMLAUNCH_STACK_DUMPER    "auto" (py-spy when installed, else faulthandler), "py-spy", "faulthandler"
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
 SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
@@ -251,6 +254,8 @@ SMLAUNCH_PROCESSES_PER_HOST = "SMLAUNCH_PROCESSES_PER_HOST"
 SMLAUNCH_FAULTS = "SMLAUNCH_FAULTS"
 SMLAUNCH_STOP_GRACE_SECONDS = "SMLAUNCH_STOP_GRACE_SECONDS"
 SMLAUNCH_LOG_PREFIX = "SMLAUNCH_LOG_PREFIX"
+SMLAUNCH_STALL_TIMEOUT_SECONDS = "SMLAUNCH_STALL_TIMEOUT_SECONDS"
+SMLAUNCH_STACK_DUMPER = "SMLAUNCH_STACK_DUMPER"
 
 DEFAULT_STOP_GRACE_SECONDS = 120.0
 

@@ -43,12 +43,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from runtime import contract
 from runtime.launchers.base import LaunchPlan, ProcessSpec
+
+if TYPE_CHECKING:
+    from runtime.watchdog import SupervisorHook
 
 STDERR_TAIL_LINES = 100
 TRACEBACK_MAX_LINES = 400
@@ -212,8 +215,11 @@ class Supervisor:
         prefix_output: bool = True,
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
+        hooks: Sequence[SupervisorHook] = (),
     ) -> None:
         self.host = host
+        self.hooks = list(hooks)
+        """Watchdog / fault-injection hooks (:class:`runtime.watchdog.SupervisorHook`)."""
         self.stop_grace = stop_grace
         self.fail_fast_grace = fail_fast_grace
         self.prefix_output = prefix_output
@@ -240,7 +246,11 @@ class Supervisor:
                     contract.SMLAUNCH_STOP_GRACE_SECONDS, raw, "must be a number of seconds >= 0", "e.g. 120"
                 )
         prefix = environ.get(contract.SMLAUNCH_LOG_PREFIX, "1") != "0"
-        return cls(host, stop_grace=grace, prefix_output=prefix, **kwargs)
+        supervisor = cls(host, stop_grace=grace, prefix_output=prefix, **kwargs)
+        from runtime.watchdog import hooks_from_environ  # stall watchdog, fault injection
+
+        supervisor.hooks.extend(hooks_from_environ(host, environ, supervisor.log))
+        return supervisor
 
     # --- output ----------------------------------------------------------------------------------
 
@@ -284,6 +294,8 @@ class Supervisor:
                 label = split_label or label
             if is_stderr:
                 proc.stderr.add(line)
+            for hook in self.hooks:
+                hook.on_output(label)
             self._emit(stream, f"[{self.host}/{label}] {line}" if self.prefix_output else line)
         pipe.close()
 
@@ -345,7 +357,15 @@ class Supervisor:
         procs: list[_Proc] = []
         try:
             for spec in plan.processes:
+                for hook in self.hooks:
+                    spec = hook.prepare(spec)
                 procs.append(self._spawn(spec))
+            if self.hooks:
+                from runtime.watchdog import StartedProcess
+
+                started = [StartedProcess(p.spec.label, p.spec.rank, p.popen.pid) for p in procs]
+                for hook in self.hooks:
+                    hook.on_start(started)
             self._supervise(procs, result)
         finally:
             for proc in procs:
@@ -355,6 +375,8 @@ class Supervisor:
                     reader.join(READER_JOIN_SECONDS)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            for hook in self.hooks:
+                hook.close()
         return result
 
     def _supervise(self, procs: list[_Proc], result: RunResult) -> None:
@@ -365,6 +387,8 @@ class Supervisor:
             now = time.monotonic()
             deadlines = [d for d in (kill_at, give_up_at) if d is not None]
             timeout = max(0.0, min(deadlines) - now) if deadlines else None
+            if self.hooks:  # hooks are polled about once a second
+                timeout = min(timeout, 1.0) if timeout is not None else 1.0
             try:
                 kind, payload = self._events.get(timeout=timeout)
             except queue.Empty:
@@ -374,6 +398,8 @@ class Supervisor:
                 proc.exited = True
                 alive.pop(id(proc), None)
                 result.exits.append(ProcessExit(proc.spec.label, proc.spec.rank, code, when))
+                for hook in self.hooks:
+                    hook.on_exit(proc.spec.label, code)
                 if code != 0 and result.first_failure is None and result.stop_signal is None:
                     for reader in proc.readers:  # the tail must be complete before it is reported
                         reader.join(READER_JOIN_SECONDS)
@@ -402,6 +428,14 @@ class Supervisor:
                 else:
                     self.log(f"received {signal.Signals(signum).name} again: killing every process now")
                     kill_at = time.monotonic()
+            for hook in self.hooks:
+                verdict = hook.poll() if alive else None
+                if verdict is not None and result.first_failure is None and result.stop_signal is None:
+                    result.first_failure = verdict
+                    self.log(f"{verdict.label} ended the job: SIGTERM to {len(alive)} process(es)")
+                    for other in alive.values():
+                        self._signal_group(other, signal.SIGTERM)
+                    kill_at = time.monotonic() + self.fail_fast_grace
             now = time.monotonic()
             if kill_at is not None and now >= kill_at and alive:
                 self.log(f"SIGKILL to {len(alive)} process(es) still running")

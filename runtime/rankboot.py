@@ -1,0 +1,107 @@
+"""What every rank does at start so its supervisor can see inside it: the rank side of
+:mod:`runtime.watchdog` and :mod:`runtime.faults`.
+
+Runs inside the user's process (imported by ``runtime/_rankboot/sitecustomize.py``, which the
+supervisor puts first on each rank's ``PYTHONPATH``), so it must be cheap, import nothing heavy, never
+raise, and change nothing the script can observe except two signal handlers:
+
+- **Registration.** When ``SMLAUNCH_RANK_DIR`` is set, the rank writes ``<dir>/<pid>.json``
+  (``{"pid", "rank", "host", "time"}``): that is how the supervisor finds ranks it did not spawn
+  itself (``mpirun``'s children). :func:`register` runs again after the MPI rank wrapper has set
+  the rank's host, overwriting the entry.
+- **Stacks.** ``faulthandler`` is registered on SIGUSR1, writing every thread's Python stack to
+  ``<dir>/<pid>.stack``: the dump used when ``py-spy`` is not installed. faulthandler works at the C
+  level, so it answers even when the rank is stuck in a collective.
+- **Faults.** Only when ``SMLAUNCH_FAULTS`` is set: a SIGUSR2 handler that performs the action the
+  supervisor wrote to ``<dir>/<pid>.fault`` (``{"kind": "crash", "exit_code": 7}`` exits the rank
+  with that code after printing where it was; ``{"kind": "hang"}`` blocks the main thread forever at
+  the point the script had reached).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+RANK_DIR_ENV = "SMLAUNCH_RANK_DIR"
+FAULTS_ENV = "SMLAUNCH_FAULTS"
+
+_stack_file: Any = None  # kept open for faulthandler (it writes to the file descriptor)
+
+
+def _rank_from_env() -> int | None:
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        value = os.environ.get(name)
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def register(rank_dir: str | None = None) -> None:
+    """Write (or rewrite) this rank's registration file from the current environment."""
+    import json
+
+    rank_dir = rank_dir or os.environ.get(RANK_DIR_ENV)
+    if not rank_dir:
+        return
+    pid = os.getpid()
+    info = {
+        "pid": pid,
+        "rank": _rank_from_env(),
+        "host": os.environ.get("SM_CURRENT_HOST"),
+        "time": time.time(),
+    }
+    path = os.path.join(rank_dir, f"{pid}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(info, handle)
+    os.replace(tmp, path)
+
+
+def _on_fault(signum: int, frame: Any) -> None:
+    import json
+    import traceback
+
+    rank_dir = os.environ.get(RANK_DIR_ENV, "")
+    try:
+        with open(os.path.join(rank_dir, f"{os.getpid()}.fault"), encoding="utf-8") as handle:
+            action = json.load(handle)
+    except (OSError, ValueError):
+        return
+    where = "".join(traceback.format_stack(frame)[-3:]) if frame is not None else ""
+    kind = action.get("kind")
+    if kind == "crash":
+        code = int(action.get("exit_code", 1))
+        sys.stderr.write(
+            f"smlaunch fault injection: this rank crashes now with exit code {code}; it was at:\n{where}"
+        )
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+    if kind == "hang":
+        sys.stderr.write(f"smlaunch fault injection: this rank hangs now; it was at:\n{where}")
+        sys.stderr.flush()
+        while True:
+            time.sleep(3600)
+
+
+def boot() -> None:
+    """Called once at interpreter start in every rank. A no-op outside smlaunch's supervisor."""
+    global _stack_file
+    rank_dir = os.environ.get(RANK_DIR_ENV)
+    if not rank_dir or not os.path.isdir(rank_dir):
+        return
+    import faulthandler
+    import signal
+
+    if _stack_file is None:
+        _stack_file = open(os.path.join(rank_dir, f"{os.getpid()}.stack"), "w")
+        faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+    if os.environ.get(FAULTS_ENV):
+        signal.signal(signal.SIGUSR2, _on_fault)
+    register(rank_dir)

@@ -1,0 +1,821 @@
+"""``Estimator`` and ``PyTorch``: SageMaker SDK v2's constructor and ``fit()``, on any backend.
+
+``fit()`` reads as TorchX's submit: validate (at construction) -> :meth:`Estimator.plan` (pure: the
+exact :class:`~estimator.spec.TrainingJobSpec`) -> ``backend.check(spec)`` -> stage code (and local
+inputs) -> ``backend.submit(spec)`` -> :class:`~estimator.job.TrainingJob` -> wait. Every bad
+argument is a :class:`ConfigurationError` naming the argument, the value and the fix, raised at
+construction (or, for ``inputs`` and ``job_name``, in ``plan()``), before anything is staged.
+
+The request equals what ``sagemaker.pytorch.PyTorch(...).fit(...)`` (SDK 2.257.x) sends for the same
+arguments (``tests/unit/test_plan_oracle.py`` checks it field by field), apart from these
+deliberate differences:
+
+- ``pytorchddp`` is sent as ``sagemaker_pytorch_ddp_enabled``, not rewritten to smddp (DESIGN §4);
+  the other distribution differences are listed in :mod:`estimator.distribution`.
+- Checks the SDK runs at ``fit()`` (entry point in ``source_dir``, image versions, model-parallel
+  config) run at construction; unknown instance types fail with the nearest names suggested.
+- Local runs (``LocalSession``, or ``local``/``local_gpu``): any ``ml.`` type is allowed (its
+  topology is emulated); spot, checkpoints, multi-instance ``local_gpu`` and ``torch_distributed``
+  on CPU types are not refused here but left to ``backend.check(spec)``, which knows what the
+  backend can do; no ``DebugHookConfig``/``ProfilerConfig`` is sent (nothing would read them); code
+  goes to ``file://`` (``<output_path>/<job>/source/sourcedir.tar.gz``) without any AWS call; the
+  DLC framework-version lists of smddp and torch_distributed are not applied (no DLC runs);
+  ``TrainingImage`` is left out when the session's region has no DLC registry (``region_name`` is
+  ``local``) and no ``image_uri`` was given.
+- With a SageMaker ``Session``, a scheme-less local path in ``inputs`` is uploaded by
+  ``Session.stage_local_input`` to ``<bucket>/<job>/input/<channel>/`` (the SDK refuses it).
+- The timestamp in job names always has 3 millisecond digits (see :mod:`estimator.naming`).
+- ``attach()`` restores ``distribution`` and ``metric_definitions`` (the SDK loses both) and does not
+  block unless ``wait=True``.
+- ``model_uri``, ``rules``, ``debugger_hook_config`` objects, ``profiler_config`` objects,
+  ``instance_groups``, ``training_recipe``, ``git_config`` and pipeline variables are not supported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import urlparse
+
+from estimator import catalog, image_uris, naming
+from estimator import hyperparameters as hp
+from estimator import inputs as channel_inputs
+from estimator.distribution import DISTRIBUTION_KEYS, Distribution
+from estimator.errors import ConfigurationError
+from estimator.job import TrainingJob
+from estimator.packaging import build_and_stage, check_readable_dir
+from estimator.spec import (
+    AlgorithmSpecification,
+    Channel,
+    CheckpointConfig,
+    DebugHookConfig,
+    MetricDefinition,
+    OutputDataConfig,
+    ProfilerConfig,
+    ResourceConfig,
+    RetryStrategy,
+    StoppingCondition,
+    Tag,
+    TrainingJobSpec,
+    VpcConfig,
+)
+from runtime import contract
+
+logger = logging.getLogger(__name__)
+
+INPUT_MODES = ("File", "FastFile", "Pipe")
+CODE_CHANNEL = "code"
+CODE_CHANNEL_SOURCEDIR_PATH = "/opt/ml/input/data/code/sourcedir.tar.gz"
+# fw_utils.DEBUGGER_UNSUPPORTED_REGIONS / PROFILER_UNSUPPORTED_REGIONS (identical lists in 2.257.7).
+DEBUGGER_UNSUPPORTED_REGIONS = frozenset({
+    "us-iso-east-1", "us-isob-east-1", "ap-southeast-3", "ap-southeast-4", "eu-south-2",
+    "me-central-1", "ap-south-2", "eu-central-2", "us-gov-east-1",
+})
+# fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS["pytorch"] and
+# TORCH_DISTRIBUTED_GPU_SUPPORTED_FRAMEWORK_VERSIONS (SDK 2.257.7): what the DLCs can run.
+SMDDP_FRAMEWORK_VERSIONS = (
+    "1.6", "1.6.0", "1.7", "1.7.1", "1.8", "1.8.0", "1.8.1", "1.9", "1.9.0", "1.9.1", "1.10", "1.10.0",
+    "1.10.2", "1.11", "1.11.0", "1.12", "1.12.0", "1.12.1", "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2",
+    "2.2.0",
+)
+TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS = (
+    "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1", "2.4.1", "2.5.1", "2.6.0",
+    "2.7.1", "2.8.0",
+)
+_DLC_TAG = re.compile(r"^(?:.+/)?pytorch-training:(?P<version>[0-9.]+)-(?:cpu|gpu)-(?P<py>py[0-9]+)")
+
+
+def _is_uri(value: str) -> bool:
+    return urlparse(value).scheme in ("s3", "file")
+
+
+def _join_uri(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def _default_session(instance_type: str) -> Any:
+    if instance_type in (contract.LOCAL_INSTANCE_TYPE, contract.LOCAL_GPU_INSTANCE_TYPE):
+        from estimator.session import LocalSession
+
+        return LocalSession()
+    try:
+        from estimator.session import Session  # type: ignore[attr-defined]
+    except ImportError as exc:  # pragma: no cover - only while Session is not installed
+        raise ConfigurationError(
+            "sagemaker_session", None, "the SageMaker Session is not available in this installation",
+            "pass sagemaker_session=LocalSession() to run on this machine",
+        ) from exc
+    return Session()
+
+
+class Estimator:
+    """A training job definition: SageMaker SDK v2's ``Estimator`` (generic, ``image_uri``).
+
+    With ``entry_point`` (and ``source_dir``), the code is packed into ``sourcedir.tar.gz`` and the
+    script-mode hyperparameters are sent, as for framework estimators. Without it, the image runs
+    its own entry point.
+    """
+
+    _framework: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        image_uri: str | None = None,
+        role: str | None = None,
+        instance_count: int | None = None,
+        instance_type: str | None = None,
+        *,
+        entry_point: str | None = None,
+        source_dir: str | None = None,
+        dependencies: list[str] | None = None,
+        hyperparameters: Mapping[str, Any] | None = None,
+        distribution: Mapping[str, Any] | None = None,
+        output_path: str | None = None,
+        code_location: str | None = None,
+        base_job_name: str | None = None,
+        max_run: int = 24 * 60 * 60,
+        environment: Mapping[str, str] | None = None,
+        volume_size: int = 30,
+        volume_kms_key: str | None = None,
+        input_mode: str = "File",
+        metric_definitions: list[dict[str, str]] | None = None,
+        tags: list[dict[str, str]] | Mapping[str, str] | None = None,
+        checkpoint_s3_uri: str | None = None,
+        checkpoint_local_path: str | None = None,
+        use_spot_instances: bool = False,
+        max_wait: int | None = None,
+        sagemaker_session: Any | None = None,
+        subnets: list[str] | None = None,
+        security_group_ids: list[str] | None = None,
+        enable_network_isolation: bool = False,
+        encrypt_inter_container_traffic: bool = False,
+        max_retry_attempts: int | None = None,
+        disable_output_compression: bool = False,
+        output_kms_key: str | None = None,
+        container_log_level: int = logging.INFO,
+        enable_sagemaker_metrics: bool | None = None,
+        disable_profiler: bool = False,
+        debugger_hook_config: bool | None = None,
+    ) -> None:
+        self.instance = catalog.lookup(instance_type, "instance_type")
+        self.instance_type: str = self.instance.name
+        if isinstance(instance_count, bool) or not isinstance(instance_count, int) or instance_count < 1:
+            raise ConfigurationError("instance_count", instance_count, "must be an integer >= 1",
+                                     "pass instance_count=1 or more")
+        self.instance_count = instance_count
+        session = sagemaker_session if sagemaker_session is not None else _default_session(self.instance_type)
+        self.sagemaker_session = session
+        self.is_local = bool(getattr(session, "is_local", False))
+        if self.instance.is_local and not self.is_local:
+            raise ConfigurationError(
+                "instance_type", self.instance_type, "local types run only with a LocalSession",
+                "pass sagemaker_session=LocalSession(), or an ml. instance type",
+            )
+        if not self.is_local and not role:
+            raise ConfigurationError("role", role, "SageMaker training jobs need an IAM execution role",
+                                     "pass role='arn:aws:iam::<account>:role/<name>'")
+        self.role = role
+        self.image_uri = image_uri
+        self.entry_point = entry_point
+        self.source_dir = source_dir
+        self.dependencies = list(dependencies or [])
+        self._check_code()
+
+        self._hyperparameters = dict(hyperparameters or {})
+        hp.check_limits(hp.encode(self._hyperparameters))
+        self.distribution = Distribution.parse(distribution)
+        self.distribution.check(self.instance, instance_count, local=self.is_local)
+        if self.distribution.torch_distributed is not None and self.distribution.torch_distributed.enabled:
+            if entry_point is not None and not entry_point.endswith(".py"):
+                raise ConfigurationError(
+                    "entry_point", entry_point, "torch_distributed runs Python programs (*.py) only",
+                    "point entry_point at a .py file",
+                )
+
+        self.output_path = self._check_location(output_path, "output_path")
+        self.code_location = self._check_location(code_location, "code_location")
+        self.base_job_name = (
+            naming.validate_base_job_name(base_job_name) if base_job_name is not None else None
+        )
+        self.max_run = self._positive_int(max_run, "max_run", "seconds, e.g. 86400")
+        self.volume_size = self._positive_int(volume_size, "volume_size", "GB, e.g. 30")
+        self.volume_kms_key = volume_kms_key
+        if input_mode not in INPUT_MODES:
+            raise ConfigurationError("input_mode", input_mode, "not a SageMaker input mode",
+                                     f"use one of {list(INPUT_MODES)}")
+        self.input_mode = input_mode
+        self.environment = self._check_environment(environment)
+        self.metric_definitions = self._check_metrics(metric_definitions)
+        self.tags = self._check_tags(tags)
+        self.use_spot_instances = bool(use_spot_instances)
+        self.max_wait = self._check_spot(max_wait)
+        self.checkpoint_s3_uri, self.checkpoint_local_path = self._check_checkpoints(
+            checkpoint_s3_uri, checkpoint_local_path
+        )
+        if bool(subnets) != bool(security_group_ids):
+            raise ConfigurationError(
+                "subnets" if not subnets else "security_group_ids", subnets or security_group_ids,
+                "a VPC configuration needs both subnets and security_group_ids",
+                "pass both subnets=[...] and security_group_ids=[...], or neither",
+            )
+        self.subnets = list(subnets) if subnets else None
+        self.security_group_ids = list(security_group_ids) if security_group_ids else None
+        self.enable_network_isolation = bool(enable_network_isolation)
+        self.encrypt_inter_container_traffic = bool(encrypt_inter_container_traffic)
+        if max_retry_attempts is not None and (
+            isinstance(max_retry_attempts, bool) or not isinstance(max_retry_attempts, int)
+            or not 1 <= max_retry_attempts <= 30
+        ):
+            raise ConfigurationError("max_retry_attempts", max_retry_attempts, "must be an integer 1..30",
+                                     "pass e.g. max_retry_attempts=3")
+        self.max_retry_attempts = max_retry_attempts
+        self.disable_output_compression = bool(disable_output_compression)
+        self.output_kms_key = output_kms_key
+        if isinstance(container_log_level, bool) or not isinstance(container_log_level, int):
+            raise ConfigurationError("container_log_level", container_log_level, "must be an int",
+                                     "pass a logging level such as logging.INFO (20)")
+        self.container_log_level = container_log_level
+        self.enable_sagemaker_metrics = enable_sagemaker_metrics
+        self.disable_profiler = bool(disable_profiler)
+        self.debugger_hook_config = debugger_hook_config
+        self.latest_training_job: TrainingJob | None = None
+        self._current_job_name: str | None = None
+
+    # --- construction checks ------------------------------------------------------------------
+
+    def _check_code(self) -> None:
+        entry_point, source_dir = self.entry_point, self.source_dir
+        if entry_point is None:
+            if source_dir is not None or self.dependencies:
+                raise ConfigurationError("entry_point", None,
+                                         "source_dir and dependencies need an entry point",
+                                         "pass entry_point='train.py'")
+            return
+        if not isinstance(entry_point, str) or not entry_point:
+            raise ConfigurationError("entry_point", entry_point, "must be the script's file name",
+                                     "pass e.g. entry_point='train.py'")
+        if source_dir is not None and _is_uri(str(source_dir)):
+            # A pre-built sourcedir.tar.gz (as the SDK accepts for s3://; file:// for local runs).
+            if not str(source_dir).endswith(".tar.gz"):
+                raise ConfigurationError("source_dir", source_dir, "a source_dir URI must name a .tar.gz",
+                                         "pass s3://<bucket>/<key>/sourcedir.tar.gz or a local directory")
+            return
+        if source_dir is not None:
+            directory = check_readable_dir(source_dir, "source_dir")
+            if not (directory / entry_point).is_file():
+                raise ConfigurationError(
+                    "entry_point", entry_point,
+                    f"no file named {entry_point!r} in source_dir {str(source_dir)!r}",
+                    "pass the script's path relative to source_dir",
+                )
+            self.source_dir = str(directory.resolve())
+        elif not Path(entry_point).is_file():
+            raise ConfigurationError("entry_point", entry_point, "no such file",
+                                     "pass an existing script, or set source_dir to the folder holding it")
+        for index, dependency in enumerate(self.dependencies):
+            if not Path(dependency).expanduser().exists():
+                raise ConfigurationError(f"dependencies[{index}]", dependency, "no such file or directory",
+                                         "pass existing paths")
+
+    def _check_location(self, uri: str | None, field: str) -> str | None:
+        if uri is None:
+            return None
+        if not isinstance(uri, str):
+            raise ConfigurationError(field, uri, "must be a URI string", "pass s3://bucket/prefix")
+        scheme = urlparse(uri).scheme
+        if scheme == "s3":
+            return channel_inputs.validate_s3_uri(uri, field)
+        if scheme == "file":
+            path = channel_inputs.file_uri_path(uri, field)
+            if not self.is_local:
+                raise ConfigurationError(field, uri, "file:// paths work only for local runs",
+                                         "use an s3:// URI, or sagemaker_session=LocalSession()")
+            existing = path
+            while not existing.exists() and existing != existing.parent:
+                existing = existing.parent
+            if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+                raise ConfigurationError(field, uri, f"not writable ({existing} cannot be written)",
+                                         "pass a directory you can write to")
+            return uri
+        if scheme == "" and self.is_local:
+            path = Path(uri).expanduser().resolve()
+            return self._check_location(path.as_uri() + ("/" if uri.endswith("/") else ""), field)
+        raise ConfigurationError(field, uri, "must start with s3:// (or file:// for local runs)",
+                                 "pass e.g. s3://my-bucket/output")
+
+    @staticmethod
+    def _positive_int(value: Any, field: str, unit: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(field, value, "must be an integer >= 1", f"pass a number of {unit}")
+        return value
+
+    @staticmethod
+    def _check_environment(environment: Mapping[str, str] | None) -> dict[str, str] | None:
+        if environment is None:
+            return None
+        if not isinstance(environment, Mapping):
+            raise ConfigurationError("environment", environment, "must be a dict of str -> str",
+                                     "pass e.g. {'NCCL_DEBUG': 'INFO'}")
+        if len(environment) > 100:
+            raise ConfigurationError("environment", f"<{len(environment)} entries>",
+                                     "CreateTrainingJob accepts at most 100 variables", "pass fewer")
+        for key, value in environment.items():
+            if not isinstance(key, str) or not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$", key):
+                raise ConfigurationError("environment key", key, "not a valid variable name",
+                                         "use letters, digits and '_', not starting with a digit")
+            if not isinstance(value, str) or len(value) > 512:
+                raise ConfigurationError(f"environment[{key!r}]", value, "must be a string of at most 512 "
+                                         "characters", f"pass str(value), e.g. {{{key!r}: '1'}}")
+        return dict(environment)
+
+    @staticmethod
+    def _check_metrics(metric_definitions: Any) -> list[dict[str, str]] | None:
+        if metric_definitions is None:
+            return None
+        if not isinstance(metric_definitions, list):
+            raise ConfigurationError("metric_definitions", metric_definitions, "must be a list",
+                                     "pass [{'Name': 'loss', 'Regex': 'loss=([0-9.]+)'}]")
+        for index, metric in enumerate(metric_definitions):
+            field = f"metric_definitions[{index}]"
+            if not isinstance(metric, Mapping) or set(metric) != {"Name", "Regex"}:
+                raise ConfigurationError(field, metric, "must be a dict with exactly 'Name' and 'Regex'",
+                                         "pass {'Name': 'loss', 'Regex': 'loss=([0-9.]+)'}")
+            try:
+                re.compile(metric["Regex"])
+            except (re.error, TypeError) as exc:
+                raise ConfigurationError(f"{field}.Regex", metric["Regex"], f"not a valid regex ({exc})",
+                                         "fix the pattern; the first group is the value") from exc
+        return [dict(m) for m in metric_definitions]
+
+    @staticmethod
+    def _check_tags(tags: Any) -> list[dict[str, str]] | None:
+        if tags is None:
+            return None
+        if isinstance(tags, Mapping):
+            tags = [{"Key": k, "Value": v} for k, v in tags.items()]
+        if not isinstance(tags, list) or not all(
+            isinstance(t, Mapping) and set(t) == {"Key", "Value"} for t in tags
+        ):
+            raise ConfigurationError("tags", tags, "must be a list of {'Key': ..., 'Value': ...}",
+                                     "pass [{'Key': 'team', 'Value': 'ml'}]")
+        return [dict(t) for t in tags]
+
+    def _check_spot(self, max_wait: Any) -> int | None:
+        if max_wait is None:
+            if self.use_spot_instances and not self.is_local:
+                raise ConfigurationError("max_wait", None, "managed spot training needs max_wait",
+                                         f"pass max_wait >= max_run ({self.max_run})")
+            return None
+        max_wait = self._positive_int(max_wait, "max_wait", "seconds")
+        if not self.use_spot_instances:
+            raise ConfigurationError("max_wait", max_wait, "applies only to spot training",
+                                     "pass use_spot_instances=True, or drop max_wait")
+        if max_wait < self.max_run:
+            raise ConfigurationError("max_wait", max_wait, f"must be >= max_run ({self.max_run})",
+                                     f"pass max_wait={self.max_run} or more")
+        return max_wait
+
+    def _check_checkpoints(self, s3_uri: str | None, local_path: str | None) -> tuple[str | None, str | None]:
+        if local_path is not None and s3_uri is None:
+            raise ConfigurationError("checkpoint_local_path", local_path, "needs checkpoint_s3_uri",
+                                     "pass checkpoint_s3_uri as well")
+        if s3_uri is not None:
+            s3_uri = self._check_location(s3_uri, "checkpoint_s3_uri")
+        if local_path is not None and not str(local_path).startswith("/"):
+            raise ConfigurationError("checkpoint_local_path", local_path, "must be an absolute path",
+                                     "pass e.g. /opt/ml/checkpoints")
+        return s3_uri, local_path
+
+    # --- what subclasses define -----------------------------------------------------------------
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The user's hyperparameters (raw values)."""
+        return dict(self._hyperparameters)
+
+    def _image(self, region: str) -> str | None:
+        return self.image_uri
+
+    def _base_name(self) -> str:
+        if self.base_job_name:
+            return self.base_job_name
+        if self.image_uri:
+            return naming.base_name_from_image(self.image_uri)
+        return "smlaunch"
+
+    def _metrics_time_series(self) -> bool | None:
+        return self.enable_sagemaker_metrics
+
+    # --- plan -----------------------------------------------------------------------------------
+
+    def _job_name(self, job_name: str | None) -> str:
+        if job_name is not None:
+            return naming.validate_job_name(job_name)
+        return naming.validate_job_name(naming.name_from_base(self._base_name()), "base_job_name")
+
+    def _output_path(self) -> str:
+        return self.output_path or self.sagemaker_session.default_output_path()
+
+    def _code_uri(self, job_name: str, output_path: str) -> str | None:
+        """Where ``sourcedir.tar.gz`` will be staged: code_location, else the output bucket's root
+        (as the SDK does), else for ``file://`` output the output path itself."""
+        if self.entry_point is None:
+            return None
+        if self.source_dir is not None and _is_uri(self.source_dir):
+            return self.source_dir
+        if self.code_location:
+            base = self.code_location
+        elif urlparse(output_path).scheme == "s3":
+            base = f"s3://{urlparse(output_path).netloc}"
+        else:
+            base = output_path
+        return _join_uri(base, job_name, "source", contract.SOURCEDIR_TARBALL)
+
+    def _program(self) -> str:
+        assert self.entry_point is not None
+        return self.entry_point if self.source_dir is not None else os.path.basename(self.entry_point)
+
+    def _plan(self, inputs: Any, job_name: str | None) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+        """The spec, and the local input paths to upload as (channel, path) before submitting."""
+        session = self.sagemaker_session
+        name = self._job_name(job_name)
+        region = str(session.region_name)
+        output_path = self._output_path()
+
+        uploads: list[tuple[str, str]] = []
+        staged_inputs = self._stage_plan_inputs(inputs, name, output_path, uploads)
+        channels = channel_inputs.channels(staged_inputs, local=self.is_local)
+
+        wire = hp.encode(self.hyperparameters())
+        code_uri = self._code_uri(name, output_path)
+        if code_uri is not None:
+            submit_directory = code_uri
+            if self.enable_network_isolation:
+                # As the SDK: an isolated container cannot read S3, so the code comes in as a channel.
+                if any(c.ChannelName == CODE_CHANNEL for c in channels or []):
+                    raise ConfigurationError(f"inputs[{CODE_CHANNEL!r}]", CODE_CHANNEL,
+                                             "with enable_network_isolation the code uses this channel",
+                                             "rename your channel")
+                # Not checked for existence: the code is staged there only by fit().
+                code_channel = Channel.model_validate(
+                    {**channel_inputs.TrainingInput(code_uri).config, "ChannelName": CODE_CHANNEL}
+                )
+                channels = [*(channels or []), code_channel]
+                submit_directory = CODE_CHANNEL_SOURCEDIR_PATH
+            wire.update(hp.encode({
+                contract.HP_SUBMIT_DIRECTORY: submit_directory,
+                contract.HP_PROGRAM: self._program(),
+                contract.HP_LOG_LEVEL: self.container_log_level,
+                contract.HP_JOB_NAME: name,
+                contract.HP_REGION: region,
+            }))
+        wire.update(hp.encode(self.distribution.to_hyperparameters(self.instance_type), "distribution"))
+        hp.check_limits(wire)
+
+        algorithm: dict[str, Any] = {"TrainingInputMode": self.input_mode}
+        image = self._image(region)
+        if image is not None:
+            algorithm["TrainingImage"] = image
+        if self.metric_definitions:
+            algorithm["MetricDefinitions"] = [MetricDefinition(**m) for m in self.metric_definitions]
+        if self._metrics_time_series() is not None:
+            algorithm["EnableSageMakerMetricsTimeSeries"] = self._metrics_time_series()
+
+        output: dict[str, Any] = {"S3OutputPath": output_path}
+        if self.output_kms_key is not None:
+            output["KmsKeyId"] = self.output_kms_key
+        if self.disable_output_compression:
+            output["CompressionType"] = "NONE"
+
+        spec = TrainingJobSpec(
+            TrainingJobName=name,
+            AlgorithmSpecification=AlgorithmSpecification(**algorithm),
+            RoleArn=session.expand_role(self.role),
+            OutputDataConfig=OutputDataConfig(**output),
+            ResourceConfig=ResourceConfig(
+                InstanceType=self.instance_type, InstanceCount=self.instance_count,
+                VolumeSizeInGB=self.volume_size, VolumeKmsKeyId=self.volume_kms_key,
+            ),
+            StoppingCondition=StoppingCondition(MaxRuntimeInSeconds=self.max_run,
+                                                MaxWaitTimeInSeconds=self.max_wait),
+            HyperParameters=wire,
+            InputDataConfig=channels,
+            CheckpointConfig=(
+                CheckpointConfig(S3Uri=self.checkpoint_s3_uri, LocalPath=self.checkpoint_local_path)
+                if self.checkpoint_s3_uri else None
+            ),
+            Environment=self.environment or None,
+            VpcConfig=(
+                VpcConfig(SecurityGroupIds=self.security_group_ids, Subnets=self.subnets)
+                if self.subnets and self.security_group_ids else None
+            ),
+            EnableNetworkIsolation=True if self.enable_network_isolation else None,
+            EnableInterContainerTrafficEncryption=True if self.encrypt_inter_container_traffic else None,
+            EnableManagedSpotTraining=True if self.use_spot_instances else None,
+            RetryStrategy=(
+                RetryStrategy(MaximumRetryAttempts=self.max_retry_attempts)
+                if self.max_retry_attempts else None
+            ),
+            Tags=[Tag(**t) for t in self.tags] if self.tags else None,
+            DebugHookConfig=self._debug_hook_config(region, output_path),
+            ProfilerConfig=self._profiler_config(region, output_path),
+        )
+        return spec, uploads
+
+    def _stage_plan_inputs(self, inputs: Any, job_name: str, output_path: str,
+                           uploads: list[tuple[str, str]]) -> Any:
+        """For a SageMaker session, scheme-less local paths become the S3 prefix they will be
+        uploaded to (``Session.stage_local_input``); recorded in ``uploads``."""
+        if self.is_local or not isinstance(inputs, (str, Mapping)):
+            return inputs
+        mapping = {channel_inputs.DEFAULT_CHANNEL: inputs} if isinstance(inputs, str) else dict(inputs)
+        for channel, value in mapping.items():
+            if isinstance(value, str) and urlparse(value).scheme == "" and value:
+                channel_inputs.validate_channel_name(channel)
+                if not hasattr(self.sagemaker_session, "stage_local_input"):
+                    continue  # channels() raises the error naming the fix
+                if not Path(value).expanduser().exists():
+                    raise ConfigurationError(f"inputs[{channel!r}]", value, "no such file or directory",
+                                             "pass an existing local path or an s3:// URI")
+                bucket_root = self.sagemaker_session.default_output_path()
+                mapping[channel] = _join_uri(bucket_root, job_name, "input", channel) + "/"
+                uploads.append((channel, value))
+        return mapping
+
+    def _debug_hook_config(self, region: str, output_path: str) -> DebugHookConfig | None:
+        if self.is_local or region in DEBUGGER_UNSUPPORTED_REGIONS or self.debugger_hook_config is False:
+            return None
+        # SDK Framework._validate_and_set_debugger_configs: SMDebug cannot follow distributed jobs
+        # that checkpoint; for framework estimators (distribution always set) that is every job.
+        if self.checkpoint_s3_uri and self.checkpoint_local_path and (
+            self._framework is not None or self.instance_count > 1
+        ):
+            return None
+        return DebugHookConfig(S3OutputPath=output_path, CollectionConfigurations=[])
+
+    def _profiler_config(self, region: str, output_path: str) -> ProfilerConfig | None:
+        if self.is_local:
+            return None
+        if self.disable_profiler or region in DEBUGGER_UNSUPPORTED_REGIONS:
+            return ProfilerConfig(DisableProfiler=True)
+        return ProfilerConfig(S3OutputPath=output_path, DisableProfiler=False)
+
+    def plan(self, inputs: Any = None, job_name: str | None = None) -> TrainingJobSpec:
+        """The exact request ``fit(inputs)`` would send; stages and submits nothing.
+
+        The code URI in ``sagemaker_submit_directory`` is where the code *will* be staged. The only
+        I/O is checking that local input paths exist (and, for a SageMaker session without an
+        ``output_path``, the session resolving its default bucket).
+        """
+        return self._plan(inputs, job_name)[0]
+
+    # --- fit and the job handle -----------------------------------------------------------------
+
+    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True,
+            job_name: str | None = None) -> None:
+        """Plan, check with the backend, stage code and inputs, submit; wait when asked."""
+        spec, uploads = self._plan(inputs, job_name)
+        backend = self.sagemaker_session.backend()
+        backend.check(spec)
+        self._stage_code(spec)
+        for channel, path in uploads:
+            self.sagemaker_session.stage_local_input(path, spec.TrainingJobName, channel)
+        logger.info("Creating training-job with name: %s", spec.TrainingJobName)
+        backend.submit(spec)
+        self._current_job_name = spec.TrainingJobName
+        self.latest_training_job = TrainingJob(backend, spec.TrainingJobName)
+        if wait:
+            show_logs = logs not in (False, "None")
+            self.latest_training_job.wait(logs=show_logs)
+
+    def _stage_code(self, spec: TrainingJobSpec) -> None:
+        if self.entry_point is None or (self.source_dir is not None and _is_uri(self.source_dir)):
+            return
+        uri = self._code_uri(spec.TrainingJobName, spec.OutputDataConfig.S3OutputPath)
+        assert uri is not None
+        s3_client = None
+        extra_args: dict[str, Any] | None = None
+        if urlparse(uri).scheme == "s3":
+            s3_client = self.sagemaker_session.s3_client()
+            bucket = urlparse(uri).netloc
+            extra_args = {"ServerSideEncryption": "aws:kms"}
+            output_bucket = urlparse(spec.OutputDataConfig.S3OutputPath).netloc
+            if self.output_kms_key and bucket == output_bucket:
+                extra_args["SSEKMSKeyId"] = self.output_kms_key
+            owner_args = getattr(self.sagemaker_session, "bucket_owner_args", None)
+            if owner_args is not None:
+                extra_args.update(owner_args(bucket))
+        archive, uploaded = build_and_stage(self.entry_point, self.source_dir, self.dependencies, uri,
+                                            s3_client=s3_client, extra_args=extra_args)
+        logger.info("%s %s (sha256 %s)", "Staged code to" if uploaded else "Code unchanged at", uri,
+                    archive.sha256[:12])
+
+    def _require_job(self) -> TrainingJob:
+        if self.latest_training_job is None:
+            raise ConfigurationError("latest_training_job", None, "no training job yet",
+                                     "call fit() first, or Estimator.attach(job_name)")
+        return self.latest_training_job
+
+    @property
+    def model_data(self) -> str:
+        """``<output_path>/<job>/output/model.tar.gz`` of the latest job."""
+        job = self._require_job()
+        uri = job.model_data
+        if uri:
+            return uri
+        return _join_uri(self._output_path(), job.name, "output", contract.MODEL_TARBALL)
+
+    def logs(self) -> None:
+        """Print the latest job's logs, following them until it ends."""
+        self._require_job().logs(follow=True)
+
+    def stop(self) -> None:
+        """Stop the latest job (returns without waiting)."""
+        self._require_job().stop()
+
+    # --- attach ---------------------------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, training_job_name: str, sagemaker_session: Any | None = None,
+               wait: bool = False) -> Estimator:
+        """Rebuild the estimator of an existing job from DescribeTrainingJob (``distribution`` and
+        ``metric_definitions`` included) and point ``latest_training_job`` at it."""
+        naming.validate_job_name(training_job_name, "training_job_name")
+        if sagemaker_session is None:
+            sagemaker_session = _default_session("ml.m5.large")
+        backend = sagemaker_session.backend()
+        description = backend.describe(training_job_name)
+        kwargs = cls._init_params_from_description(description)
+        estimator = cls(sagemaker_session=sagemaker_session, **kwargs)
+        estimator._current_job_name = training_job_name
+        estimator.latest_training_job = TrainingJob(backend, training_job_name)
+        if wait:
+            estimator.latest_training_job.wait(logs=False)
+        return estimator
+
+    @classmethod
+    def _init_params_from_description(cls, desc: Mapping[str, Any]) -> dict[str, Any]:
+        algorithm = desc.get("AlgorithmSpecification") or {}
+        resources = desc.get("ResourceConfig") or {}
+        stopping = desc.get("StoppingCondition") or {}
+        output = desc.get("OutputDataConfig") or {}
+        kwargs: dict[str, Any] = {
+            "role": desc.get("RoleArn"),
+            "instance_count": resources.get("InstanceCount"),
+            "instance_type": resources.get("InstanceType"),
+            "volume_size": resources.get("VolumeSizeInGB", 30),
+            "volume_kms_key": resources.get("VolumeKmsKeyId"),
+            "max_run": stopping.get("MaxRuntimeInSeconds", 24 * 60 * 60),
+            "max_wait": stopping.get("MaxWaitTimeInSeconds"),
+            "input_mode": algorithm.get("TrainingInputMode", "File"),
+            "output_path": output.get("S3OutputPath"),
+            "output_kms_key": output.get("KmsKeyId"),
+            "disable_output_compression": output.get("CompressionType") == "NONE",
+            "base_job_name": naming.base_from_name(desc["TrainingJobName"]),
+            "use_spot_instances": bool(desc.get("EnableManagedSpotTraining")),
+            "enable_network_isolation": bool(desc.get("EnableNetworkIsolation")),
+            "encrypt_inter_container_traffic": bool(desc.get("EnableInterContainerTrafficEncryption")),
+            "environment": desc.get("Environment") or None,
+            "metric_definitions": [
+                {"Name": m["Name"], "Regex": m["Regex"]} for m in algorithm.get("MetricDefinitions") or []
+            ] or None,
+            "enable_sagemaker_metrics": algorithm.get("EnableSageMakerMetricsTimeSeries"),
+            "image_uri": algorithm.get("TrainingImage"),
+        }
+        if desc.get("Tags"):
+            kwargs["tags"] = [{"Key": t["Key"], "Value": t["Value"]} for t in desc["Tags"]]
+        if desc.get("VpcConfig"):
+            kwargs["subnets"] = desc["VpcConfig"].get("Subnets")
+            kwargs["security_group_ids"] = desc["VpcConfig"].get("SecurityGroupIds")
+        if desc.get("RetryStrategy"):
+            kwargs["max_retry_attempts"] = desc["RetryStrategy"].get("MaximumRetryAttempts")
+        if desc.get("CheckpointConfig"):
+            kwargs["checkpoint_s3_uri"] = desc["CheckpointConfig"].get("S3Uri")
+            kwargs["checkpoint_local_path"] = desc["CheckpointConfig"].get("LocalPath")
+
+        decoded = hp.decode(desc.get("HyperParameters") or {})
+        if contract.HP_PROGRAM in decoded:
+            kwargs["entry_point"] = decoded[contract.HP_PROGRAM]
+            kwargs["source_dir"] = decoded.get(contract.HP_SUBMIT_DIRECTORY)
+        if contract.HP_LOG_LEVEL in decoded:
+            kwargs["container_log_level"] = int(decoded[contract.HP_LOG_LEVEL])
+        kwargs["distribution"] = Distribution.from_hyperparameters(decoded).to_dict() or None
+        script_keys = set(contract.SCRIPT_MODE_KEYS)
+        kwargs["hyperparameters"] = {
+            key: value for key, value in decoded.items()
+            if key not in script_keys and key not in DISTRIBUTION_KEYS
+        }
+        return kwargs
+
+
+class PyTorch(Estimator):
+    """SageMaker SDK v2's ``sagemaker.pytorch.PyTorch``: script mode on the PyTorch DLC.
+
+    ``framework_version`` and ``py_version`` pick the Deep Learning Container image (see
+    :mod:`estimator.image_uris`); ``image_uri`` overrides it (e.g. an smlaunch image from
+    ``container/`` pushed to ECR).
+    """
+
+    _framework = "pytorch"
+
+    def __init__(
+        self,
+        entry_point: str | None = None,
+        framework_version: str | None = None,
+        py_version: str | None = None,
+        source_dir: str | None = None,
+        hyperparameters: Mapping[str, Any] | None = None,
+        image_uri: str | None = None,
+        distribution: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if entry_point is None:
+            raise ConfigurationError("entry_point", None, "PyTorch runs a training script",
+                                     "pass entry_point='train.py'")
+        if image_uri is None and (framework_version is None or py_version is None):
+            raise ConfigurationError(
+                "framework_version" if framework_version is None else "py_version", None,
+                "framework_version and py_version pick the PyTorch image",
+                "pass both (e.g. framework_version='2.1.0', py_version='py310') or image_uri",
+            )
+        if image_uri is None:
+            image_uris.version_config(str(framework_version), str(py_version))
+        self.framework_version = framework_version
+        self.py_version = py_version
+        if "enable_sagemaker_metrics" not in kwargs and framework_version is not None:
+            # The SDK turns metrics time series on for PyTorch >= 1.3.
+            kwargs["enable_sagemaker_metrics"] = _version_tuple(framework_version) >= (1, 3)
+            if not kwargs["enable_sagemaker_metrics"]:
+                kwargs["enable_sagemaker_metrics"] = None
+        super().__init__(image_uri, entry_point=entry_point, source_dir=source_dir,
+                         hyperparameters=hyperparameters, distribution=distribution, **kwargs)
+        self._check_framework_distribution()
+
+    def _check_framework_distribution(self) -> None:
+        """The DLC's own limits (SDK rules 17, 18, 20, 21): only when a DLC runs the job."""
+        if self.is_local or self.image_uri is not None:
+            return
+        version, py = str(self.framework_version), str(self.py_version)
+        dist = self.distribution
+        if dist.smddp_enabled:
+            if version not in SMDDP_FRAMEWORK_VERSIONS:
+                raise ConfigurationError("framework_version", version,
+                                         "smdistributed.dataparallel is not in this PyTorch image",
+                                         f"use one of {', '.join(SMDDP_FRAMEWORK_VERSIONS)}")
+        torch_on = dist.torch_distributed is not None and dist.torch_distributed.enabled
+        if torch_on and version not in TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS:
+            raise ConfigurationError(
+                "framework_version", version,
+                f"torch_distributed is not supported by the PyTorch {version} image",
+                f"use one of {', '.join(TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS)}",
+            )
+        if (dist.smddp_enabled or torch_on) and "py3" not in py:
+            raise ConfigurationError("py_version", py, "distributed training needs Python 3",
+                                     "pass a py3x py_version")
+        if torch_on and dist.modelparallel_enabled:
+            raise ConfigurationError(
+                "distribution", dist.to_dict(),
+                "SMP v2 (torch_distributed + smdistributed.modelparallel) needs the "
+                "smdistributed-modelparallel image, which smlaunch's image table does not cover",
+                "pass image_uri='658645717510.dkr.ecr.<region>.amazonaws.com/"
+                "smdistributed-modelparallel:<tag>'",
+            )
+
+    def _image(self, region: str) -> str | None:
+        if self.image_uri is not None:
+            return self.image_uri
+        version, py = str(self.framework_version), str(self.py_version)
+        if self.is_local and not image_uris.has_region(version, py, region):
+            return None
+        return image_uris.retrieve(version, py, self.instance, region,
+                                   smdistributed=self.distribution.smdistributed is not None)
+
+    def _base_name(self) -> str:
+        if self.base_job_name:
+            return self.base_job_name
+        if self.image_uri:
+            return naming.base_name_from_image(self.image_uri)
+        row = image_uris.version_config(str(self.framework_version), str(self.py_version))
+        return str(row["repository"])
+
+    @classmethod
+    def _init_params_from_description(cls, desc: Mapping[str, Any]) -> dict[str, Any]:
+        kwargs = super()._init_params_from_description(desc)
+        image = kwargs.get("image_uri") or ""
+        match = _DLC_TAG.match(image)
+        if match:
+            kwargs["framework_version"] = match.group("version")
+            kwargs["py_version"] = match.group("py")
+            kwargs["image_uri"] = None
+        return kwargs
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for part in str(version).split("."):
+        digits = re.match(r"\d+", part)
+        parts.append(int(digits.group()) if digits else 0)
+    return tuple(parts)

@@ -1,0 +1,220 @@
+"""Channel delivery into emulated hosts' /opt/ml trees (estimator.backends.local_data), boto3 on moto.
+
+Real scripts read the data in subprocesses: Pipe FIFOs epoch after epoch, FastFile files as they
+appear, File channels sharded across hosts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from estimator.backends.local_data import COMPLETE_SUFFIX, LISTING_SUFFIX, JobData
+from estimator.spec import TrainingJobSpec
+from runtime import channels as rules
+from runtime import contract
+from runtime.transfer import TransferEngine
+
+N_OBJECTS = 12
+
+
+@pytest.fixture(autouse=True)
+def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(var, value)
+
+
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="data")
+        for i in range(N_OBJECTS):
+            client.put_object(Bucket="data", Key=f"train/part-{i:02d}.txt", Body=f"record {i}\n" * (i + 1))
+        yield client
+
+
+def _spec(channel: dict[str, Any], mode: str = "File", hosts: int = 1) -> TrainingJobSpec:
+    return TrainingJobSpec.model_validate({
+        "TrainingJobName": "job",
+        "AlgorithmSpecification": {"TrainingInputMode": mode},
+        "RoleArn": "arn:aws:iam::000000000000:role/x",
+        "OutputDataConfig": {"S3OutputPath": "file:///tmp/out"},
+        "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": hosts},
+        "InputDataConfig": [channel],
+    })
+
+
+def _channel(uri: str, **extra: Any) -> dict[str, Any]:
+    source = {"S3DataType": extra.pop("S3DataType", "S3Prefix"), "S3Uri": uri,
+              "S3DataDistributionType": extra.pop("distribution", "FullyReplicated")}
+    return {"ChannelName": "train", "DataSource": {"S3DataSource": source}, **extra}
+
+
+def _hosts(tmp_path: Path, n: int) -> list[tuple[int, contract.Paths]]:
+    hosts = []
+    for i in range(n):
+        paths = contract.Paths(tmp_path / contract.host_name(i))
+        for directory in paths.directories():
+            directory.mkdir(parents=True, exist_ok=True)
+        hosts.append((i, paths))
+    return hosts
+
+
+def _expected(i: int) -> bytes:
+    return (f"record {i}\n" * (i + 1)).encode()
+
+
+def test_file_mode_sharded_from_s3(s3: Any, tmp_path: Path) -> None:
+    hosts = _hosts(tmp_path, 3)
+    spec = _spec(_channel("s3://data/train", distribution="ShardedByS3Key"), hosts=3)
+    data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
+    data.stage()
+    seen: list[str] = []
+    for index, paths in hosts:
+        names = sorted(p.name for p in paths.channel_dir("train").iterdir())
+        assert names == sorted(f"part-{i:02d}.txt" for i in range(N_OBJECTS))[index::3]
+        for name in names:
+            i = int(name[5:7])
+            assert (paths.channel_dir("train") / name).read_bytes() == _expected(i)
+        seen += names
+    assert len(seen) == N_OBJECTS == len(set(seen))
+
+
+def test_manifest_channel_expands_to_its_objects(s3: Any, tmp_path: Path) -> None:
+    manifest = [{"prefix": "s3://data/train/"}, "part-03.txt", "part-07.txt"]
+    s3.put_object(Bucket="data", Key="manifests/m.json", Body=json.dumps(manifest).encode())
+    hosts = _hosts(tmp_path, 1)
+    spec = _spec(_channel("s3://data/manifests/m.json", S3DataType="ManifestFile"))
+    JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None).stage()
+    channel_dir = hosts[0][1].channel_dir("train")
+    assert sorted(p.name for p in channel_dir.iterdir()) == ["part-03.txt", "part-07.txt"]
+    assert (channel_dir / "part-07.txt").read_bytes() == _expected(7)
+    s3.put_object(Bucket="data", Key="manifests/bad.json",
+                  Body=json.dumps([{"prefix": "s3://data/train/"}, "missing.txt"]).encode())
+    spec = _spec(_channel("s3://data/manifests/bad.json", S3DataType="ManifestFile"))
+    with pytest.raises(rules.ChannelError, match="does not exist"):
+        JobData(spec, _hosts(tmp_path / "b", 1), tmp_path / "c2", TransferEngine(s3), print).stage()
+
+
+PIPE_READER = textwrap.dedent("""
+    import hashlib, json, os, sys
+    data_dir, epochs = sys.argv[1], int(sys.argv[2])
+    out = []
+    for epoch in range(epochs):
+        path = os.path.join(data_dir, f"train_{epoch}")
+        with open(path, "rb") as fifo:      # blocks until the writer streams this epoch
+            payload = fifo.read()
+        out.append(hashlib.sha256(payload).hexdigest())
+        # The next epoch's FIFO exists as soon as this one reported EOF.
+        assert os.path.exists(os.path.join(data_dir, f"train_{epoch + 1}")), epoch
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("source", ["s3", "file"])
+def test_pipe_mode_read_by_a_real_script(s3: Any, tmp_path: Path, source: str) -> None:
+    if source == "file":
+        root = tmp_path / "local-train"
+        root.mkdir()
+        for i in range(N_OBJECTS):
+            (root / f"part-{i:02d}.txt").write_bytes(_expected(i))
+        uri = root.as_uri()
+    else:
+        uri = "s3://data/train/"
+    hosts = _hosts(tmp_path, 2)
+    spec = _spec(_channel(uri, distribution="ShardedByS3Key", InputMode="Pipe",
+                          ShuffleConfig={"Seed": 7}), mode="File", hosts=2)
+    data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
+    data.stage()
+    try:
+        for index, paths in hosts:
+            fifo = paths.pipe_path("train", 0)
+            assert fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
+            result = subprocess.run([sys.executable, "-c", PIPE_READER, str(paths.input_data_dir), "3"],
+                                    capture_output=True, text=True, timeout=30, check=False)
+            assert result.returncode == 0, result.stderr
+            digests = json.loads(result.stdout)
+            share = list(range(N_OBJECTS))[index::2]
+            for epoch, digest in enumerate(digests):
+                order = rules.epoch_order(share, epoch, 7)
+                assert digest == hashlib.sha256(b"".join(_expected(i) for i in order)).hexdigest()
+            assert digests[0] != digests[1], "ShuffleConfig must reorder each epoch"
+    finally:
+        data.close(timeout=5)
+    assert not data.errors
+    assert all(not t.is_alive() for t in data._threads)
+
+
+def test_pipe_recordio_framing(s3: Any, tmp_path: Path) -> None:
+    hosts = _hosts(tmp_path, 1)
+    spec = _spec(_channel("s3://data/train/", InputMode="Pipe", RecordWrapperType="RecordIO"))
+    data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
+    data.stage()
+    try:
+        with open(hosts[0][1].pipe_path("train", 0), "rb") as fifo:
+            records = rules.read_recordio(fifo.read())
+    finally:
+        data.close(timeout=5)
+    assert records == [_expected(i) for i in range(N_OBJECTS)]
+
+
+FASTFILE_READER = textwrap.dedent("""
+    import hashlib, json, os, sys, time
+    data_dir = sys.argv[1]
+    listing = json.load(open(os.path.join(data_dir, "train.smlaunch-listing")))
+    present_at_start = sum(os.path.exists(os.path.join(data_dir, "train", f["path"])) for f in listing)
+    digests = {}
+    deadline = time.time() + 30
+    for entry in listing:
+        path = os.path.join(data_dir, "train", entry["path"])
+        while not os.path.exists(path):
+            assert time.time() < deadline, path
+            time.sleep(0.01)
+        data = open(path, "rb").read()          # visible means complete
+        assert len(data) == entry["size"], (path, len(data), entry["size"])
+        digests[entry["path"]] = hashlib.sha256(data).hexdigest()
+    print(json.dumps({"present_at_start": present_at_start, "digests": digests}))
+""")
+
+
+@pytest.mark.timeout(60)
+def test_fastfile_starts_before_the_data_and_files_appear_whole(s3: Any, tmp_path: Path) -> None:
+    # Slow every GetObject down so that the channel is still arriving when the script starts.
+    s3.meta.events.register("before-call.s3.GetObject", lambda **kwargs: time.sleep(0.15))
+    hosts = _hosts(tmp_path, 1)
+    spec = _spec(_channel("s3://data/train", InputMode="FastFile"))
+    data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, max_concurrency=2, progress=False),
+                   lambda m: None)
+    data.stage()
+    paths = hosts[0][1]
+    try:
+        # The guarantee at start: the complete listing, before the data.
+        listing = json.loads((paths.input_data_dir / f"train{LISTING_SUFFIX}").read_text())
+        assert [e["path"] for e in listing] == [f"part-{i:02d}.txt" for i in range(N_OBJECTS)]
+        assert not (paths.input_data_dir / f"train{COMPLETE_SUFFIX}").exists()
+        result = subprocess.run([sys.executable, "-c", FASTFILE_READER, str(paths.input_data_dir)],
+                                capture_output=True, text=True, timeout=40, check=False)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["present_at_start"] < N_OBJECTS, "the script should start before all data arrived"
+        assert report["digests"] == {f"part-{i:02d}.txt": hashlib.sha256(_expected(i)).hexdigest()
+                                     for i in range(N_OBJECTS)}
+    finally:
+        data.close(timeout=20)
+    assert (paths.input_data_dir / f"train{COMPLETE_SUFFIX}").exists()
+    assert not data.errors

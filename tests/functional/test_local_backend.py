@@ -98,8 +98,14 @@ def test_two_hosts_two_ranks_end_to_end(tmp_path: Path) -> None:
     session = LocalSession(tmp_path / "jobs", processes_per_host=2)
     backend = session.backend()
     assert isinstance(backend, LocalBackend)
-    spec = make_spec(tmp_path, "e2e-ddp", DDP_SCRIPT, ddp=True, hyperparameters={"epochs": 2},
-                     inputs={"train": data.as_uri()})
+    spec = make_spec(
+        tmp_path,
+        "e2e-ddp",
+        DDP_SCRIPT,
+        ddp=True,
+        hyperparameters={"epochs": 2},
+        inputs={"train": data.as_uri()},
+    )
     backend.check(spec)
     backend.submit(spec)
     job = TrainingJob(backend, spec.TrainingJobName)
@@ -109,8 +115,10 @@ def test_two_hosts_two_ranks_end_to_end(tmp_path: Path) -> None:
     assert description["SecondaryStatus"] == contract.SECONDARY_COMPLETED
     statuses = [t["Status"] for t in description["SecondaryStatusTransitions"]]
     assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
-    assert all(isinstance(t["StartTime"], datetime) and isinstance(t["EndTime"], datetime)
-               for t in description["SecondaryStatusTransitions"])
+    assert all(
+        isinstance(t["StartTime"], datetime) and isinstance(t["EndTime"], datetime)
+        for t in description["SecondaryStatusTransitions"]
+    )
     assert isinstance(description["TrainingStartTime"], datetime)
     assert description["TrainingEndTime"] >= description["TrainingStartTime"]
     assert description["BillableTimeInSeconds"] == description["TrainingTimeInSeconds"] >= 0
@@ -136,8 +144,13 @@ def test_two_hosts_two_ranks_end_to_end(tmp_path: Path) -> None:
         config = json.loads(contract.Paths(job_dir.host_base(host)).resource_config_file.read_text())
         assert config["current_host"] == host
         assert config["hosts"] == ["algo-1", "algo-2"]
-        assert config["instance_groups"] == [{"instance_group_name": "homogeneousCluster",
-                                              "instance_type": "ml.c5.xlarge", "hosts": ["algo-1", "algo-2"]}]
+        assert config["instance_groups"] == [
+            {
+                "instance_group_name": "homogeneousCluster",
+                "instance_type": "ml.c5.xlarge",
+                "hosts": ["algo-1", "algo-2"],
+            }
+        ]
 
     # The user's channel directory is byte-for-byte and entry-for-entry unchanged.
     assert _snapshot(data) == before
@@ -168,7 +181,9 @@ def test_wait_false_then_describe_stream_and_stop_from_a_second_handle(tmp_path:
     assert "Stopping" in [t["Status"] for t in description["SecondaryStatusTransitions"]]
     # SIGTERM reached user code on both hosts, which checkpointed into the model directory.
     assert sorted(_members(description["ModelArtifacts"]["S3ModelArtifacts"])) == [
-        "checkpoint-algo-1.txt", "checkpoint-algo-2.txt"]
+        "checkpoint-algo-1.txt",
+        "checkpoint-algo-2.txt",
+    ]
     streamed = list(other.log_lines(name, follow=True))  # ends: the job is terminal
     assert "[algo-2/rank 0] got SIGTERM, checkpoint saved" in streamed
     assert_no_job_processes(name, other.job_dir(name).path)
@@ -178,8 +193,7 @@ def test_unwritable_output_path_fails_before_anything_starts(tmp_path: Path) -> 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     backend = LocalSession(tmp_path / "jobs").backend()
-    spec = make_spec(tmp_path, "no-output", "print('never runs')",
-                     output_path=(blocker / "models").as_uri())
+    spec = make_spec(tmp_path, "no-output", "print('never runs')", output_path=(blocker / "models").as_uri())
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(ConfigurationError) as error:
         backend.submit(spec)

@@ -92,8 +92,10 @@ def test_raise_on_every_rank_reports_the_traceback(tmp_path: Path) -> None:
     assert "ValueError: boom from rank" in reason and "Traceback" in reason
     # Every host really failed on its own, and the earliest failure is the one reported.
     job = backend.job_dir("raise-all")
-    details = [json.loads((contract.Paths(job.host_base(h)).output_dir / "failure.json").read_text())
-               for h in ("algo-1", "algo-2")]
+    details = [
+        json.loads((contract.Paths(job.host_base(h)).output_dir / "failure.json").read_text())
+        for h in ("algo-1", "algo-2")
+    ]
     first = min(details, key=lambda d: d["time"])
     assert f"rank {first['rank']}" in reason and first["host"] in reason
     assert_no_job_processes("raise-all", job.path)

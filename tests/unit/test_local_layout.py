@@ -1,0 +1,163 @@
+"""Per-host /opt/ml trees: config files as the platform writes them, channel views, sharding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from estimator.backends import _local_layout as layout
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+
+
+def _spec(**overrides: object) -> TrainingJobSpec:
+    request: dict[str, object] = {
+        "TrainingJobName": "layout-job",
+        "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+        "RoleArn": "arn:aws:iam::000000000000:role/r",
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+        "ResourceConfig": {"InstanceType": "ml.p3.16xlarge", "InstanceCount": 3},
+        "HyperParameters": {
+            "epochs": "10",
+            "lr": "3e-05",
+            "raw": "not json",
+            "sagemaker_program": '"train.py"',
+        },
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "ContentType": "text/csv",
+                "DataSource": {
+                    "S3DataSource": {"S3Uri": "s3://bucket/train", "S3DataDistributionType": "ShardedByS3Key"}
+                },
+            },
+            {
+                "ChannelName": "val",
+                "InputMode": "File",
+                "RecordWrapperType": "RecordIO",
+                "DataSource": {"S3DataSource": {"S3Uri": "file:///data/val"}},
+            },
+        ],
+        "CheckpointConfig": {"S3Uri": "s3://bucket/ckpt"},
+    }
+    request.update(overrides)
+    return TrainingJobSpec.model_validate(request)
+
+
+def test_host_names_are_sorted_like_the_platform() -> None:
+    assert layout.host_names(3) == ["algo-1", "algo-2", "algo-3"]
+    assert layout.host_names(11)[:3] == ["algo-1", "algo-10", "algo-11"]
+
+
+def test_config_files_match_the_platform(tmp_path: Path) -> None:
+    spec = _spec()
+    hosts = layout.host_names(3)
+    paths = layout.write_host_tree(spec, tmp_path / "algo-2", "algo-2", hosts)
+    for directory in paths.directories():
+        assert directory.is_dir()
+    assert json.loads(paths.hyperparameters_file.read_text()) == spec.HyperParameters  # verbatim strings
+    assert json.loads(paths.resource_config_file.read_text()) == {
+        "current_host": "algo-2",
+        "current_instance_type": "ml.p3.16xlarge",
+        "current_group_name": "homogeneousCluster",
+        "hosts": ["algo-1", "algo-2", "algo-3"],
+        "instance_groups": [
+            {
+                "instance_group_name": "homogeneousCluster",
+                "instance_type": "ml.p3.16xlarge",
+                "hosts": ["algo-1", "algo-2", "algo-3"],
+            }
+        ],
+        "network_interface_name": "eth0",
+    }
+    assert json.loads(paths.input_data_config_file.read_text()) == {
+        "train": {
+            "TrainingInputMode": "File",
+            "S3DistributionType": "ShardedByS3Key",
+            "RecordWrapperType": "None",
+            "ContentType": "text/csv",
+        },
+        "val": {
+            "TrainingInputMode": "File",
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": "RecordIO",
+        },
+    }
+    assert json.loads(paths.checkpoint_config_file.read_text()) == {
+        "LocalPath": str(paths.checkpoints_dir),
+        "S3Uri": "s3://bucket/ckpt",
+    }
+
+
+def test_no_checkpoint_config_without_checkpoints(tmp_path: Path) -> None:
+    paths = layout.write_host_tree(_spec(CheckpointConfig=None), tmp_path, "algo-1", ["algo-1"])
+    assert not paths.checkpoint_config_file.exists()
+
+
+def test_link_view_isolates_structure_and_detects_in_place_writes(tmp_path: Path) -> None:
+    source = tmp_path / "data"
+    (source / "a" / "empty").mkdir(parents=True)
+    (source / "a" / "x.csv").write_text("x")
+    (source / "y.csv").write_text("y")
+    view = tmp_path / "view"
+    linked = layout.link_view(source, view)
+    assert sorted(p.name for p in linked) == ["x.csv", "y.csv"]
+    assert (view / "a").is_dir() and not (view / "a").is_symlink()
+    assert (view / "a" / "empty").is_dir()
+    assert (view / "a" / "x.csv").read_text() == "x"
+    prints = layout.fingerprint_files(linked)
+    (view / "y.csv").unlink()
+    (view / "a" / "x.csv").rename(view / "moved.csv")
+    (view / "new.csv").write_text("new")
+    assert (source / "y.csv").read_text() == "y" and (source / "a" / "x.csv").exists()
+    assert not (source / "new.csv").exists()
+    assert layout.changed_files(prints) == []
+    with open(view / "moved.csv", "a") as handle:  # writes through the link reach the original...
+        handle.write("!")
+    assert layout.changed_files(prints) == [str((source / "a" / "x.csv").resolve())]  # ...and are caught
+
+
+def test_single_file_channel_and_sharding(tmp_path: Path) -> None:
+    single = tmp_path / "one.csv"
+    single.write_text("1")
+    layout.link_view(single, tmp_path / "v1")
+    assert (tmp_path / "v1" / "one.csv").read_text() == "1"
+    files = [f"part-{i}" for i in range(5)]
+    shards = [layout.shard(files, i, 2) for i in range(2)]
+    assert shards == [["part-0", "part-2", "part-4"], ["part-1", "part-3"]]
+
+
+def test_host_environment_and_gpu_counts(tmp_path: Path) -> None:
+    spec = _spec(Environment={"USER_VAR": "1"})
+    env = layout.host_environment(spec, tmp_path, {"algo-1": "127.0.0.1"}, 29500, 8, 120.0, 0)
+    assert env["USER_VAR"] == "1"
+    assert env[contract.BASE_DIR_ENV] == str(tmp_path)
+    assert env[contract.TRAINING_JOB_NAME_ENV] == "layout-job"
+    assert json.loads(env[contract.SMLAUNCH_HOST_ADDRESSES]) == {"algo-1": "127.0.0.1"}
+    assert env[contract.SMLAUNCH_MASTER_PORT] == "29500"
+    assert env[contract.SMLAUNCH_PROCESSES_PER_HOST] == "8"
+    assert env[contract.SMLAUNCH_NUM_GPUS] == "0"
+    assert env[contract.SMLAUNCH_STOP_GRACE_SECONDS] == "120"
+    assert layout.instance_gpu_count("ml.p3.16xlarge") == 8
+    assert layout.instance_gpu_count("ml.c5.xlarge") == 0
+
+
+def test_s3_prefix_download_matches_sagemaker(tmp_path: Path) -> None:
+    class FakeS3:
+        """Just the two calls the downloader makes, over an in-memory bucket."""
+
+        objects = {"train/a.csv": b"a", "train/sub/b.csv": b"b", "training/other.csv": b"no", "train/": b""}
+
+        def get_paginator(self, name: str) -> FakeS3:
+            assert name == "list_objects_v2"
+            return self
+
+        def paginate(self, Bucket: str, Prefix: str) -> list[dict[str, object]]:
+            return [{"Contents": [{"Key": k} for k in sorted(self.objects) if k.startswith(Prefix)]}]
+
+        def download_file(self, bucket: str, key: str, filename: str) -> None:
+            Path(filename).write_bytes(self.objects[key])
+
+    dest = tmp_path / "cache"
+    assert layout.download_s3_prefix(FakeS3(), "s3://bucket/train", dest) == ["a.csv", "sub/b.csv"]
+    assert (dest / "sub" / "b.csv").read_bytes() == b"b"

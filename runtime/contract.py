@@ -243,8 +243,6 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_FAULTS          JSON list of faults to inject in a local run (see runtime.faults)
 #   SMLAUNCH_STOP_GRACE_SECONDS  seconds between SIGTERM and SIGKILL when the job is stopped
 #   SMLAUNCH_LOG_PREFIX      "0" turns off the [host/rank N] prefix of rank output
-#   SMLAUNCH_STALL_TIMEOUT_SECONDS  no output from any rank of a host for this long: dump every
-#                            rank's Python stack and end the job (unset: never)
 #   SMLAUNCH_STALL_TIMEOUT_SECONDS  seconds without output (and no exit) after which a host's job is
 #                            declared hung: stacks dumped, job ended (see runtime.watchdog); unset/0 = off
 #   SMLAUNCH_STACK_DUMPER    "auto" (py-spy when installed, else faulthandler), "py-spy", "faulthandler"
@@ -256,7 +254,6 @@ SMLAUNCH_PROCESSES_PER_HOST = "SMLAUNCH_PROCESSES_PER_HOST"
 SMLAUNCH_FAULTS = "SMLAUNCH_FAULTS"
 SMLAUNCH_STOP_GRACE_SECONDS = "SMLAUNCH_STOP_GRACE_SECONDS"
 SMLAUNCH_LOG_PREFIX = "SMLAUNCH_LOG_PREFIX"
-SMLAUNCH_STALL_TIMEOUT_SECONDS = "SMLAUNCH_STALL_TIMEOUT_SECONDS"
 SMLAUNCH_STALL_TIMEOUT_SECONDS = "SMLAUNCH_STALL_TIMEOUT_SECONDS"
 SMLAUNCH_STACK_DUMPER = "SMLAUNCH_STACK_DUMPER"
 

@@ -250,8 +250,9 @@ class _Progress:
 class TransferEngine:
     """Parallel, verified, incremental transfers between local paths, ``file://`` and ``s3://``.
 
-    ``s3_client``: a boto3 S3 client (created on first S3 use when omitted, with a connection pool
-    as large as ``max_concurrency``). An injected client with a smaller pool caps the concurrency,
+    ``s3_client``: a boto3 S3 client; or ``client_factory``, called on first S3 use; with neither, a
+    default client is created on first S3 use, with a connection pool as large as
+    ``max_concurrency``. An injected client with a smaller pool caps the concurrency,
     because extra threads would only wait for a connection.
     """
 
@@ -264,12 +265,14 @@ class TransferEngine:
         progress: bool | None = None,
         progress_min_bytes: int = 64 * MiB,
         retries: int = 3,
+        client_factory: Callable[[], Any] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         if multipart_chunksize < 5 * MiB:
             raise ValueError("multipart_chunksize must be >= 5 MiB (the S3 minimum part size)")
         self._client = s3_client
+        self._client_factory = client_factory
         self.max_concurrency = max_concurrency
         self.multipart_threshold = multipart_threshold
         self.multipart_chunksize = multipart_chunksize
@@ -285,6 +288,8 @@ class TransferEngine:
     @property
     def client(self) -> Any:
         with self._lock:
+            if self._client is None and self._client_factory is not None:
+                self._client = self._client_factory()
             if self._client is None:
                 import boto3
                 from botocore.config import Config

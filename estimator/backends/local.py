@@ -52,7 +52,7 @@ class LocalBackend(Backend):
     capabilities = Capabilities(
         name="local",
         uri_schemes=frozenset({"file", "s3"}),
-        input_modes=frozenset({"File"}),
+        input_modes=frozenset({"File", "FastFile", "Pipe"}),
         spot=False,
         checkpoints=False,
         interrupt_stops_job=True,
@@ -107,7 +107,8 @@ class LocalBackend(Backend):
                         "manifest files are not supported for file:// channels",
                         "use S3Prefix",
                     )
-        if self.job_dir(spec.TrainingJobName).path.exists():
+        # The directory itself may exist already: the estimator stages code to <root>/<job>/source.
+        if self.job_dir(spec.TrainingJobName).spec_file.exists():
             raise ConfigurationError(
                 "job_name",
                 spec.TrainingJobName,
@@ -137,8 +138,14 @@ class LocalBackend(Backend):
         """Create the job directory and start its agent; returns once the agent process exists."""
         self.check(spec)
         job = self.job_dir(spec.TrainingJobName)
-        job.path.mkdir(parents=True, exist_ok=False)
-        job.logs_dir.mkdir()
+        job.path.mkdir(parents=True, exist_ok=True)
+        try:  # claim the name atomically: two submits of one name cannot both win
+            os.close(os.open(job.spec_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            raise ConfigurationError(
+                "job_name", spec.TrainingJobName, "a job of that name was just submitted", "pass another job_name"
+            ) from None
+        job.logs_dir.mkdir(exist_ok=True)
         job.job_log.touch()
         write_json_atomic(job.spec_file, spec.to_request())
         write_json_atomic(job.settings_file, self.settings(spec))

@@ -56,8 +56,10 @@ import psutil
 from estimator.artifacts import package_artifacts
 from estimator.backends import _local_layout as layout
 from estimator.backends._local_state import JobDir
+from estimator.backends.local_data import JobData
 from estimator.spec import TrainingJobSpec
 from runtime import contract
+from runtime.transfer import TransferEngine
 
 FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
@@ -124,6 +126,8 @@ class Agent:
         self._s3: Any = None
         self._fingerprints: dict[str, list[int]] = {}
         self._known_pids: set[int] = set()
+        self._data: JobData | None = None
+        self._transfer: TransferEngine | None = None
 
     # --- logging and state --------------------------------------------------------------------
 
@@ -218,6 +222,8 @@ class Agent:
         self._launch()
         self.transition(contract.SECONDARY_TRAINING)
         outcome = self._supervise()
+        if self._data is not None:
+            self._data.close()
         self._check_originals()
         self.transition(contract.SECONDARY_UPLOADING)
         try:
@@ -243,6 +249,11 @@ class Agent:
         outcome[2]["OutputArtifacts"] = {"S3OutputArtifacts": uris["output"]}
         return outcome
 
+    def _engine(self) -> TransferEngine:
+        if self._transfer is None:
+            self._transfer = TransferEngine(client_factory=self._s3_client, progress=False)
+        return self._transfer
+
     def _s3_client(self) -> Any:
         if self._s3 is None:
             import boto3
@@ -258,23 +269,11 @@ class Agent:
         names = [h.name for h in self.hosts]
         for host in self.hosts:
             layout.write_host_tree(self.spec, host.base, host.name, names)
-        originals: list[Path] = []
-        for channel in self.spec.InputDataConfig or []:
-            source = channel.DataSource.S3DataSource
-            assert source is not None  # refused by LocalBackend.check
-            if source.S3Uri.startswith("s3://"):
-                root = self.job.s3_cache_dir / channel.ChannelName
-                files = layout.download_s3_prefix(self._s3_client(), source.S3Uri, root)
-            else:
-                root = layout.file_uri_path(source.S3Uri)
-                files = layout.list_files(root)
-            sharded = source.S3DataDistributionType == "ShardedByS3Key" and not root.is_file()
-            for host in self.hosts:
-                subset = layout.shard(files, host.index, len(self.hosts)) if sharded else None
-                linked = layout.link_view(root, host.paths.channel_dir(channel.ChannelName), subset)
-                if not source.S3Uri.startswith("s3://"):
-                    originals.extend(linked)
-        self._fingerprints = layout.fingerprint_files(set(originals))
+        # Channels (File / FastFile / Pipe, sharding, manifests): estimator.backends.local_data.
+        self._data = JobData(self.spec, [(h.index, h.paths) for h in self.hosts], self.job.s3_cache_dir,
+                             self._engine(), self.say)
+        self._data.stage()
+        self._fingerprints = layout.fingerprint_files(set(self._data.originals))
 
     def _launch(self) -> None:
         port = free_port()

@@ -143,7 +143,10 @@ class LocalBackend(Backend):
             os.close(os.open(job.spec_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             raise ConfigurationError(
-                "job_name", spec.TrainingJobName, "a job of that name was just submitted", "pass another job_name"
+                "job_name",
+                spec.TrainingJobName,
+                "a job of that name was just submitted",
+                "pass another job_name",
             ) from None
         job.logs_dir.mkdir(exist_ok=True)
         job.job_log.touch()

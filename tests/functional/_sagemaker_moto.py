@@ -7,8 +7,9 @@ side (its response handlers), so requests still go over botocore's wire serializ
 - ``StopTrainingJob``: moto has no handler; ours moves the job to Stopping.
 - ``HeadBucket`` with ``ExpectedBucketOwner``: moto ignores the header; ours answers 403 when the bucket
   belongs to another account, as S3 does.
-- ``CreateTrainingJob``: moto starts jobs Completed and replaces ``MetricDefinitions`` with a canned
-  one; ours starts them InProgress/Starting, as the service does, and keeps what was sent.
+- ``CreateTrainingJob``: moto starts jobs Completed, replaces ``MetricDefinitions`` with a canned
+  one and overwrites a job of the same name; ours starts them InProgress/Starting, keeps what was
+  sent and refuses a duplicate name (``ResourceInUse``), as the service does.
 
 :class:`FakeSageMaker` then moves a job through its states and writes host log events to CloudWatch,
 and its ``sleep`` is the clock injected into the backend: each sleep runs the next scripted step, so
@@ -22,7 +23,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import boto3
@@ -31,6 +32,7 @@ from moto import mock_aws
 from moto.core.responses import EmptyResult
 from moto.s3 import responses as s3_responses
 from moto.sagemaker import models as sm_models
+from moto.sagemaker.exceptions import ResourceInUseException
 from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 
@@ -112,6 +114,9 @@ def install_moto_fidelity(monkeypatch: pytest.MonkeyPatch) -> None:
     original_create = sm_models.SageMakerModelBackend.create_training_job
 
     def create_training_job(self: Any, **kwargs: Any) -> Any:
+        name = kwargs.get("training_job_name")
+        if name in self.training_jobs:  # moto silently replaces the job; the service refuses
+            raise ResourceInUseException(message=f"Training job names must be unique: {name}")
         sent = copy.deepcopy(kwargs.get("algorithm_specification"))
         job = original_create(self, **kwargs)
         job.algorithm_specification = sent
@@ -142,7 +147,7 @@ class FakeSageMaker:
         self.logs = boto_session.client("logs")
         self.steps: list[Callable[[], None]] = []
         self.sleeps: list[float] = []
-        self._log_clock = int(time.time() * 1000) - 60_000
+        self._log_clock = 0
 
     # clock
 
@@ -165,7 +170,7 @@ class FakeSageMaker:
                    **fields: Any) -> None:
         """Move the job to ``secondary`` (and ``status``); set other describe fields (snake_case)."""
         job = self.job(name)
-        now = datetime.now(timezone.utc) + timedelta(milliseconds=len(job.secondary_status_transitions))
+        now = datetime.fromtimestamp(self._now_ms() / 1000, tz=timezone.utc)
         if job.secondary_status_transitions:
             job.secondary_status_transitions[-1].setdefault("EndTime", now)
         job.secondary_status_transitions.append(
@@ -190,6 +195,12 @@ class FakeSageMaker:
 
     # logs
 
+    def _now_ms(self) -> int:
+        """Wall-clock milliseconds (so host lines and status transitions share one timeline), strictly
+        after the last line written."""
+        self._log_clock = max(self._log_clock + 1, int(time.time() * 1000))
+        return self._log_clock
+
     def ensure_group(self) -> None:
         try:
             self.logs.create_log_group(logGroupName=LOG_GROUP)
@@ -211,7 +222,7 @@ class FakeSageMaker:
         events = []
         for message in messages:
             if at is None:
-                self._log_clock += 1
+                self._log_clock = self._now_ms()
             stamp = at if at is not None else self._log_clock
             stamps.append(stamp)
             events.append({"timestamp": stamp, "message": message})
@@ -223,7 +234,7 @@ class FakeSageMaker:
         """Seed ``lines_per_host`` lines on each host, timestamps interleaved round-robin (one ms
         apart); returns the expected merged output (``[host] message`` in time order)."""
         expected = []
-        base = self._log_clock + 1
+        base = self._now_ms()
         for i in range(lines_per_host):
             for h, host in enumerate(hosts):
                 expected.append((base + i * len(hosts) + h, f"[{host}] step {i} from {host}"))

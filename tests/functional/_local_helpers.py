@@ -39,7 +39,7 @@ def make_spec(
     output_path: str | None = None,
 ) -> TrainingJobSpec:
     source = tmp_path / f"src-{job_name}"
-    source.mkdir()
+    source.mkdir(exist_ok=True)
     (source / "train.py").write_text(textwrap.dedent(script))
     tarball = tmp_path / "code" / job_name / "source" / contract.SOURCEDIR_TARBALL
     create_tarball([(source / "train.py", "train.py")], tarball)

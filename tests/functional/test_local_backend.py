@@ -209,6 +209,8 @@ def test_missing_file_channel_and_duplicate_job_name_are_refused(tmp_path: Path)
     with pytest.raises(ConfigurationError, match=r"inputs\['train'\]"):
         backend.check(spec)
     backend.job_dir("taken").path.mkdir(parents=True)
+    backend.check(make_spec(tmp_path, "taken", "print(1)"))  # a directory alone (staged code) is fine
+    backend.job_dir("taken").spec_file.write_text("{}")
     with pytest.raises(ConfigurationError, match="job_name"):
         backend.check(make_spec(tmp_path, "taken", "print(1)"))
 

@@ -223,7 +223,8 @@ def _checkpointed(forward: Callable[..., Any], preserve_rng_state: bool) -> Call
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return forward(*args, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=preserve_rng_state, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=preserve_rng_state,
+                          **kwargs)
 
     return wrapper
 

@@ -303,7 +303,9 @@ class DistributedModel(nn.Module):
 
     def _require_partition(self) -> None:
         if not self.partitioned:
-            raise SMPValidationError("The model is partitioned at the first @smp.step call; call this after it.")
+            raise SMPValidationError(
+                "The model is partitioned at the first @smp.step call; call this after it."
+            )
 
     # -- state dicts --------------------------------------------------------------------------
 
@@ -450,8 +452,10 @@ class DistributedModel(nn.Module):
                 dist.send_object_list([payload], dst=st.global_rank((sid + 1) % pp, "P"), group=group)
             stages.append(PipelineStage(
                 stage_module, sid, num, st.device,
-                input_args=tuple(t.detach().requires_grad_(f) for t, f in zip(inputs, flags, strict=True)),
-                output_args=tuple(o.detach().requires_grad_(f) for o, f in zip(outputs, out_flags, strict=True)),
+                input_args=tuple(t.detach().requires_grad_(f)
+                                 for t, f in zip(inputs, flags, strict=True)),
+                output_args=tuple(o.detach().requires_grad_(f)
+                                  for o, f in zip(outputs, out_flags, strict=True)),
                 group=group,
             ))
         holder = _Pipeline(stages=stages, schedule=None)
@@ -539,7 +543,10 @@ def _run_direct(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[
     return results
 
 
-def _capture(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[tuple[torch.Tensor, ...]]:
+Microbatches = list[tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+def _capture(func: Callable[..., Any], mbs: Microbatches) -> list[tuple[torch.Tensor, ...]]:
     captured = []
     for args, kwargs in mbs:
         STATE.step_context = _StepContext(_Mode.CAPTURE, 1.0)
@@ -558,7 +565,9 @@ def _capture(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[str
             STATE.step_context = None
     shapes = {tuple((tuple(t.shape), t.dtype) for t in c) for c in captured}
     if len(shapes) > 1:
-        raise SMPValidationError(f"All microbatches must have the same input shapes; got {sorted(map(str, shapes))}.")
+        raise SMPValidationError(
+            f"All microbatches must have the same input shapes; got {sorted(map(str, shapes))}."
+        )
     return captured
 
 
@@ -630,7 +639,9 @@ class StepFunction:
         st = STATE.require()
         model: DistributedModel | None = st.model
         if model is None:
-            raise SMPValidationError("Create smp.DistributedModel(model) before calling an @smp.step function.")
+            raise SMPValidationError(
+                "Create smp.DistributedModel(model) before calling an @smp.step function."
+            )
         if st.step_context is not None:
             raise SMPValidationError("@smp.step functions cannot be nested.")
         num_mb = int(st.config.values["microbatches"])  # type: ignore[union-attr]

@@ -68,8 +68,8 @@ def _split_value(value: Any, num_mb: int, mb: int, axis: int, where: str) -> Any
         size = value.size(axis)
         if size % num_mb:
             raise TensorSplitError(
-                f"Cannot split {where} of size {size} along axis {axis} into {num_mb} microbatches: the batch "
-                f"size must be divisible by the number of microbatches ({num_mb})."
+                f"Cannot split {where} of size {size} along axis {axis} into {num_mb} microbatches: "
+                f"the batch size must be divisible by the number of microbatches ({num_mb})."
             )
         step = size // num_mb
         return value.narrow(axis, mb * step, step)

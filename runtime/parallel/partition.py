@@ -115,15 +115,16 @@ def manual_partition(
     for (name, _), pid in zip(blocks, resolved, strict=True):
         if pid >= num_partitions:
             raise SMPValidationError(
-                f"Block {name!r} is assigned to partition {pid}, but there are only {num_partitions} partitions."
+                f"Block {name!r} is assigned to partition {pid}, but there are only "
+                f"{num_partitions} partitions."
             )
     for i in range(1, len(resolved)):
         if resolved[i] < resolved[i - 1]:
             raise SMPValidationError(
-                f"Non-monotone partition layout: block {blocks[i][0]!r} (partition {resolved[i]}) runs after "
-                f"block {blocks[i - 1][0]!r} (partition {resolved[i - 1]}). smp could send control back to an "
-                "earlier partition; a torch pipeline cannot. Partition ids must be non-decreasing in "
-                "execution order."
+                f"Non-monotone partition layout: block {blocks[i][0]!r} (partition {resolved[i]}) runs "
+                f"after block {blocks[i - 1][0]!r} (partition {resolved[i - 1]}). smp could send control "
+                "back to an earlier partition; a torch pipeline cannot. Partition ids must be "
+                "non-decreasing in execution order."
             )
     missing = sorted(set(range(num_partitions)) - set(resolved))
     if missing:

@@ -49,7 +49,8 @@ WORLD4 = [
     _sc("pp4_1f1b_m8", "mlp", 7, 8, [16, 16, 8], {"partitions": 4, "microbatches": 8}),
     _sc("pp4_m2_gpipe_fallback", "mlp", 8, 2, [4, 4], {"partitions": 4, "microbatches": 2}),
     _sc("pp2_dp2_cluster_simple", "mlp", 9, 4, [8, 8, 4],
-        {"partitions": 2, "microbatches": 4, "pipeline": "simple", "placement_strategy": "cluster", "ddp": True}),
+        {"partitions": 2, "microbatches": 4, "pipeline": "simple", "placement_strategy": "cluster",
+         "ddp": True}),
     _sc("pp2_dp2_spread_interleaved_transformer", "transformer", 10, 4, [8, 8],
         {"partitions": 2, "microbatches": 4, "pipeline": "interleaved", "placement_strategy": "spread",
          "ddp": True}),
@@ -75,8 +76,9 @@ def _launch(world: int, scenarios: list[dict[str, Any]], out: Path) -> list[dict
                    LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
         env.pop("SM_HP_MP_PARAMETERS", None)
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.functional._smp_worker", str(spec), str(out)],
-                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        argv = [sys.executable, "-m", "tests.functional._smp_worker", str(spec), str(out)]
+        procs.append(subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT))
     logs = []
     try:
         for p in procs:

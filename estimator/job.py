@@ -48,6 +48,19 @@ class TrainingJob:
     def stop(self) -> None:
         self.backend.stop(self.name)
 
+    def metrics(self) -> dict[str, list[float]]:
+        """Values of the job's ``MetricDefinitions`` found in its logs so far, per metric, in log order."""
+        from estimator.metrics import metric_values
+
+        algorithm = self.describe().get("AlgorithmSpecification") or {}
+        return metric_values(self.backend.log_lines(self.name), algorithm.get("MetricDefinitions") or [])
+
+    def final_metrics(self) -> dict[str, float]:
+        """``FinalMetricDataList`` of the job's description, as ``{name: value}``."""
+        from estimator.metrics import final_metrics
+
+        return final_metrics(self.describe())
+
     def logs(self, follow: bool = False, out: TextIO | None = None) -> None:
         """Print the job's logs; with ``follow``, until the job ends."""
         stream = out or sys.stdout

@@ -36,7 +36,7 @@ from botocore.exceptions import ClientError
 from estimator.backends.base import Backend, Capabilities
 from estimator.cloudwatch import LogEvent, LogStreamMerger
 from estimator.errors import ConfigurationError
-from estimator.metrics import SERVICE_SOURCE, metric_values
+from estimator.metrics import SERVICE_SOURCE
 from estimator.session import aws_errors
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -246,14 +246,6 @@ class SageMakerBackend(Backend):
                 break
             yield event.line()
         yield from summary_lines(final or {})
-
-    # -- beyond the interface
-
-    def metrics(self, job_name: str) -> dict[str, list[float]]:
-        """Values of the job's ``MetricDefinitions`` found in its logs so far, per metric, in order."""
-        description = self.describe(job_name)
-        definitions = (description.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
-        return metric_values(self.log_lines(job_name), definitions)
 
     def _events(self, job_name: str, follow: bool) -> Generator[LogEvent, None, dict[str, Any] | None]:
         """The merge loop behind :meth:`log_lines` (contract in the module docstring).

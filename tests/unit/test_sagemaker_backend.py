@@ -187,7 +187,10 @@ def test_follow_logs_through_a_whole_job(aws: FakeSageMaker, backend: SageMakerB
     again = list(backend.log_lines(JOB))
     assert [line for line in again if not line.startswith("[sagemaker]")] == expected
     assert len(aws.sleeps) == sleeps
-    assert backend.metrics(JOB) == {"train:loss": [0.125]}
+    job = TrainingJob(backend, JOB)
+    assert job.metrics() == {"train:loss": [0.125]}
+    aws.job(JOB).final_metric_data_list = [{"MetricName": "train:loss", "Value": 0.125}]
+    assert job.final_metrics() == {"train:loss": 0.125}
 
 
 def test_job_failing_before_any_log_line_ends_cleanly(aws: FakeSageMaker, backend: SageMakerBackend) -> None:

@@ -1,0 +1,1 @@
+"""smlaunch's ``smdistributed.modelparallel`` (smp v1): only the PyTorch API exists, in ``.torch``."""

@@ -1,0 +1,30 @@
+"""``smdistributed.modelparallel.torch`` (smp v1) on torch.distributed.pipelining.
+
+A thin namespace over :mod:`runtime.parallel.api`; see that package for the engine and
+shared/reference/smp-on-torch-pipelining.md for the API it reproduces.
+
+Auto-init, as smp does it: when ``SM_HP_MP_PARAMETERS`` and ``OMPI_COMM_WORLD_RANK`` are both set
+(smlaunch's smp launcher sets both) and ``SMP_MANUAL_INIT`` is not ``1``, importing this package calls
+``init()``; a later ``smp.init(...)`` in the script then warns and is ignored.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+from runtime.parallel.api import *  # noqa: F403
+from runtime.parallel.api import __all__ as _api_all
+from runtime.parallel.api import init as _init
+from runtime.parallel.config import MANUAL_INIT_ENV as _MANUAL_INIT_ENV
+from runtime.parallel.config import MP_PARAMETERS_ENV as _MP_PARAMETERS_ENV
+
+__all__ = list(_api_all)
+
+
+def _auto_init() -> None:
+    env = _os.environ
+    if _MP_PARAMETERS_ENV in env and "OMPI_COMM_WORLD_RANK" in env and env.get(_MANUAL_INIT_ENV) != "1":
+        _init()
+
+
+_auto_init()

@@ -341,3 +341,30 @@ def test_tarball_with_parent_entries_is_refused(job: Path) -> None:
     assert not (job / "ml" / "escaped.py").exists() and not (paths.code_dir / "train.py").exists()
     assert "should not run" not in host.output
     assert json.loads((paths.output_dir / contract.FAILURE_DETAILS_FILE).read_text())["exit_code"] == 1
+
+
+def test_a_script_that_raises_on_every_rank_reports_one_root_cause(job: Path) -> None:
+    src = write_code(job, "import os\nraise RuntimeError(f\"broken on rank {os.environ['RANK']}\")\n")
+    hps = script_hps(src, {contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"})
+    paths = write_host_tree(job / "algo-1", "algo-1", ["algo-1"], hps)
+    host = HostRun(job / "algo-1", {contract.SMLAUNCH_PROCESSES_PER_HOST: "2"})
+    assert host.wait() == 1, host.output
+    details = json.loads((paths.output_dir / contract.FAILURE_DETAILS_FILE).read_text())
+    assert details["rank"] in (0, 1) and details["exit_code"] == 1
+    assert f"ErrorMessage: RuntimeError: broken on rank {details['rank']}" in details["reason"]
+    assert details["reason"].count("Traceback (most recent call last):") == 1
+
+
+def test_a_missing_resource_config_is_a_client_error(job: Path) -> None:
+    src = write_code(job, "print('never')\n")
+    paths = write_host_tree(job / "ml", "algo-1", ["algo-1"], script_hps(src))
+    paths.resource_config_file.unlink()
+    host = HostRun(job / "ml", {})
+    assert host.wait() == 1, host.output
+    failure = paths.failure_file.read_text()
+    assert (
+        failure.startswith("ClientError: ")
+        and "resourceconfig.json" in failure
+        and "file is missing" in failure
+    )
+    assert "never" not in host.output

@@ -128,6 +128,26 @@ CASES: dict[str, dict[str, Any]] = {
         },
     ),
     "empty-hyperparameters": dict(host="algo-1", hosts=["algo-1"], hps={}),
+    "model-parallel": dict(
+        host="algo-2",
+        hosts=["algo-1", "algo-2"],
+        hps={
+            **REFERENCE_HPS,
+            "sagemaker_mpi_enabled": "true",
+            "sagemaker_mpi_num_of_processes_per_host": "4",
+            "mp_parameters": '{"partitions": 2, "microbatches": 4}',
+        },
+    ),
+    "topology-ultraserver": dict(
+        host="algo-1",
+        hosts=["algo-1", "algo-2"],
+        hps=REFERENCE_HPS,
+        topology=[
+            {"hostName": "algo-1", "capacityUnitId": "cu-1"},
+            {"hostName": "algo-2", "capacityUnitId": "cu-1"},
+        ],
+    ),
+    "topology-null": dict(host="algo-1", hosts=["algo-1"], hps=REFERENCE_HPS, topology=None),
 }
 
 
@@ -160,8 +180,18 @@ def test_env_vars_and_argv_equal_the_toolkit(case: str, tmp_path: Path) -> None:
         channels=spec.get("channels", {}),
         instance_groups=spec.get("instance_groups"),
     )
+    if "topology" in spec:
+        config = json.loads(contract.Paths(base).resource_config_file.read_text())
+        config["topology"] = spec["topology"]
+        contract.Paths(base).resource_config_file.write_text(json.dumps(config))
     environ = _environ(base)
-    theirs = _toolkit(base, environ)
+    toolkit_environ = dict(environ)
+    if "mp_parameters" in spec["hps"]:
+        # The toolkit reads SM_HP_MP_PARAMETERS from its own process environment, so only an
+        # Environment() built inside the user's script (where it is exported) sees the flag. We
+        # report that view; give the toolkit the same one.
+        toolkit_environ["SM_HP_MP_PARAMETERS"] = hp.env_value(json.loads(spec["hps"]["mp_parameters"]))
+    theirs = _toolkit(base, toolkit_environ)
     ours_env = Environment.from_files(base, environ)
     ours = ours_env.to_env_vars()
 

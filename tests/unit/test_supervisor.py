@@ -202,3 +202,34 @@ def test_report_writes_success_or_failure_once(tmp_path: Path) -> None:
     reason = write_failure(paths, "second", host="algo-2", kind="failed", exit_code=1)
     assert reason == text and paths.failure_file.read_text() == text
     assert not paths.success_file.exists()
+
+
+def test_internal_errors_are_framework_errors_and_never_exit_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime.__main__ as entry
+    import runtime.launchers
+    from tests.functional._runtime_tree import write_host_tree
+
+    paths = write_host_tree(tmp_path, "algo-1", ["algo-1"], {contract.HP_PROGRAM: '"train.py"'})
+
+    def broken(env: object, python: str = sys.executable) -> object:
+        raise OSError("launcher exploded")  # errno None: the toolkit exited 0 on this (bug 6)
+
+    monkeypatch.setattr(runtime.launchers, "select_launcher", broken)
+    code = entry.run({contract.BASE_DIR_ENV: str(tmp_path), contract.SMLAUNCH_NUM_GPUS: "0"})
+    assert code == 1
+    text = paths.failure_file.read_text()
+    assert text.startswith("Framework Error: ") and "OSError: launcher exploded" in text
+    details = json.loads((paths.output_dir / contract.FAILURE_DETAILS_FILE).read_text())
+    assert (details["kind"], details["exit_code"], details["host"]) == ("framework_error", 1, "algo-1")
+
+
+def test_wait_for_hosts_is_bounded() -> None:
+    from runtime.__main__ import wait_for_hosts
+
+    logged: list[str] = []
+    wait_for_hosts(["localhost"], 5, logged.append)
+    assert logged == ["all 1 hosts resolve"]
+    with pytest.raises(TimeoutError, match="did not resolve"):
+        wait_for_hosts(["algo-unresolvable.invalid"], 0.3, logged.append)

@@ -72,15 +72,27 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """preexec_fn: SIGKILL this child when the thread that spawned it dies (Linux only)."""
+_prctl: Any = None
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """preexec_fn: SIGKILL this child when the thread that spawned it dies (Linux only).
+
+    ``prctl`` is looked up here, in the parent: the child of a multi-threaded process must not
+    ``dlopen`` (another thread may have held the loader lock at fork time); it only calls it.
+    """
+    global _prctl
+    if _prctl is None:
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl = False
+    prctl = _prctl
+    if prctl is False:
+        return None
 
     def preexec() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            return
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -296,7 +308,10 @@ class Supervisor:
                 proc.stderr.add(line)
             for hook in self.hooks:
                 hook.on_output(label)
-            self._emit(stream, f"[{self.host}/{label}] {line}" if self.prefix_output else line)
+            # A split label naming its own host ("algo-2/rank 3": one mpirun serving emulated hosts)
+            # is printed as is.
+            where = label if "/" in label else f"{self.host}/{label}"
+            self._emit(stream, f"[{where}] {line}" if self.prefix_output else line)
         pipe.close()
 
     # --- processes -------------------------------------------------------------------------------

@@ -245,6 +245,10 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_LOG_PREFIX      "0" turns off the [host/rank N] prefix of rank output
 #   SMLAUNCH_STALL_TIMEOUT_SECONDS  seconds without output (and no exit) after which a host's job is
 #                            declared hung: stacks dumped, job ended (see runtime.watchdog); unset/0 = off
+#   SMLAUNCH_MPI_WAIT_SECONDS  bound on every MPI wait between hosts (workers' sshd, the master's
+#                            start, emulated hosts' environments); default 600
+#   SMLAUNCH_MPI_DIR         directory the emulated hosts of one local MPI job share (default: a
+#                            temp dir named after the job and its master port); see runtime.launchers.mpi
 #   SMLAUNCH_STACK_DUMPER    "auto" (py-spy when installed, else faulthandler), "py-spy", "faulthandler"
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
@@ -256,6 +260,10 @@ SMLAUNCH_STOP_GRACE_SECONDS = "SMLAUNCH_STOP_GRACE_SECONDS"
 SMLAUNCH_LOG_PREFIX = "SMLAUNCH_LOG_PREFIX"
 SMLAUNCH_STALL_TIMEOUT_SECONDS = "SMLAUNCH_STALL_TIMEOUT_SECONDS"
 SMLAUNCH_STACK_DUMPER = "SMLAUNCH_STACK_DUMPER"
+SMLAUNCH_MPI_WAIT_SECONDS = "SMLAUNCH_MPI_WAIT_SECONDS"
+SMLAUNCH_MPI_DIR = "SMLAUNCH_MPI_DIR"
+SMLAUNCH_MPI_RANK_MAP = "SMLAUNCH_MPI_RANK_MAP"
+DEFAULT_MPI_WAIT_SECONDS = 600.0
 
 DEFAULT_STOP_GRACE_SECONDS = 120.0
 
@@ -278,3 +286,4 @@ SECONDARY_STOPPING = "Stopping"
 SECONDARY_STOPPED = "Stopped"
 SECONDARY_MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
 SECONDARY_INTERRUPTED = "Interrupted"
+SECONDARY_MAX_WAIT_TIME_EXCEEDED = "MaxWaitTimeExceeded"

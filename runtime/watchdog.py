@@ -123,7 +123,15 @@ class RankRegistry(SupervisorHook):
     """A private directory where this host's ranks register; puts the rank bootstrap on their path."""
 
     def __init__(self, parent: str | Path | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-", dir=parent))
+        self._parent = parent
+        self._dir: Path | None = None
+
+    @property
+    def dir(self) -> Path:
+        """Created on first use (a host that starts no process leaves nothing behind)."""
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-", dir=self._parent))
+        return self._dir
 
     def prepare(self, spec: ProcessSpec) -> ProcessSpec:
         env = dict(spec.env)
@@ -163,7 +171,8 @@ class RankRegistry(SupervisorHook):
         path.write_text(json.dumps(dict(action)), encoding="utf-8")
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 # --- stack dumps ---------------------------------------------------------------------------------

@@ -1,0 +1,484 @@
+"""MPI (``distribution={"mpi": {"enabled": True, "processes_per_host": N, "custom_mpi_options": ...}}``).
+
+The master host runs one OpenMPI ``mpirun`` that starts every rank of the job; the other hosts only
+serve it. The command (reference §4.5, minus the toolkit's faults) is an argv list, never a shell::
+
+    mpirun --host algo-1:N,algo-2:N -np <N*hosts> --allow-run-as-root --tag-output
+      -mca orte_abort_on_non_zero_status 1 -bind-to none -map-by slot -mca pml ob1 -mca btl ^openib
+      [-mca btl_tcp_if_include eth0 -mca oob_tcp_if_include eth0 -mca plm_rsh_no_tree_spawn 1]
+      -x SM_... (every SM_* variable) -x PATH -x LD_LIBRARY_PATH -x PYTHONPATH ... <custom options>
+      python -m runtime.mpi_rank python train.py <args>
+
+- ``custom_mpi_options`` is split with :func:`shlex.split` (quotes are honoured, nothing is
+  evaluated); ``--NCCL_DEBUG X`` becomes ``-x NCCL_DEBUG=X`` as in the toolkit, the rest is appended.
+- ``sagemaker_mpi_num_processes`` overrides ``-np``.
+- Each rank runs :mod:`runtime.mpi_rank`, which maps OpenMPI's rank variables to ``RANK``,
+  ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK``... and the rank's own host, then execs the script.
+- ``--tag-output`` lines (``[1,3]<stderr>:text``) are split back into ``[algo-2/rank 3] text``; the
+  failure reason names the first failing rank, its host, its exit code and its own stderr tail
+  (parsed from mpirun's report), not mpirun's.
+
+**Local emulation** (every host maps to a loopback address, as the local backend arranges): one
+``mpirun`` on the master host serves all emulated hosts (``--host localhost:<all ranks>
+--oversubscribe``, loopback only). The hosts meet in a shared directory (``SMLAUNCH_MPI_DIR``, default
+``<tmp>/smlaunch-mpi-<job>-<master port>``): every non-master host writes ``env-<host>.json`` (its
+rank environment and code dir) and then waits; the master waits for all of them (bounded by
+``SMLAUNCH_MPI_WAIT_SECONDS``, default 600), writes the rank map, runs ``mpirun``, and writes
+``done.json`` (``{"exit_code"}``). A non-master host exits 0 once ``done.json`` appears, or fails if
+the master's runtime dies without writing it; so for the local backend a non-master host is an
+ordinary host process that ends with the job, and any failure is reported by the master (whose
+``failure.json`` names the rank and its emulated host).
+
+**Real multi-node** (SageMaker, Docker): the roles of :mod:`runtime.mpi_roles` (workers run sshd and
+wait for the master's job to end; the master waits, bounded, for every worker's sshd, then runs
+``mpirun``, then tells the workers it is done).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from runtime import contract
+from runtime.environment import HostConfigurationError
+from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
+from runtime.supervisor import RankFailure, RunResult, _StderrTail
+
+if TYPE_CHECKING:
+    from runtime.supervisor import Supervisor
+
+_TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr|stddiag)>:")
+_FIRST_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+_EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)")
+_SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+
+EXPORTED = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "CURRENT_HOST",
+    "TRAINING_JOB_NAME",
+    "SAGEMAKER_JOB_NAME",
+    "SAGEMAKER_REGION",
+    "OMP_NUM_THREADS",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    contract.SMLAUNCH_FAULTS,
+    contract.SMLAUNCH_MPI_RANK_MAP,
+)
+"""Variables exported to every rank (``-x``) besides every ``SM_*`` one, when set."""
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
+
+
+def _is_loopback(address: str) -> bool:
+    if address in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+class MpiOutput:
+    """``split_line`` for ``mpirun --tag-output``: labels lines ``algo-N/rank R``, keeps every rank's
+    stderr tail, and reads mpirun's report of the first failing rank."""
+
+    def __init__(self, hosts: list[str], ppn: int) -> None:
+        self.hosts = hosts
+        self.ppn = ppn
+        self.tails: dict[int, _StderrTail] = {}
+        self.failed_rank: int | None = None
+        self.failed_code: int | None = None
+
+    def host_of(self, rank: int) -> str:
+        return self.hosts[min(rank // self.ppn, len(self.hosts) - 1)]
+
+    def __call__(self, line: str) -> tuple[str | None, str]:
+        match = _TAG.match(line)
+        if match is None:
+            self._mpirun_line(line)
+            return None, line
+        rank = int(match.group(1))
+        # An unbuffered rank's print() reaches mpirun in pieces, each tagged: drop the inner tags.
+        text = _TAG.sub("", line[match.end() :])
+        if match.group(2) == "stderr":
+            self.tails.setdefault(rank, _StderrTail()).add(text)
+        return f"{self.host_of(rank)}/rank {rank}", text
+
+    def _mpirun_line(self, line: str) -> None:
+        if self.failed_rank is None:
+            found = _FIRST_FAILED.search(line)
+            if found:
+                self.failed_rank = int(found.group(1))
+                return
+            signalled = _SIGNALLED.search(line)
+            if signalled:
+                self.failed_rank = int(signalled.group(1))
+                self.failed_code = 128 + int(signalled.group(2))
+                return
+        if self.failed_rank is not None and self.failed_code is None:
+            code = _EXIT_CODE.match(line)
+            if code:
+                self.failed_code = int(code.group(1))
+
+    def root_cause(self, mpirun_failure: RankFailure) -> RankFailure:
+        """The failing rank as mpirun reported it (falls back to mpirun's own failure)."""
+        rank = self.failed_rank
+        if rank is None:
+            return mpirun_failure
+        code = self.failed_code if self.failed_code is not None else mpirun_failure.exit_code
+        tail = self.tails.get(rank)
+        lines = tail.tail() if tail is not None else []
+        return RankFailure(self.host_of(rank), f"rank {rank}", rank, code, mpirun_failure.time, lines)
+
+
+@dataclass
+class LocalRendezvous:
+    """The directory where the emulated hosts of one local MPI job meet (see the module docstring)."""
+
+    directory: Path
+    timeout: float
+    poll: float = 0.1
+
+    def env_file(self, host: str) -> Path:
+        return self.directory / f"env-{host}.json"
+
+    @property
+    def master_file(self) -> Path:
+        return self.directory / "master.json"
+
+    @property
+    def done_file(self) -> Path:
+        return self.directory / "done.json"
+
+    def _write(self, path: Path, data: Any) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def publish(self, host: str, env: Mapping[str, str], cwd: str) -> None:
+        self._write(self.env_file(host), {"env": dict(env), "cwd": cwd})
+
+    def announce_master(self) -> None:
+        self._write(self.master_file, {"pid": os.getpid()})
+
+    def gather(self, hosts: list[str]) -> dict[str, dict[str, Any]]:
+        """Every other host's published environment; raises TimeoutError naming the missing hosts."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            missing = [h for h in hosts if not self.env_file(h).exists()]
+            if not missing:
+                return {h: json.loads(self.env_file(h).read_text(encoding="utf-8")) for h in hosts}
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"MPI: hosts {missing} did not start within {self.timeout:g} s "
+                    f"({contract.SMLAUNCH_MPI_WAIT_SECONDS})"
+                )
+            time.sleep(self.poll)
+
+    def finish(self, exit_code: int, hosts: list[str]) -> None:
+        """Tell the waiting hosts the job is over, give them a moment to read it, clean up."""
+        self._write(self.done_file, {"exit_code": exit_code})
+        deadline = time.monotonic() + 5.0
+        while any(self.env_file(h).exists() for h in hosts) and time.monotonic() < deadline:
+            time.sleep(self.poll)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def wait_for_master(self, host: str) -> int:
+        """Block until the master's job ends; its exit code. Bounded: the master must announce itself
+        within the timeout, and a master that dies without finishing fails the wait."""
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
+                if self.done_file.exists():
+                    return int(json.loads(self.done_file.read_text(encoding="utf-8"))["exit_code"])
+                if self.master_file.exists():
+                    pid = int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"])
+                    if not _pid_alive(pid) and not self.done_file.exists():
+                        raise RuntimeError(
+                            f"MPI: the master host's runtime (pid {pid}) ended without finishing"
+                        )
+                elif time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"MPI: the master host did not start within {self.timeout:g} s "
+                        f"({contract.SMLAUNCH_MPI_WAIT_SECONDS})"
+                    )
+                time.sleep(self.poll)
+        finally:
+            self.env_file(host).unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+def wait_seconds(environ: Mapping[str, str]) -> float:
+    raw = environ.get(contract.SMLAUNCH_MPI_WAIT_SECONDS, "").strip()
+    if not raw:
+        return contract.DEFAULT_MPI_WAIT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise HostConfigurationError(
+            contract.SMLAUNCH_MPI_WAIT_SECONDS, raw, "must be seconds > 0", "e.g. 600"
+        )
+    return value
+
+
+def split_custom_options(options: str) -> list[str]:
+    """``custom_mpi_options`` as argv: shlex-split (never a shell).
+
+    ``--NCCL_DEBUG X`` becomes ``-x NCCL_DEBUG=X``, as the toolkit does."""
+    try:
+        tokens = shlex.split(options)
+    except ValueError as error:
+        raise HostConfigurationError(
+            contract.HP_MPI_CUSTOM_OPTIONS, options, f"cannot be split: {error}", "balance the quotes"
+        ) from None
+    out: list[str] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token == "--NCCL_DEBUG" and index + 1 < len(tokens):
+            out += ["-x", f"NCCL_DEBUG={tokens[index + 1]}"]
+            index += 2
+            continue
+        if token.startswith("--NCCL_DEBUG="):
+            out += ["-x", "NCCL_DEBUG=" + token.split("=", 1)[1]]
+        else:
+            out.append(token)
+        index += 1
+    return out
+
+
+class MpiLauncher(Launcher):
+    name: ClassVar[str] = "mpi"
+    options_key: ClassVar[str] = contract.HP_MPI_CUSTOM_OPTIONS
+
+    # --- topology (pure) -------------------------------------------------------------------------
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.env.distribution_hosts)
+
+    @property
+    def ppn(self) -> int:
+        return self.env.processes_per_host
+
+    @property
+    def num_processes(self) -> int:
+        raw = self.env.framework_params.get(contract.HP_MPI_NUM_PROCESSES)
+        if raw in (None, ""):
+            return self.ppn * len(self.hosts)
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            value = 0
+        if value < 1:
+            raise HostConfigurationError(contract.HP_MPI_NUM_PROCESSES, raw, "must be an integer >= 1")
+        return value
+
+    @property
+    def local_emulation(self) -> bool:
+        """Every host is this machine (the local backend maps all of them to loopback)."""
+        return bool(self.env.host_addresses) and all(_is_loopback(self.env.address_of(h)) for h in self.hosts)
+
+    def rendezvous(self) -> LocalRendezvous:
+        raw = self.env.environ.get(contract.SMLAUNCH_MPI_DIR)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.env.run_id)
+        directory = (
+            Path(raw) if raw else Path(tempfile.gettempdir()) / f"smlaunch-mpi-{name}-{self.env.master_port}"
+        )
+        return LocalRendezvous(directory, wait_seconds(self.env.environ))
+
+    def rank_map(self) -> dict[str, Any]:
+        """What :mod:`runtime.mpi_rank` needs, without the emulated hosts' environments."""
+        return {
+            "hosts": self.hosts,
+            "ppn": self.ppn,
+            "master_addr": self.env.master_addr,
+            "master_port": self.env.master_port,
+            "addresses": {h: self.env.address_of(h) for h in self.hosts},
+        }
+
+    def rank_map_value(self) -> str:
+        """``SMLAUNCH_MPI_RANK_MAP``: a file in the rendezvous dir locally, inline JSON across nodes."""
+        if self.local_emulation:
+            return str(self.rendezvous().directory / "ranks.json")
+        return json.dumps(self.rank_map(), separators=(",", ":"))
+
+    def base_env(self) -> dict[str, str]:
+        env = self.env.process_env()
+        env[contract.SMLAUNCH_MPI_RANK_MAP] = self.rank_map_value()
+        if self.ppn > 1 and "OMP_NUM_THREADS" not in self.env.environ:
+            env["OMP_NUM_THREADS"] = "1"
+        return env
+
+    def command(self, env: Mapping[str, str]) -> list[str]:
+        """The ``mpirun`` argv."""
+        from runtime.code import entry_point_command
+
+        total = self.num_processes
+        if self.local_emulation:
+            argv = ["mpirun", "--host", f"localhost:{total}", "-np", str(total), "--oversubscribe"]
+            network = [
+                "-mca",
+                "oob_tcp_if_include",
+                "lo",
+                "-mca",
+                "btl",
+                "self,vader,tcp",
+                "-mca",
+                "btl_tcp_if_include",
+                "lo",
+            ]
+        else:
+            hosts = self.hosts if self.ppn == 1 else [f"{h}:{self.ppn}" for h in self.hosts]
+            argv = ["mpirun", "--host", ",".join(hosts), "-np", str(total)]
+            interface = self.env.network_interface_name
+            network = [
+                "-mca",
+                "btl_tcp_if_include",
+                interface,
+                "-mca",
+                "oob_tcp_if_include",
+                interface,
+                "-mca",
+                "plm_rsh_no_tree_spawn",
+                "1",
+                "-mca",
+                "btl",
+                "^openib",
+            ]
+        argv += [
+            "--allow-run-as-root",
+            "--tag-output",
+            "-mca",
+            "orte_abort_on_non_zero_status",
+            "1",
+            "-bind-to",
+            "none",
+            "-map-by",
+            "slot",
+            "-mca",
+            "pml",
+            "ob1",
+            *network,
+        ]
+        exported = sorted(k for k in env if k.startswith(contract.SM_PREFIX)) + [
+            k for k in EXPORTED if k in env
+        ]
+        for name in exported:
+            argv += ["-x", name]
+        argv += split_custom_options(str(self.env.framework_params.get(self.options_key) or ""))
+        entry = entry_point_command(self.env.code_dir, self.env.user_entry_point, self.python)
+        return [*argv, self.python, "-m", "runtime.mpi_rank", *entry, *self.env.user_args()]
+
+    def plan(self) -> LaunchPlan:
+        """The master's ``mpirun`` (a non-master host starts nothing; see :meth:`run`)."""
+        env = self.base_env()
+        output = MpiOutput(self.hosts, self.ppn)
+        spec = ProcessSpec(
+            label="mpirun",
+            argv=self.command(env),
+            env=env,
+            cwd=str(self.env.code_dir),
+            rank=None,
+            split_line=output,
+        )
+        topology = {
+            "hosts": ", ".join(self.hosts),
+            "ranks": f"{self.num_processes} ({self.ppn} per host, placed host-major)",
+            "master": self.env.master_hostname,
+            "mode": "local emulation: one mpirun on this machine serves every host"
+            if self.local_emulation
+            else "multi-node: mpirun over ssh",
+        }
+        return LaunchPlan(
+            launcher=self.name, processes=[spec] if self.env.is_master else [], topology=topology
+        )
+
+    # --- roles -----------------------------------------------------------------------------------
+
+    def run(self, supervisor: Supervisor) -> RunResult:
+        if shutil.which("mpirun", path=self.env.environ.get("PATH")) is None:
+            raise HostConfigurationError(
+                "distribution",
+                "mpi",
+                "needs OpenMPI's mpirun, which is not on PATH",
+                "install it (Debian/Ubuntu: apt-get install openmpi-bin)",
+            )
+        if self.local_emulation:
+            return self._run_local(supervisor)
+        from runtime.mpi_roles import MasterRole, WorkerRole
+
+        workers = [h for h in self.hosts if h != self.env.master_hostname]
+        timeout = wait_seconds(self.env.environ)
+        if not self.env.is_master:
+            WorkerRole(
+                self.env.master_hostname, job=self.env.run_id, timeout=timeout, log=supervisor.log
+            ).run()
+            return RunResult(host=self.env.current_host)
+        master = MasterRole(workers, job=self.env.run_id, timeout=timeout, log=supervisor.log)
+        master.wait_for_workers()
+        result = self._supervise(supervisor)
+        master.finish()
+        return result
+
+    def _supervise(self, supervisor: Supervisor) -> RunResult:
+        plan = self.plan()
+        result = supervisor.run(plan)
+        output = plan.processes[0].split_line
+        if result.first_failure is not None and isinstance(output, MpiOutput):
+            result.first_failure = output.root_cause(result.first_failure)
+        return result
+
+    def _run_local(self, supervisor: Supervisor) -> RunResult:
+        meeting = self.rendezvous()
+        host = self.env.current_host
+        if not self.env.is_master:
+            env = self.env.process_env()
+            meeting.publish(host, env, str(self.env.code_dir))
+            supervisor.log(
+                f"MPI: the master ({self.env.master_hostname}) runs this host's ranks; waiting for it"
+            )
+            code = meeting.wait_for_master(host)
+            supervisor.log(f"MPI: the master's job ended with exit code {code}")
+            return RunResult(host=host)
+        meeting.announce_master()
+        others = [h for h in self.hosts if h != host]
+        result: RunResult | None = None
+        try:
+            published = meeting.gather(others)
+            rank_map = self.rank_map()
+            rank_map["env"] = {h: published[h]["env"] for h in others}
+            rank_map["cwd"] = {h: published[h]["cwd"] for h in others}
+            rank_map["cwd"][host] = str(self.env.code_dir)
+            (meeting.directory / "ranks.json").write_text(json.dumps(rank_map), encoding="utf-8")
+            result = self._supervise(supervisor)
+            return result
+        finally:
+            meeting.finish(result.exit_code if result is not None else 1, others)

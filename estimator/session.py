@@ -265,7 +265,9 @@ class Session:
                 from botocore.config import Config
 
                 # CloudWatch Logs throttles readers of busy jobs; the SDK allows 15 attempts too.
-                attempts = 15 if service == "logs" else 10
+                # DescribeTrainingJob has its own longer backoff in the backend, so botocore's
+                # standard 3 attempts are enough elsewhere.
+                attempts = 15 if service == "logs" else 3
                 config = Config(retries={"mode": "standard", "max_attempts": attempts})
                 client = session.client(service, region_name=self.region_name, config=config)
                 self._clients[service] = client
@@ -446,7 +448,8 @@ class Session:
                 jobs.extend(page.get("TrainingJobSummaries", []))
                 if len(jobs) >= max_results:
                     break
-        jobs.sort(key=lambda job: job.get("CreationTime") or 0, reverse=True)
+        jobs.sort(key=lambda job: job["CreationTime"].timestamp() if job.get("CreationTime") else 0.0,
+                  reverse=True)
         return jobs[:max_results]
 
 

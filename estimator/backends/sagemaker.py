@@ -215,7 +215,8 @@ class SageMakerBackend(Backend):
                     self.sleep(delay * random.uniform(0.5, 1.0))
                     delay = min(delay * 2, 20.0)
                     continue
-                if code == "ValidationException" and "find" in _error_message(error).lower():
+                message = _error_message(error).lower()
+                if code == "ValidationException" and ("not find" in message or "not found" in message):
                     raise ConfigurationError(
                         "job_name", job_name,
                         f"no training job with this name in {self.session.region_name}",

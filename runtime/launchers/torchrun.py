@@ -11,6 +11,10 @@ and Accelerate work unchanged:
 ``GROUP_WORLD_SIZE``, ``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``ROLE_NAME``, ``TORCHELASTIC_RUN_ID``
 (the job name), ``TORCHELASTIC_RESTART_COUNT=0``, ``TORCHELASTIC_MAX_RESTARTS=0``, and
 ``OMP_NUM_THREADS=1`` when several ranks share a host and the user did not set it (as torchrun).
+The rank variables (and ``TF_CONFIG``) come from :func:`runtime.framework_env.framework_env_for`,
+shared with the other ranked launchers; the ``TORCHELASTIC_*``, ``GROUP_WORLD_SIZE`` and
+``ROLE_NAME`` extras are what torchrun's agent adds. Lightning then picks its
+``TorchElasticEnvironment``, which reads exactly these variables and spawns nothing itself.
 
 Rank 0 hosts the rendezvous store (``env://``) at ``MASTER_ADDR:MASTER_PORT``.
 ``nproc`` (ranks per host) is ``SMLAUNCH_PROCESSES_PER_HOST`` if set, else the GPU count, else 1
@@ -24,6 +28,7 @@ from typing import ClassVar
 
 from runtime import contract
 from runtime.code import entry_point_command
+from runtime.framework_env import framework_env_for
 from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
 
 
@@ -43,15 +48,9 @@ class TorchrunLauncher(Launcher):
         if env.num_gpus > 0 and not env.host_addresses:
             # On SageMaker's network (not a loopback emulation) NCCL must use the job's interface.
             base.setdefault("NCCL_SOCKET_IFNAME", env.network_interface_name)
-        shared = {
-            contract.WORLD_SIZE: str(world_size),
-            contract.LOCAL_WORLD_SIZE: str(nproc),
-            contract.MASTER_ADDR: env.master_addr,
-            contract.MASTER_PORT_ENV: str(env.master_port),
-            contract.NODE_RANK: str(node_rank),
-            contract.GROUP_RANK: str(node_rank),
+        # What torchrun's agent adds to the framework variables every ranked launcher shares.
+        torchrun_extras = {
             "GROUP_WORLD_SIZE": str(nnodes),
-            contract.ROLE_WORLD_SIZE: str(world_size),
             "ROLE_NAME": "default",
             "TORCHELASTIC_RUN_ID": env.run_id,
             "TORCHELASTIC_RESTART_COUNT": "0",
@@ -59,14 +58,8 @@ class TorchrunLauncher(Launcher):
         }
         processes = []
         for local_rank in range(nproc):
-            rank = node_rank * nproc + local_rank
-            rank_env = {
-                **base,
-                **shared,
-                contract.RANK: str(rank),
-                contract.LOCAL_RANK: str(local_rank),
-                contract.ROLE_RANK: str(rank),
-            }
+            rank_env = {**base, **framework_env_for(env, local_rank, nproc), **torchrun_extras}
+            rank = int(rank_env[contract.RANK])
             processes.append(
                 ProcessSpec(
                     label=f"rank {rank}", argv=list(argv), env=rank_env, cwd=str(env.code_dir), rank=rank

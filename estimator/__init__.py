@@ -1,20 +1,36 @@
 """smlaunch client SDK: SageMaker's estimator API, run locally, in Docker or on SageMaker.
 
-Never imports torch. Importing it has no side effects. ``Session`` (Amazon SageMaker) is imported
-lazily, on first access, so the package imports even where the SageMaker backend's dependencies
-are missing.
+Never imports torch. Importing it has no side effects. The public names are imported lazily, on
+first access, so the package imports even where the SageMaker backend's dependencies are missing,
+and a process that needs one submodule does not load the rest.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from estimator.errors import ConfigurationError, JobFailedError, UnsupportedByBackendError
-from estimator.estimator import Estimator, PyTorch
-from estimator.inputs import ShuffleConfig, TrainingInput
-from estimator.job import TrainingJob
-from estimator.session import LocalSession
-from estimator.spec import TrainingJobSpec
+
+if TYPE_CHECKING:
+    from estimator.estimator import Estimator, PyTorch
+    from estimator.inputs import ShuffleConfig, TrainingInput
+    from estimator.job import TrainingJob
+    from estimator.session import LocalSession, Session
+    from estimator.spec import TrainingJobSpec
+
+# Imported on first access: processes that only need a submodule (the local backend's per-job
+# agent, started once per job) must not pay for the estimator and the instance catalog.
+_LAZY = {
+    "Estimator": "estimator.estimator",
+    "PyTorch": "estimator.estimator",
+    "ShuffleConfig": "estimator.inputs",
+    "TrainingInput": "estimator.inputs",
+    "TrainingJob": "estimator.job",
+    "LocalSession": "estimator.session",
+    "Session": "estimator.session",
+    "TrainingJobSpec": "estimator.spec",
+}
 
 __all__ = [
     "ConfigurationError",
@@ -32,8 +48,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Session":
-        from estimator.session import Session
-
-        return Session
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'estimator' has no attribute {name!r}")

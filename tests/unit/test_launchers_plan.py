@@ -130,6 +130,9 @@ def test_torchrun_plan_on_the_second_of_two_hosts(tmp_path: Path) -> None:
         assert (e["MASTER_ADDR"], e["MASTER_PORT"]) == ("127.0.0.5", "29555")
         assert (e["SM_MASTER_ADDR"], e["SM_MASTER_PORT"]) == ("127.0.0.5", "29555")
         assert e["TORCHELASTIC_RUN_ID"] == "job-1"
+        tf_config = json.loads(e["TF_CONFIG"])
+        assert tf_config["task"] == {"type": "worker", "index": 3 + local_rank}
+        assert len(tf_config["cluster"]["worker"]) == 6
         assert e["OMP_NUM_THREADS"] == "1"
         assert e["SM_CURRENT_HOST"] == "algo-2" and e["SM_HOSTS"] == '["algo-1","algo-2"]'
     assert plan.topology["world size"] == 6

@@ -95,6 +95,10 @@ def test_fit_stages_submits_follows_and_completes(
     est = estimator(project, session)
     planned = est.plan(inputs, job_name=job)
     bodies = wire_bodies(session)
+    puts: list[dict[str, Any]] = []
+    session.s3_client().meta.events.register(
+        "provide-client-params.s3.PutObject", lambda params, **_: puts.append(dict(params))
+    )
     expected: list[str] = []
 
     def training() -> None:
@@ -127,6 +131,11 @@ def test_fit_stages_submits_follows_and_completes(
     assert code["Metadata"]  # content hash, so unchanged code is not uploaded twice
     with tarfile.open(fileobj=io.BytesIO(code["Body"].read())) as tar:
         assert {"train.py", "utils/helpers.py"} <= set(tar.getnames())
+    # As the SDK: SSE-KMS on every upload, ExpectedBucketOwner because it is the generated bucket.
+    assert sorted(p["Key"] for p in puts) == sorted(
+        [f"{job}/source/sourcedir.tar.gz"] + [f"{job}/input/train/part-{i}.csv" for i in (0, 1)]
+    )
+    assert all(p["ServerSideEncryption"] == "aws:kms" and p["ExpectedBucketOwner"] == ACCOUNT for p in puts)
     staged = s3.list_objects_v2(Bucket=DEFAULT_BUCKET, Prefix=f"{job}/input/train/")["Contents"]
     assert sorted(o["Key"] for o in staged) == [f"{job}/input/train/part-{i}.csv" for i in (0, 1)]
 

@@ -291,8 +291,9 @@ def _threads(text: str) -> list[list[tuple[str, int, str]]]:
 def _is_user_file(name: str, root: Path) -> bool:
     if name.startswith("<"):
         return False
-    path = Path(name) if os.path.isabs(name) else root / name
-    return path.is_relative_to(root) and path.is_file()
+    if os.path.isabs(name):
+        return Path(name).is_relative_to(root)
+    return (root / name).is_file()  # faulthandler keeps the script path as it was given
 
 
 def where(stack_text: str, code_dir: str | Path | None = None) -> str:

@@ -31,6 +31,7 @@ import psutil
 from estimator.backends._local_layout import file_uri_path, instance_gpu_count, machine_gpu_count
 from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities
+from estimator.backends.local_checkpoints import request_interruption
 from estimator.errors import ConfigurationError, SmlaunchError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -53,8 +54,8 @@ class LocalBackend(Backend):
         name="local",
         uri_schemes=frozenset({"file", "s3"}),
         input_modes=frozenset({"File", "FastFile", "Pipe"}),
-        spot=False,
-        checkpoints=False,
+        spot=True,
+        checkpoints=True,
         interrupt_stops_job=True,
     )
 
@@ -229,10 +230,19 @@ class LocalBackend(Backend):
         if buffer:
             yield buffer.decode("utf-8", errors="replace")
 
-    def stop(self, job_name: str) -> None:
-        """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period)."""
+    def stop(self, job_name: str, reason: str | None = None) -> None:
+        """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period).
+
+        ``reason="spot"`` emulates a spot interruption instead (managed-spot jobs only): the attempt
+        is interrupted and the job restarts on fresh hosts (:mod:`estimator.backends.local_checkpoints`).
+        """
         job = self._existing(job_name)
         if is_terminal(job.read_state()):
+            return
+        if reason is not None:
+            if reason != "spot":
+                raise ConfigurationError("reason", reason, "unknown stop reason", "pass reason='spot'")
+            request_interruption(job.path, TrainingJobSpec.model_validate(job.read_json(job.spec_file)))
             return
         job.stop_file.touch()
 
@@ -240,6 +250,8 @@ class LocalBackend(Backend):
 def _uses_s3(spec: TrainingJobSpec) -> bool:
     uris = [spec.OutputDataConfig.S3OutputPath]
     uris += [c.DataSource.S3DataSource.S3Uri for c in spec.InputDataConfig or [] if c.DataSource.S3DataSource]
+    if spec.CheckpointConfig is not None:
+        uris.append(spec.CheckpointConfig.S3Uri)
     return any(urlparse(uri).scheme == "s3" for uri in uris)
 
 

@@ -56,6 +56,13 @@ import psutil
 from estimator.artifacts import package_artifacts
 from estimator.backends import _local_layout as layout
 from estimator.backends._local_state import JobDir
+from estimator.backends.local_checkpoints import (
+    INTERRUPT_FILE,
+    INTERRUPTED,
+    Attempts,
+    DirectorySync,
+    host_syncs,
+)
 from estimator.backends.local_data import JobData
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -127,6 +134,8 @@ class Agent:
         self._fingerprints: dict[str, list[int]] = {}
         self._known_pids: set[int] = set()
         self._data: JobData | None = None
+        self._syncs: list[DirectorySync] = []
+        self._attempts = Attempts()
         self._transfer: TransferEngine | None = None
 
     # --- logging and state --------------------------------------------------------------------
@@ -189,14 +198,9 @@ class Agent:
         seconds = max(0, round(ended - start))
         self.say(f"Job {self.spec.TrainingJobName} ended {status} ({secondary}) after {seconds} s")
         self._job_log.close()
-        self.transition(
-            secondary,
-            status,
-            TrainingEndTime=ended,
-            TrainingTimeInSeconds=seconds,
-            BillableTimeInSeconds=seconds,
-            **fields,
-        )
+        times: dict[str, Any] = {"TrainingTimeInSeconds": seconds, "BillableTimeInSeconds": seconds}
+        times.update(self._attempts.describe_fields(ended, spot=bool(self.spec.EnableManagedSpotTraining)))
+        self.transition(secondary, status, TrainingEndTime=ended, **times, **fields)
         return 0
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -206,24 +210,35 @@ class Agent:
         return self._signalled or self.job.stop_file.exists()
 
     def _run(self) -> tuple[str, str, dict[str, Any]]:
-        self.state["TrainingStartTime"] = time.time()
+        self.state["TrainingStartTime"] = self._attempts.started = time.time()
         self.transition(contract.SECONDARY_DOWNLOADING)
-        try:
-            self._prepare()
-        except Exception as exc:
-            self.say(f"ERROR preparing the hosts: {type(exc).__name__}: {exc}")
-            return (
-                contract.STATUS_FAILED,
-                contract.SECONDARY_FAILED,
-                {"FailureReason": f"ClientError: preparing the hosts failed: {type(exc).__name__}: {exc}"},
-            )
-        if self._stop_requested():
-            return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
-        self._launch()
-        self.transition(contract.SECONDARY_TRAINING)
-        outcome = self._supervise()
-        if self._data is not None:
-            self._data.close()
+        while True:  # one pass per attempt; a spot interruption starts another on fresh hosts
+            try:
+                self._prepare()
+            except Exception as exc:
+                self.say(f"ERROR preparing the hosts: {type(exc).__name__}: {exc}")
+                return (
+                    contract.STATUS_FAILED,
+                    contract.SECONDARY_FAILED,
+                    {"FailureReason": "ClientError: preparing the hosts failed: "
+                     f"{type(exc).__name__}: {exc}"},
+                )
+            if self._stop_requested():
+                return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
+            self._attempts.begin()
+            self._launch()
+            for sync in self._syncs:
+                sync.start()
+            self.transition(contract.SECONDARY_TRAINING)
+            outcome = self._supervise()
+            if self._data is not None:
+                self._data.close()
+            for sync in self._syncs:
+                sync.stop()
+            self._attempts.end(outcome[1])
+            if outcome[0] != INTERRUPTED:
+                break
+            self._fresh_hosts()
         self._check_originals()
         self.transition(contract.SECONDARY_UPLOADING)
         try:
@@ -274,6 +289,25 @@ class Agent:
                              self._engine(), self.say)
         self._data.stage()
         self._fingerprints = layout.fingerprint_files(set(self._data.originals))
+        # Checkpoints restored (and, with intermediate output, synced while training):
+        # estimator.backends.local_checkpoints.
+        self._syncs = host_syncs(self.spec, {h.name: h.paths for h in self.hosts}, self._engine(), self.say)
+
+    def _fresh_hosts(self) -> None:
+        """After a spot interruption: keep the old trees aside, start the next attempt on new hosts."""
+        done = len(self._attempts.records)
+        self.job.hosts_dir.rename(self.job.path / f"hosts-attempt-{done}")
+        self.hosts = [_Host(h.name, h.index, self.job.host_base(h.name)) for h in self.hosts]
+        self.say(f"Spot interruption: attempt {done} ended; starting attempt {done + 1} on fresh hosts")
+        self.transition(contract.SECONDARY_STARTING)
+        self.transition(contract.SECONDARY_DOWNLOADING)
+
+    def _interrupt_requested(self) -> bool:
+        marker = self.job.path / INTERRUPT_FILE
+        if not marker.exists():
+            return False
+        marker.unlink(missing_ok=True)
+        return True
 
     def _launch(self) -> None:
         port = free_port()
@@ -339,7 +373,12 @@ class Agent:
 
     def _supervise(self) -> tuple[str, str, dict[str, Any]]:
         max_run = self.spec.StoppingCondition.MaxRuntimeInSeconds
-        deadline = time.monotonic() + max_run
+        # max_run counts training time over every attempt; max_wait (spot) counts from the job's start.
+        deadline = time.monotonic() + max_run - self._attempts.running_seconds
+        max_wait = self.spec.StoppingCondition.MaxWaitTimeInSeconds
+        wait_deadline = (
+            time.monotonic() + max_wait - (time.time() - self._attempts.started) if max_wait else float("inf")
+        )
         outcome: tuple[str, str, dict[str, Any]] | None = None
         kill_at: float | None = None
         while True:
@@ -369,6 +408,21 @@ class Agent:
                 elif self._stop_requested():
                     outcome = (contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {})
                     self.say(f"Stop requested: SIGTERM to every host, SIGKILL after {self.grace:g} s")
+                    self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
+                    kill_at = now + self._terminate(running, self.grace)
+                elif self._interrupt_requested():
+                    outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
+                    self.say(f"Spot interruption: SIGTERM to every host, SIGKILL after {self.grace:g} s")
+                    self.transition(contract.SECONDARY_INTERRUPTED)
+                    kill_at = now + self._terminate(running, self.grace)
+                elif now >= wait_deadline:
+                    outcome = (
+                        contract.STATUS_STOPPED,
+                        contract.SECONDARY_MAX_WAIT_TIME_EXCEEDED,
+                        {"FailureReason": f"MaxWaitTimeExceeded: Training job exceeded MaxWaitTimeInSeconds "
+                         f"provided ({max_wait} s) and was stopped"},
+                    )
+                    self.say(f"MaxWaitTimeInSeconds={max_wait} exceeded: SIGTERM to every host")
                     self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
                     kill_at = now + self._terminate(running, self.grace)
                 elif now >= deadline:

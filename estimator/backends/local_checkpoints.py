@@ -1,0 +1,186 @@
+"""Checkpoints and managed-spot emulation for backends that run hosts on this machine.
+
+Checkpoints (``CheckpointConfig``, SDK ``checkpoint_s3_uri`` / ``checkpoint_local_path``), as the
+SageMaker platform handles them:
+
+- **Restore**: before the script starts, everything under ``S3Uri`` is downloaded into *every*
+  host's checkpoint directory (the host tree's ``checkpoints/``, which ``checkpointconfig.json``
+  names as ``LocalPath``), so a restarted job (spot, retry) resumes from what it saved.
+- **Sync while training**: a background thread scans every host's checkpoint directory every
+  ``interval`` seconds and uploads new and changed files (same rules as the transfer engine: size
+  and content hash; unchanged files are not re-sent). Debounced: a file is uploaded only once it has
+  not been modified for ``settle`` seconds, so a checkpoint being written is not sent half-written.
+  At the end of each attempt (success, failure, stop or interruption) a final sync sends everything,
+  settled or not.
+- **Deletions**: a file deleted locally is *not* deleted from ``S3Uri`` (SageMaker's sync only
+  adds and overwrites; it never deletes), so it comes back on the next restore. Scripts that prune
+  old checkpoints should pick the newest by name, not assume the directory holds only one.
+- **Several hosts** sync to the same ``S3Uri``, as on SageMaker: if two hosts write the same file
+  name, the later upload wins. Save checkpoints from one host (or use host-specific names).
+
+Managed spot (``EnableManagedSpotTraining``, ``MaxWaitTimeInSeconds``): SageMaker's local mode
+refuses it. Here an interruption (``LocalBackend.stop(job, reason="spot")``) SIGTERMs every host
+(the script may save a checkpoint within the stop grace), syncs the checkpoints, discards the hosts,
+and starts a new attempt on fresh hosts (new ``/opt/ml`` trees, data staged again, checkpoints
+restored). :class:`Attempts` keeps each attempt's timing for ``describe()``:
+``TrainingTimeInSeconds`` is the wall time from the first start to the end (restarts included) and
+``BillableTimeInSeconds`` the sum of the attempts' running time (what the emulated hosts were held
+for); there is no spot price locally, so no further discount is modelled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from estimator.artifacts import output_prefix
+from estimator.errors import ConfigurationError
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+from runtime.transfer import TransferEngine, TransferSummary
+
+Log = Callable[[str], None]
+
+INTERRUPTED = "Interrupted"
+INTERRUPT_FILE = "interrupt"
+"""Created in the job directory by ``LocalBackend.stop(job, reason="spot")``; consumed by the agent."""
+
+
+class DirectorySync:
+    """Restore, then keep syncing, one directory per host with ``uri``: the hosts' checkpoint
+    directories, and (upload only) their ``output/intermediate`` directories."""
+
+    def __init__(self, engine: TransferEngine, uri: str, host_dirs: Mapping[str, Path], log: Log,
+                 interval: float = 0.5, settle: float = 0.5) -> None:
+        self.engine = engine
+        self.uri = uri.rstrip("/") + "/"
+        self.host_dirs = dict(host_dirs)
+        self.log = log
+        self.interval = interval
+        self.settle = settle
+        self.uploaded: list[str] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def restore(self) -> int:
+        """Download every checkpoint under the URI into every host's directory; return the count."""
+        total = 0
+        for host, directory in self.host_dirs.items():
+            directory.mkdir(parents=True, exist_ok=True)
+            summary = self.engine.download_prefix(self.uri, directory)
+            total = max(total, len(summary.transferred) + len(summary.skipped))
+            if summary.transferred or summary.skipped:
+                self.log(f"Restored {len(summary.transferred) + len(summary.skipped)} checkpoint file(s) "
+                         f"from {self.uri} into {host}")
+        return total
+
+    def sync(self, final: bool = False) -> TransferSummary:
+        """Upload new and changed files of every host (only settled ones unless ``final``)."""
+        total = TransferSummary()
+        with self._lock:
+            for directory in self.host_dirs.values():
+                if not directory.is_dir():
+                    continue
+                cutoff = time.time() - self.settle
+
+                def settled(rel: str, directory: Path = directory, cutoff: float = cutoff) -> bool:
+                    try:
+                        return final or (directory / rel).stat().st_mtime <= cutoff
+                    except OSError:
+                        return False  # deleted since the listing
+
+                total.merge(self.engine.upload_dir(directory, self.uri, include=settled))
+        self.uploaded += total.transferred
+        return total
+
+    def start(self) -> None:
+        """Start the background sync thread (daemon; :meth:`stop` ends it)."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"sync-{self.uri}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                summary = self.sync()
+                if summary.transferred:
+                    self.log(f"Sync: uploaded {len(summary.transferred)} file(s) to {self.uri}")
+            except Exception as exc:  # keep training; report, retry at the next tick
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.log(f"WARNING sync to {self.uri} failed: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> TransferSummary:
+        """Stop the thread and send everything left (the final sync). Safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+            self._thread = None
+        summary = self.sync(final=True)
+        if summary.transferred:
+            self.log(f"Final sync to {self.uri}: {len(summary.transferred)} uploaded, "
+                     f"{len(summary.skipped)} unchanged")
+        return summary
+
+
+@dataclass
+class Attempts:
+    """Each attempt's timing for describe(): ``Attempts`` list, training vs billable seconds."""
+
+    started: float = field(default_factory=time.time)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def begin(self) -> None:
+        self.records.append({"Attempt": len(self.records) + 1, "StartTime": time.time()})
+
+    def end(self, outcome: str) -> None:
+        if not self.records or "EndTime" in self.records[-1]:
+            return
+        record = self.records[-1]
+        record["EndTime"] = time.time()
+        record["Seconds"] = round(record["EndTime"] - record["StartTime"], 3)
+        record["Outcome"] = outcome
+
+    @property
+    def running_seconds(self) -> float:
+        return sum(r.get("EndTime", time.time()) - r["StartTime"] for r in self.records)
+
+    def describe_fields(self, ended: float, spot: bool) -> dict[str, Any]:
+        """``Attempts`` always; for spot jobs also training (wall) vs billable (running) seconds."""
+        fields: dict[str, Any] = {"Attempts": [dict(r) for r in self.records]}
+        if spot:
+            fields["TrainingTimeInSeconds"] = max(0, round(ended - self.started))
+            fields["BillableTimeInSeconds"] = max(0, round(self.running_seconds))
+        return fields
+
+
+def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engine: TransferEngine,
+           log: Log) -> list[DirectorySync]:
+    """The syncs one attempt runs: checkpoints (restored now) and intermediate output.
+
+    Intermediate output (``/opt/ml/output/intermediate``) goes to
+    ``<output_path>/<job>/output/intermediate/`` while the job runs, as the platform does.
+    """
+    syncs: list[DirectorySync] = []
+    if spec.CheckpointConfig is not None:
+        checkpoints = DirectorySync(engine, spec.CheckpointConfig.S3Uri,
+                                    {name: p.checkpoints_dir for name, p in hosts.items()}, log)
+        checkpoints.restore()
+        syncs.append(checkpoints)
+    intermediate = output_prefix(spec.OutputDataConfig.S3OutputPath, spec.TrainingJobName) + "/intermediate"
+    syncs.append(DirectorySync(engine, intermediate,
+                               {name: p.output_intermediate_dir for name, p in hosts.items()}, log))
+    return syncs
+
+
+def request_interruption(job_path: Path, spec: TrainingJobSpec) -> None:
+    """``stop(job, reason="spot")``: ask the agent to interrupt the current attempt."""
+    if not spec.EnableManagedSpotTraining:
+        raise ConfigurationError("reason", "spot", f"job {spec.TrainingJobName} does not use managed spot",
+                                 "submit it with use_spot_instances=True, or call stop() without a reason")
+    (job_path / INTERRUPT_FILE).touch()

@@ -1,0 +1,168 @@
+"""Managed spot in local runs: a script that checkpoints every epoch is interrupted mid-run, restarted
+on fresh hosts with its checkpoints restored from S3 (a moto server on 127.0.0.1), resumes at the
+right epoch and ends with exactly the result of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import socket
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from estimator.errors import ConfigurationError
+from estimator.session import LocalSession
+from estimator.spec import CheckpointConfig, StoppingCondition
+from runtime import contract
+from tests.functional._local_helpers import (
+    assert_no_job_processes,
+    kill_leftover_jobs,
+    make_spec,
+    wait_for_line,
+    wait_terminal,
+)
+
+EPOCHS = 10
+
+# The training step: deterministic, so an interrupted-and-resumed run must equal an uninterrupted one.
+STEP = """
+import hashlib
+def step(state, epoch):
+    return hashlib.sha256(f"{state}:{epoch}".encode()).hexdigest()
+"""
+
+CHECKPOINTING_SCRIPT = STEP + """
+import argparse, json, os, pathlib, re, sys, time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int)
+args = parser.parse_args()
+base = pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"])
+config = json.loads((base / "input/config/checkpointconfig.json").read_text())
+ckpt_dir = pathlib.Path(config["LocalPath"])
+found = sorted((int(re.search(r"(\\d+)", p.name).group(1)), p) for p in ckpt_dir.glob("ckpt-*.json"))
+state, start = "init", 0
+if found:
+    last_epoch, path = found[-1]
+    state, start = json.loads(path.read_text())["state"], last_epoch + 1
+print(f"resuming at epoch {start} with {len(found)} checkpoint(s) restored", flush=True)
+for epoch in range(start, args.epochs):
+    state = step(state, epoch)
+    tmp = ckpt_dir / f".ckpt-{epoch:03d}.tmp"
+    tmp.write_text(json.dumps({"state": state}))
+    tmp.rename(ckpt_dir / f"ckpt-{epoch:03d}.json")
+    for old in ckpt_dir.glob("ckpt-*.json"):      # keep only the two newest locally
+        if int(old.name[5:8]) < epoch - 1:
+            old.unlink()
+    print(f"saved epoch {epoch}", flush=True)
+    time.sleep(0.6)
+pathlib.Path(os.environ["SM_MODEL_DIR"], "result.json").write_text(
+    json.dumps({"state": state, "start": start}))
+"""
+
+
+def _uninterrupted() -> str:
+    namespace: dict[str, Any] = {}
+    exec(STEP, namespace)
+    state = "init"
+    for epoch in range(EPOCHS):
+        state = namespace["step"](state, epoch)
+    return state
+
+
+@pytest.fixture
+def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from moto.server import ThreadedMotoServer
+
+    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(var, value)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+        client.create_bucket(Bucket="ckpt")
+        yield client
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    kill_leftover_jobs(tmp_path / "jobs")
+
+
+def _keys(client: Any, prefix: str) -> list[str]:
+    return sorted(o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix=prefix).get("Contents", []))
+
+
+@pytest.mark.timeout(150)
+def test_spot_interruption_resumes_from_checkpoint(tmp_path: Path, moto_s3: Any) -> None:
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=10)
+    backend = session.backend()
+    spec = make_spec(tmp_path, "spot-job", CHECKPOINTING_SCRIPT, instance_count=1,
+                     hyperparameters={"epochs": EPOCHS}, max_run=120)
+    spec = spec.model_copy(update={
+        "EnableManagedSpotTraining": True,
+        "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
+        "CheckpointConfig": CheckpointConfig(S3Uri="s3://ckpt/spot-job"),
+    })
+    backend.submit(spec)
+
+    # Sync while training: checkpoints reach S3 before the job ends.
+    wait_for_line(backend, "spot-job", "saved epoch 2")
+    deadline = time.monotonic() + 30
+    while not _keys(moto_s3, "spot-job/"):
+        assert time.monotonic() < deadline, "no checkpoint synced to S3 while training"
+        time.sleep(0.1)
+    assert backend.describe("spot-job")["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS
+    backend.stop("spot-job", reason="spot")
+
+    description = wait_terminal(backend, "spot-job", timeout=120)
+    log = "\n".join(backend.log_lines("spot-job"))
+    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
+
+    # The first attempt's last local checkpoint decides where the second attempt resumes.
+    first_attempt = tmp_path / "jobs" / "spot-job" / "hosts-attempt-1" / "algo-1" / "checkpoints"
+    last_saved = max(int(p.name[5:8]) for p in first_attempt.glob("ckpt-*.json"))
+    assert 2 <= last_saved < EPOCHS - 1, log
+    model = Path(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as tar:
+        result = json.loads(tar.extractfile("result.json").read())  # type: ignore[union-attr]
+    assert result == {"state": _uninterrupted(), "start": last_saved + 1}
+    assert f"resuming at epoch {last_saved + 1} with " in log
+
+    # Deleted locally, kept in S3 (SageMaker's sync never deletes): every epoch's checkpoint is there.
+    assert _keys(moto_s3, "spot-job/") == [f"spot-job/ckpt-{e:03d}.json" for e in range(EPOCHS)]
+
+    statuses = [t["Status"] for t in description["SecondaryStatusTransitions"]]
+    assert statuses.index("Interrupted") < statuses.index("Training", statuses.index("Interrupted"))
+    attempts = description["Attempts"]
+    assert [a["Outcome"] for a in attempts] == ["Interrupted", "Completed"]
+    assert all(a["EndTime"] >= a["StartTime"] for a in attempts)
+    assert 0 < description["BillableTimeInSeconds"] <= description["TrainingTimeInSeconds"]
+    assert_no_job_processes("spot-job", tmp_path / "jobs" / "spot-job")
+
+
+def test_spot_stop_reason_needs_a_spot_job(tmp_path: Path) -> None:
+    session = LocalSession(tmp_path / "jobs", stop_grace_seconds=2)
+    backend = session.backend()
+    spec = make_spec(tmp_path, "not-spot", "import time; time.sleep(30)", instance_count=1)
+    backend.submit(spec)
+    try:
+        with pytest.raises(ConfigurationError, match="use_spot_instances"):
+            backend.stop("not-spot", reason="spot")
+        with pytest.raises(ConfigurationError, match="reason"):
+            backend.stop("not-spot", reason="preempted")
+    finally:
+        backend.stop("not-spot")
+        assert wait_terminal(backend, "not-spot")["TrainingJobStatus"] == contract.STATUS_STOPPED

@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    print(f"launch overhead (median of {args.repeat}; machine: {os.cpu_count()} CPUs)", flush=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    cpus = os.cpu_count()
+    print(f"launch overhead (median of {args.repeat}; {cpus} CPUs, load average {load})", flush=True)
     python_trivial = median_of(
         args.repeat, lambda: run_subprocess([sys.executable, "trivial.py"], trivial_dir, env)
     )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from datetime import datetime
@@ -11,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from estimator import PyTorch
 from estimator.backends.local import LocalBackend
 from estimator.errors import ConfigurationError, JobFailedError
 from estimator.job import TrainingJob
@@ -98,18 +102,27 @@ def test_two_hosts_two_ranks_end_to_end(tmp_path: Path) -> None:
     session = LocalSession(tmp_path / "jobs", processes_per_host=2)
     backend = session.backend()
     assert isinstance(backend, LocalBackend)
-    spec = make_spec(
-        tmp_path,
-        "e2e-ddp",
-        DDP_SCRIPT,
-        ddp=True,
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(DDP_SCRIPT)
+    estimator = PyTorch(
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge",
+        instance_count=2,
+        framework_version="2.1.0",
+        py_version="py310",
+        distribution={"torch_distributed": {"enabled": True}},
         hyperparameters={"epochs": 2},
-        inputs={"train": data.as_uri()},
+        output_path=(tmp_path / "out").as_uri(),
+        sagemaker_session=session,
     )
-    backend.check(spec)
-    backend.submit(spec)
-    job = TrainingJob(backend, spec.TrainingJobName)
-    description = job.wait(logs=False)
+    estimator.fit({"train": data.as_uri()}, logs=False, job_name="e2e-ddp")
+    job = estimator.latest_training_job
+    assert job is not None
+    spec = estimator.plan({"train": data.as_uri()}, job_name="e2e-ddp")
+    description = job.describe()
 
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED
     assert description["SecondaryStatus"] == contract.SECONDARY_COMPLETED
@@ -228,3 +241,54 @@ def test_in_place_write_through_a_channel_view_is_reported(tmp_path: Path) -> No
     assert wait_terminal(backend, "in-place")["TrainingJobStatus"] == contract.STATUS_COMPLETED
     warnings = [line for line in backend.log_lines("in-place") if "WARNING" in line]
     assert len(warnings) == 1 and str(data / "data.csv") in warnings[0]
+
+
+CTRL_C_NOTEBOOK = """
+import sys
+from estimator import LocalSession, PyTorch
+
+root, source_dir = sys.argv[1], sys.argv[2]
+est = PyTorch(entry_point="train.py", source_dir=source_dir, role="arn:aws:iam::111122223333:role/r",
+              instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
+              base_job_name="ctrl-c", sagemaker_session=LocalSession(root, stop_grace_seconds=10))
+est.fit(wait=False)
+print("JOB", est.latest_training_job.name, flush=True)
+est.latest_training_job.wait(logs=True)
+"""
+
+
+def test_fit_wait_false_returns_at_once_and_ctrl_c_in_wait_stops_the_job(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(STOPPABLE_SCRIPT)
+    notebook = tmp_path / "notebook.py"
+    notebook.write_text(CTRL_C_NOTEBOOK)
+    root = tmp_path / "jobs"
+    proc = subprocess.Popen(
+        [sys.executable, str(notebook), str(root), str(source)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("JOB "), first + proc.stderr.read()  # type: ignore[union-attr]
+        name = first.split()[1]
+        backend = LocalSession(root).backend()
+        assert backend.describe(name)["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS
+        wait_for_line(backend, name, "[algo-1/rank 0] ready")
+        wait_for_line(backend, name, "[algo-2/rank 0] ready")
+        proc.send_signal(signal.SIGINT)  # Ctrl-C in the notebook while wait() streams the logs
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert f"Interrupted: stopping job {name}" in out
+    description = wait_terminal(backend, name)
+    assert description["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert sorted(_members(description["ModelArtifacts"]["S3ModelArtifacts"])) == [
+        "checkpoint-algo-1.txt",
+        "checkpoint-algo-2.txt",
+    ]
+    assert_no_job_processes(name, backend.job_dir(name).path)

@@ -58,6 +58,8 @@ class LocalBackend(Backend):
         checkpoints=True,
         interrupt_stops_job=True,
     )
+    agent_module: str = "estimator.backends.local_agent"
+    """The module run as ``python -m <agent_module> <job dir>``; the Docker backend runs its own."""
 
     def __init__(self, session: LocalSession) -> None:
         self.session = session
@@ -171,7 +173,7 @@ class LocalBackend(Backend):
         )
         with open(job.agent_log, "ab") as agent_log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "estimator.backends.local_agent", str(job.path)],
+                [sys.executable, "-m", self.agent_module, str(job.path)],
                 stdin=subprocess.DEVNULL,
                 stdout=agent_log,
                 stderr=subprocess.STDOUT,

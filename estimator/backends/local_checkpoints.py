@@ -7,8 +7,10 @@ SageMaker platform handles them:
   host's checkpoint directory (the host tree's ``checkpoints/``, which ``checkpointconfig.json``
   names as ``LocalPath``), so a restarted job (spot, retry) resumes from what it saved.
 - **Sync while training**: a background thread scans every host's checkpoint directory every
-  ``interval`` seconds and uploads new and changed files (same rules as the transfer engine: size
-  and content hash; unchanged files are not re-sent). Debounced: a file is uploaded only once it has
+  ``interval`` seconds and uploads the files created or modified on that host since the restore
+  (or since their last upload); a restored file a host never touched is never sent back, so it
+  cannot overwrite what another host saved. Identical content is still not re-sent (the transfer
+  engine compares sizes and hashes). Debounced: a file is uploaded only once it has
   not been modified for ``settle`` seconds, so a checkpoint being written is not sent half-written.
   At the end of each attempt (success, failure, stop or interruption) a final sync sends everything,
   settled or not.
@@ -30,6 +32,7 @@ for); there is no spot price locally, so no further discount is modelled.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -67,6 +70,7 @@ class DirectorySync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._baseline: dict[tuple[str, str], tuple[int, int]] = {}
 
     def restore(self) -> int:
         """Download every checkpoint under the URI into every host's directory; return the count."""
@@ -74,28 +78,50 @@ class DirectorySync:
         for host, directory in self.host_dirs.items():
             directory.mkdir(parents=True, exist_ok=True)
             summary = self.engine.download_prefix(self.uri, directory)
-            total = max(total, len(summary.transferred) + len(summary.skipped))
-            if summary.transferred or summary.skipped:
-                self.log(f"Restored {len(summary.transferred) + len(summary.skipped)} checkpoint file(s) "
-                         f"from {self.uri} into {host}")
+            count = len(summary.transferred) + len(summary.skipped)
+            total = max(total, count)
+            if count:
+                self.log(f"Restored {count} checkpoint file(s) from {self.uri} into {host}")
+            self._remember(host, directory)
         return total
 
+    def _remember(self, host: str, directory: Path) -> None:
+        """Record what every file of ``directory`` looks like now: only later changes are sent."""
+        for path in directory.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file():
+                    st = path.stat()
+                    rel = path.relative_to(directory).as_posix()
+                    self._baseline[(host, rel)] = (st.st_size, st.st_mtime_ns)
+
     def sync(self, final: bool = False) -> TransferSummary:
-        """Upload new and changed files of every host (only settled ones unless ``final``)."""
+        """Upload the files of every host created or modified since the restore (or their last
+        upload); only those unmodified for ``settle`` seconds unless ``final``."""
         total = TransferSummary()
         with self._lock:
-            for directory in self.host_dirs.values():
+            for host, directory in self.host_dirs.items():
                 if not directory.is_dir():
                     continue
                 cutoff = time.time() - self.settle
+                seen: dict[str, tuple[int, int]] = {}
 
-                def settled(rel: str, directory: Path = directory, cutoff: float = cutoff) -> bool:
+                def wanted(rel: str, host: str = host, directory: Path = directory, cutoff: float = cutoff,
+                           seen: dict[str, tuple[int, int]] = seen) -> bool:
                     try:
-                        return final or (directory / rel).stat().st_mtime <= cutoff
+                        st = (directory / rel).stat()
                     except OSError:
                         return False  # deleted since the listing
+                    print_ = (st.st_size, st.st_mtime_ns)
+                    if self._baseline.get((host, rel)) == print_:
+                        return False  # unchanged here (e.g. restored and never touched)
+                    if not final and st.st_mtime > cutoff:
+                        return False  # still being written: next tick
+                    seen[rel] = print_
+                    return True
 
-                total.merge(self.engine.upload_dir(directory, self.uri, include=settled))
+                total.merge(self.engine.upload_dir(directory, self.uri, include=wanted))
+                for rel, print_ in seen.items():
+                    self._baseline[(host, rel)] = print_
         self.uploaded += total.transferred
         return total
 

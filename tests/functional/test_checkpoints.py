@@ -1,0 +1,98 @@
+"""Checkpoint restore and sync (estimator.backends.local_checkpoints.DirectorySync), boto3 on moto."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from estimator.backends.local_checkpoints import DirectorySync
+from runtime.transfer import TransferEngine
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(var, value)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="ckpt")
+        yield client
+
+
+def _keys(client: Any) -> dict[str, bytes]:
+    listed = client.list_objects_v2(Bucket="ckpt", Prefix="run/").get("Contents", [])
+    return {o["Key"]: client.get_object(Bucket="ckpt", Key=o["Key"])["Body"].read() for o in listed}
+
+
+def _age(path: Path, seconds: float) -> None:
+    old = time.time() - seconds
+    os.utime(path, (old, old))
+
+
+def test_restore_into_every_host_then_sync_new_and_changed(s3: Any, tmp_path: Path) -> None:
+    s3.put_object(Bucket="ckpt", Key="run/epoch-1.pt", Body=b"one")
+    s3.put_object(Bucket="ckpt", Key="run/sub/state.json", Body=b"{}")
+    hosts = {"algo-1": tmp_path / "h1" / "checkpoints", "algo-2": tmp_path / "h2" / "checkpoints"}
+    logs: list[str] = []
+    sync = DirectorySync(TransferEngine(s3, progress=False), "s3://ckpt/run", hosts, logs.append, settle=5.0)
+    assert sync.restore() == 2
+    for directory in hosts.values():
+        assert (directory / "epoch-1.pt").read_bytes() == b"one"
+        assert (directory / "sub" / "state.json").read_bytes() == b"{}"
+
+    h1 = hosts["algo-1"]
+    (h1 / "epoch-2.pt").write_bytes(b"two")          # new, settled
+    _age(h1 / "epoch-2.pt", 10)
+    (h1 / "sub" / "state.json").write_bytes(b'{"e": 2}')  # changed, settled
+    _age(h1 / "sub" / "state.json", 10)
+    (h1 / "epoch-3.pt").write_bytes(b"being written")  # too fresh: debounced
+    (h1 / "epoch-1.pt").unlink()                      # deleted locally
+    summary = sync.sync()
+    assert sorted(summary.transferred) == ["s3://ckpt/run/epoch-2.pt", "s3://ckpt/run/sub/state.json"]
+    assert "run/epoch-3.pt" not in _keys(s3)
+
+    sync.stop()  # the final sync sends everything, settled or not
+    assert _keys(s3) == {
+        "run/epoch-1.pt": b"one",          # SageMaker never deletes from S3 on a local delete
+        "run/epoch-2.pt": b"two",
+        "run/epoch-3.pt": b"being written",
+        "run/sub/state.json": b'{"e": 2}',
+    }
+
+
+def test_background_sync_uploads_while_running(s3: Any, tmp_path: Path) -> None:
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    sync = DirectorySync(TransferEngine(s3, progress=False), "s3://ckpt/run/", {"algo-1": directory},
+                         lambda m: None, interval=0.05, settle=0.05)
+    sync.start()
+    try:
+        (directory / "model.pt").write_bytes(b"weights")
+        deadline = time.monotonic() + 20
+        while "run/model.pt" not in _keys(s3):
+            assert time.monotonic() < deadline, "the background sync never uploaded the checkpoint"
+            time.sleep(0.05)
+    finally:
+        sync.stop()
+    assert not sync.errors
+
+
+def test_file_uri_checkpoints(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    (store / "a").mkdir(parents=True)
+    (store / "a" / "x.bin").write_bytes(b"x")
+    local = tmp_path / "host" / "checkpoints"
+    sync = DirectorySync(TransferEngine(progress=False), store.as_uri(), {"algo-1": local}, lambda m: None)
+    sync.restore()
+    assert (local / "a" / "x.bin").read_bytes() == b"x"
+    (local / "y.bin").write_bytes(b"y")
+    sync.stop()
+    assert (store / "y.bin").read_bytes() == b"y"

@@ -15,7 +15,6 @@ Destinations: ``file://`` (the directory is created) or ``s3://`` (through the i
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from urllib.parse import urlparse
 from estimator.backends._local_layout import file_uri_path, list_files
 from runtime import contract
 from runtime.archive import create_tarball, sha256_file
+from runtime.transfer import TransferEngine
 
 
 @dataclass(frozen=True)
@@ -70,18 +70,18 @@ def output_prefix(output_path: str, job_name: str) -> str:
 
 
 def put(local: Path, uri: str, s3_client: Callable[[], Any]) -> None:
-    """Copy ``local`` to ``uri`` (``file://`` or ``s3://``)."""
+    """Copy ``local`` (a file, or a directory's files) to ``uri`` (``file://`` or ``s3://``) through
+    the transfer engine (parallel multipart, verified, written under a temporary name)."""
     parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        target = file_uri_path(uri)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.partial")
-        shutil.copyfile(local, tmp)
-        tmp.replace(target)
-    elif parsed.scheme == "s3":
-        s3_client().upload_file(str(local), parsed.netloc, parsed.path.lstrip("/"))
-    else:
+    if parsed.scheme not in ("file", "s3"):
         raise ValueError(f"{uri!r}: output URIs must start with file:// or s3://")
+    if parsed.scheme == "file":
+        uri = file_uri_path(uri).as_uri() + ("/" if uri.endswith("/") else "")
+    with TransferEngine(client_factory=s3_client, progress=False) as engine:
+        if local.is_dir():
+            engine.upload_dir(local, uri)
+        else:
+            engine.upload_file(local, uri)
 
 
 def package_artifacts(
@@ -91,11 +91,14 @@ def package_artifacts(
     staging_dir: Path,
     s3_client: Callable[[], Any],
     log: Callable[[str], None],
+    compress: bool = True,
 ) -> dict[str, str]:
     """Build and deliver ``model.tar.gz`` and ``output.tar.gz`` from every host's ``/opt/ml`` tree.
 
     ``host_bases`` maps host -> base directory (the host's ``/opt/ml``), in host order. Conflicts
-    are reported through ``log``. Returns ``{"model": uri, "output": uri}``.
+    are reported through ``log``. Returns ``{"model": uri, "output": uri}``. ``compress=False``
+    (``disable_output_compression``, ``CompressionType="NONE"``) uploads the merged model files
+    uncompressed under ``<output_path>/<job>/output/model/`` instead of ``model.tar.gz``.
     """
     paths = {host: contract.Paths(base) for host, base in host_bases.items()}
     prefix = output_prefix(output_path, job_name)
@@ -107,6 +110,15 @@ def package_artifacts(
         entries, conflicts = merge_entries({host: tree(p) for host, p in paths.items()})
         for conflict in conflicts:
             log(conflict.message(what))
+        if key == "model" and not compress:
+            local = staging_dir / "model"
+            for source, arcname in entries:  # the merged tree, as links to the hosts' files
+                (local / arcname).parent.mkdir(parents=True, exist_ok=True)
+                (local / arcname).symlink_to(source.resolve())
+            uri = f"{prefix}/model/"
+            put(local, uri, s3_client)
+            delivered[key] = uri
+            continue
         local = staging_dir / tarball
         create_tarball(entries, local)
         uri = f"{prefix}/{tarball}"

@@ -71,6 +71,7 @@ from runtime.transfer import TransferEngine
 FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
 POLL_SECONDS = 0.05
+DESCENDANT_SCAN_SECONDS = 1.0
 LOG_TAIL_LINES = 20
 _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
@@ -133,6 +134,7 @@ class Agent:
         self._s3: Any = None
         self._fingerprints: dict[str, list[int]] = {}
         self._known_pids: set[int] = set()
+        self._descendants_seen_at = 0.0
         self._data: JobData | None = None
         self._syncs: list[DirectorySync] = []
         self._attempts = Attempts()
@@ -249,6 +251,7 @@ class Agent:
                 self.job.artifacts_dir,
                 self._s3_client,
                 self.say,
+                compress=self.spec.OutputDataConfig.CompressionType != "NONE",
             )
         except Exception as exc:
             self.say(f"ERROR packaging artifacts: {type(exc).__name__}: {exc}")
@@ -392,7 +395,8 @@ class Agent:
                         running.append(host)
                     else:
                         host.exit_code, host.exited_at = _exit_code(code), time.time()
-            self._remember_descendants()
+            if now - self._descendants_seen_at >= DESCENDANT_SCAN_SECONDS:
+                self._remember_descendants()  # a /proc scan: not at every poll
             if not running:
                 break
             if outcome is None:
@@ -462,6 +466,7 @@ class Agent:
         return outcome
 
     def _terminate(self, running: list[_Host], grace: float) -> float:
+        self._remember_descendants()
         for host in running:
             assert host.proc is not None
             with contextlib.suppress(ProcessLookupError):
@@ -469,6 +474,7 @@ class Agent:
         return grace
 
     def _remember_descendants(self) -> None:
+        self._descendants_seen_at = time.monotonic()
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process().children(recursive=True):
                 self._known_pids.add(child.pid)

@@ -20,8 +20,9 @@ deliberate differences:
   backend can do; no ``DebugHookConfig``/``ProfilerConfig`` is sent (nothing would read them); code
   goes to ``file://`` (``<output_path>/<job>/source/sourcedir.tar.gz``) without any AWS call; the
   DLC framework-version lists of smddp and torch_distributed are not applied (no DLC runs);
-  ``TrainingImage`` is left out when the session's region has no DLC registry (``region_name`` is
-  ``local``) and no ``image_uri`` was given.
+  when the session's region has no DLC registry (``region_name`` is ``local``) and no
+  ``image_uri`` was given, ``TrainingImage`` is the DLC name without a registry
+  (``pytorch-training:2.1.0-cpu-py310``).
 - With a SageMaker ``Session``, a scheme-less local path in ``inputs`` is uploaded by
   ``Session.stage_local_input`` to ``<bucket>/<job>/input/<channel>/`` (the SDK refuses it).
 - The timestamp in job names always has 3 millisecond digits (see :mod:`estimator.naming`).
@@ -789,7 +790,10 @@ class PyTorch(Estimator):
             return self.image_uri
         version, py = str(self.framework_version), str(self.py_version)
         if self.is_local and not image_uris.has_region(version, py, region):
-            return None
+            # No registry for this region (LocalSession's is "local"): name the image without one,
+            # so the request still says which framework build it is (attach reads it back).
+            row = image_uris.version_config(version, py)
+            return f"{row['repository']}:{version}-{self.instance.processor}-{py}"
         return image_uris.retrieve(version, py, self.instance, region,
                                    smdistributed=self.distribution.smdistributed is not None)
 

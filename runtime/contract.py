@@ -250,6 +250,9 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_MPI_DIR         directory the emulated hosts of one local MPI job share (default: a
 #                            temp dir named after the job and its master port); see runtime.launchers.mpi
 #   SMLAUNCH_STACK_DUMPER    "auto" (py-spy when installed, else faulthandler), "py-spy", "faulthandler"
+#   SMLAUNCH_SSHD_CONFIG     sshd_config an MPI worker's sshd uses (``sshd -D -f <path>``); the Docker
+#                            executor sets it: its containers share one network, one sshd port per host
+#   SMLAUNCH_SSH_PORTS       JSON object host -> sshd port the MPI master probes (default 22)
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
 SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
@@ -263,6 +266,8 @@ SMLAUNCH_STACK_DUMPER = "SMLAUNCH_STACK_DUMPER"
 SMLAUNCH_MPI_WAIT_SECONDS = "SMLAUNCH_MPI_WAIT_SECONDS"
 SMLAUNCH_MPI_DIR = "SMLAUNCH_MPI_DIR"
 SMLAUNCH_MPI_RANK_MAP = "SMLAUNCH_MPI_RANK_MAP"
+SMLAUNCH_SSHD_CONFIG = "SMLAUNCH_SSHD_CONFIG"
+SMLAUNCH_SSH_PORTS = "SMLAUNCH_SSH_PORTS"
 DEFAULT_MPI_WAIT_SECONDS = 600.0
 
 DEFAULT_STOP_GRACE_SECONDS = 120.0

@@ -30,12 +30,16 @@ sleep) is injected, so the roles are unit-tested with fakes and run for real in 
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from runtime import contract
 
 SSH_PORT = 22
 SSHD = "/usr/sbin/sshd"
@@ -62,6 +66,18 @@ def orted_running() -> bool:
         if proc.info.get("name") == "orted":
             return True
     return False
+
+
+def ssh_ports(environ: Mapping[str, str] | None = None) -> dict[str, int]:
+    """``SMLAUNCH_SSH_PORTS`` (host -> sshd port; set by the Docker executor), else empty (port 22)."""
+    raw = (os.environ if environ is None else environ).get(contract.SMLAUNCH_SSH_PORTS, "")
+    return {str(host): int(port) for host, port in json.loads(raw).items()} if raw.strip() else {}
+
+
+def sshd_argv(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``sshd -D``, with ``-f $SMLAUNCH_SSHD_CONFIG`` when set (one sshd port per host)."""
+    config = (os.environ if environ is None else environ).get(contract.SMLAUNCH_SSHD_CONFIG)
+    return [SSHD, "-D", *(["-f", config] if config else [])]
 
 
 def done_marker(job: str) -> str:
@@ -98,6 +114,7 @@ class MasterRole:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     retries: int = 5
+    ports: Mapping[str, int] = field(default_factory=ssh_ports)
 
     def wait_for_workers(self) -> None:
         """Return when every worker's sshd answers; TimeoutError naming the others after ``timeout``."""
@@ -105,7 +122,7 @@ class MasterRole:
         pending = list(self.workers)
         self.log(f"MPI master: waiting for sshd on {len(pending)} worker(s), at most {self.timeout:g} s")
         while pending:
-            pending = [h for h in pending if not self.probe(h, self.port)]
+            pending = [h for h in pending if not self.probe(h, self.ports.get(h, self.port))]
             if not pending:
                 break
             if self.clock() >= deadline:
@@ -157,7 +174,7 @@ class WorkerRole:
                 "(Debian/Ubuntu: apt-get install openssh-server)"
             )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
-        return subprocess.Popen([SSHD, "-D"])
+        return subprocess.Popen(sshd_argv())
 
     def run(self) -> str:
         """Serve until the master's job ends; returns why it ended (``done``, ``orted-exited``).

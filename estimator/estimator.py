@@ -394,8 +394,15 @@ class Estimator:
     # --- what subclasses define -----------------------------------------------------------------
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The user's hyperparameters (raw values)."""
+        """The user's hyperparameters, raw (the SDK returns them JSON-encoded; ``plan()`` shows the
+        encoded wire form)."""
         return dict(self._hyperparameters)
+
+    def set_hyperparameters(self, **kwargs: Any) -> None:
+        """Add or replace hyperparameters. Unlike SDK v2, values are encoded once, not twice."""
+        merged = {**self._hyperparameters, **kwargs}
+        hp.check_limits(hp.encode(merged))
+        self._hyperparameters = merged
 
     def _image(self, region: str) -> str | None:
         return self.image_uri
@@ -733,6 +740,7 @@ class PyTorch(Estimator):
         distribution: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        catalog.lookup(kwargs.get("instance_type"), "instance_type")  # the first thing to get right
         if entry_point is None:
             raise ConfigurationError("entry_point", None, "PyTorch runs a training script",
                                      "pass entry_point='train.py'")

@@ -1,0 +1,102 @@
+"""Data delivery end to end: ``PyTorch(...).fit()`` on the local backend, S3 on a moto server at
+127.0.0.1, two emulated hosts: a ShardedByS3Key channel in Pipe mode and a FullyReplicated
+ManifestFile channel in File mode, each read by the real training script."""
+
+from __future__ import annotations
+
+import json
+import socket
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from estimator import PyTorch, TrainingInput
+from estimator.session import LocalSession
+from runtime import contract
+from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs
+
+N_OBJECTS = 9
+
+SCRIPT = """
+import hashlib, json, os, pathlib
+base = pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"])
+host = os.environ["SM_CURRENT_HOST"]
+config = json.loads((base / "input/config/inputdataconfig.json").read_text())
+with open(base / "input/data/train_0", "rb") as fifo:
+    streamed = fifo.read()
+val = sorted(p.name for p in pathlib.Path(os.environ["SM_CHANNEL_VAL"]).iterdir())
+pathlib.Path(os.environ["SM_MODEL_DIR"], f"{host}.json").write_text(json.dumps({
+    "modes": {k: v["TrainingInputMode"] for k, v in config.items()},
+    "streamed": streamed.decode(), "val": val}))
+"""
+
+
+def _body(i: int) -> bytes:
+    return f"<{i}>".encode()
+
+
+@pytest.fixture
+def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from moto.server import ThreadedMotoServer
+
+    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(var, value)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+        client.create_bucket(Bucket="data")
+        for i in range(N_OBJECTS):
+            client.put_object(Bucket="data", Key=f"train/part-{i}.txt", Body=_body(i))
+        manifest = [{"prefix": "s3://data/train/"}, "part-1.txt", "part-4.txt"]
+        client.put_object(Bucket="data", Key="val.manifest", Body=json.dumps(manifest).encode())
+        yield client
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    kill_leftover_jobs(tmp_path / "jobs")
+
+
+@pytest.mark.timeout(150)
+def test_pipe_sharded_and_manifest_channels_through_fit(tmp_path: Path, moto_s3: Any) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(SCRIPT)
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=5)
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
+        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+    )
+    estimator.fit({
+        "train": TrainingInput("s3://data/train/", distribution="ShardedByS3Key", input_mode="Pipe"),
+        "val": TrainingInput("s3://data/val.manifest", s3_data_type="ManifestFile"),
+    }, logs=False, job_name="pipe-e2e")
+    job = estimator.latest_training_job
+    assert job is not None
+    description = job.describe()
+    log = "\n".join(session.backend().log_lines("pipe-e2e"))
+    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
+    with tarfile.open(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
+        reports = {m.name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers()  # type: ignore[union-attr]
+                   if m.isfile()}
+    keys = sorted(f"part-{i}.txt" for i in range(N_OBJECTS))
+    for index, host in enumerate(["algo-1", "algo-2"]):
+        report = reports[f"{host}.json"]
+        assert report["modes"] == {"train": "Pipe", "val": "File"}  # the real modes, not always File
+        share = keys[index::2]
+        assert report["streamed"] == "".join(f"<{k[5:-4]}>" for k in share)
+        assert report["val"] == ["part-1.txt", "part-4.txt"]
+    assert_no_job_processes("pipe-e2e", tmp_path / "jobs" / "pipe-e2e")

@@ -80,7 +80,8 @@ CASES: dict[str, dict[str, Any]] = {
                               "custom_mpi_options": "-verbose -x NCCL_DEBUG=INFO"}}),
     "smddp_custom_options": dict(
         instance_type="ml.p4d.24xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
-        distribution={"smdistributed": {"dataparallel": {"enabled": True, "custom_mpi_options": "-verbose"}}}),
+        distribution={"smdistributed": {"dataparallel": {"enabled": True,
+                                                         "custom_mpi_options": "-verbose"}}}),
     "every_json_type": dict(
         instance_type="ml.g5.2xlarge", instance_count=1, framework_version="2.2.0", py_version="py310",
         hyperparameters={"int": 10, "float": 3e-5, "neg": -1.5, "str": "a b", "quote": 'say "hi"',
@@ -101,10 +102,7 @@ CASES: dict[str, dict[str, Any]] = {
                                     framework_version="1.2.0", py_version="py3"),
 }
 
-INPUTS: dict[str, Any] = {
-    "default": {"training": "s3://my-bucket/data/train"},
-    "channels": None,  # built in the test: TrainingInput with every field
-}
+INPUTS: dict[str, Any] = {"default": {"training": "s3://my-bucket/data/train"}}
 
 # case -> (key path, SDK value, our value). Anything else must be equal.
 DELIBERATE_DIFFERENCES: dict[str, list[tuple[tuple[str, ...], Any, Any]]] = {}

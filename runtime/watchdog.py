@@ -122,9 +122,16 @@ def _alive(pid: int) -> bool:
 class RankRegistry(SupervisorHook):
     """A private directory where this host's ranks register; puts the rank bootstrap on their path."""
 
-    def __init__(self, parent: str | Path | None = None) -> None:
+    def __init__(self, parent: str | Path | None = None, host: str | None = None) -> None:
         self._parent = parent
         self._dir: Path | None = None
+        self.host = host
+        self._spawned: dict[int, int | None] = {}
+
+    def on_start(self, processes: Sequence[StartedProcess]) -> None:
+        # A process the supervisor spawned is known by pid even when it sets no RANK (one plain
+        # process per host): its registration gets the spec's rank and this host.
+        self._spawned = {p.pid: p.rank for p in processes}
 
     @property
     def dir(self) -> Path:
@@ -150,6 +157,8 @@ class RankRegistry(SupervisorHook):
                 info = RankInfo(int(data["pid"]), data.get("rank"), data.get("host"), float(data["time"]))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
+            if info.rank is None and info.pid in self._spawned:
+                info = replace(info, rank=self._spawned[info.pid], host=info.host or self.host)
             if not _alive(info.pid):
                 continue
             key = (info.host, info.rank, info.pid if info.rank is None else -1)
@@ -431,7 +440,7 @@ def hooks_from_environ(host: str, environ: Mapping[str, str], log: Log) -> list[
     ``SMLAUNCH_FAULTS`` is set. Raises ``HostConfigurationError`` naming the variable on a bad value."""
     from runtime.environment import HostConfigurationError
 
-    registry = RankRegistry()
+    registry = RankRegistry(host=host)
     hooks: list[SupervisorHook] = [registry]
     try:
         raw = environ.get(contract.SMLAUNCH_STALL_TIMEOUT_SECONDS, "").strip()

@@ -522,9 +522,13 @@ class Agent:
             if isinstance(data, dict) and "time" in data:
                 data.setdefault("host", host.name)
                 details.append(data)
-        if details:
-            # Hosts we SIGTERMed report kind "stopped": a consequence, never the root cause.
-            causes = [d for d in details if d.get("kind") != "stopped"] or details
+        # Hosts we SIGTERMed report kind "stopped": a consequence, never the root cause. A host that
+        # died without a word (SIGKILLed, like a vanished instance) is a cause that wrote nothing.
+        causes = [d for d in details if d.get("kind") != "stopped"]
+        silent = [h for h in self.hosts if h.exit_code not in (0, None) and not h.failure_details.exists()]
+        if not causes and not silent:
+            causes = details
+        if causes:
             first = min(causes, key=lambda d: float(d["time"]))
             host, rank, code = first.get("host"), first.get("rank"), first.get("exit_code")
             reason = str(first.get("reason") or "")
@@ -532,7 +536,7 @@ class Agent:
             if str(host) not in reason or (rank is not None and f"rank {rank}" not in reason):
                 reason = f"{where} exited with code {code}: {reason}"
         else:
-            exited = [h for h in self.hosts if h.exit_code not in (0, None)]
+            exited = silent or [h for h in self.hosts if h.exit_code not in (0, None)]
             first_host = min(exited, key=lambda h: h.exited_at or 0.0)
             code = first_host.exit_code
             tail = _tail(self.job.host_log(first_host.name), LOG_TAIL_LINES)

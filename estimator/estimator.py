@@ -264,6 +264,9 @@ class Estimator:
             if not str(source_dir).endswith(".tar.gz"):
                 raise ConfigurationError("source_dir", source_dir, "a source_dir URI must name a .tar.gz",
                                          "pass s3://<bucket>/<key>/sourcedir.tar.gz or a local directory")
+            if urlparse(str(source_dir)).scheme == "file" and not self.is_local:
+                raise ConfigurationError("source_dir", source_dir, "file:// code works only for local runs",
+                                         "pass a local directory (it is uploaded) or an s3:// URI")
             return
         if source_dir is not None:
             directory = check_readable_dir(source_dir, "source_dir")
@@ -550,7 +553,7 @@ class Estimator:
                                              "pass an existing local path or an s3:// URI")
                 bucket_root = self.sagemaker_session.default_output_path()
                 mapping[channel] = _join_uri(bucket_root, job_name, "input", channel) + "/"
-                uploads.append((channel, value))
+                uploads.append((channel, str(Path(value).expanduser().resolve())))
         return mapping
 
     def _debug_hook_config(self, region: str, output_path: str) -> DebugHookConfig | None:

@@ -199,7 +199,7 @@ def test_sagemaker_shaped_fit_uploads_code_to_the_bucket_root(src: Path, tmp_pat
         # As the SDK: SSE-KMS, with the output KMS key when the code shares the output bucket.
         assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"].endswith("key-1")
         assert "smlaunch-sha256" in head["Metadata"]
-        assert session.staged_inputs == [(str(data), "job-5", "train")]
+        assert session.staged_inputs == [(str(data.resolve()), "job-5", "train")]
         submitted = session.recording.jobs["job-5"]
         assert json.loads(submitted.HyperParameters["sagemaker_submit_directory"]) == \
             "s3://out-bucket/job-5/source/sourcedir.tar.gz"
@@ -407,3 +407,10 @@ def test_construction_errors(src: Path, kwargs: dict[str, Any], field: str) -> N
         (src / "run.sh").write_text("")
     err = config_error(lambda: remote(src, **kwargs))
     assert err.field == field
+
+
+def test_prebuilt_code_uris(src: Path) -> None:
+    spec = remote(src, source_dir="s3://b-1/code/sourcedir.tar.gz").plan(job_name="j")
+    assert spec.HyperParameters["sagemaker_submit_directory"] == '"s3://b-1/code/sourcedir.tar.gz"'
+    assert "must name a .tar.gz" in str(config_error(lambda: remote(src, source_dir="s3://b-1/code/")))
+    assert "only for local runs" in str(config_error(lambda: remote(src, source_dir="file:///x/s.tar.gz")))

@@ -5,7 +5,7 @@ they differ in how they start a host, not in what the host finds on disk. This m
 
 - the config files (``hyperparameters.json`` verbatim from the spec, ``resourceconfig.json`` with
   ``instance_groups`` and sorted hosts, ``inputdataconfig.json``, ``checkpointconfig.json``);
-- the channel views under ``input/data/<channel>``;
+- the channel views under ``input/data/<channel>`` (:func:`link_view`);
 - the environment a host runtime starts with.
 
 Channel views (the guarantee the local backends give for ``file://`` data)
@@ -24,10 +24,8 @@ nothing to stage). Precisely:
   view is made, and :func:`changed_files` lists the originals that changed, which the local agent
   reports as a warning in the job log.
 
-``s3://`` channels are downloaded once per job into a cache directory (one small function,
-:func:`download_s3_prefix`), and each host gets the same kind of view of that cache.
-``ShardedByS3Key`` gives host ``i`` of ``N`` every ``N``-th file (sorted by key, starting at ``i``),
-which SageMaker's own local mode refuses.
+Which files a host sees (``s3://`` downloads, ``ShardedByS3Key``, FastFile and Pipe modes) is
+decided by :mod:`estimator.backends.local_data`, which builds these views with :func:`link_view`.
 """
 
 from __future__ import annotations
@@ -151,11 +149,6 @@ def list_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def shard(files: list[str], host_index: int, host_count: int) -> list[str]:
-    """ShardedByS3Key: host ``i`` of ``N`` gets files ``i, i+N, i+2N...`` of the sorted list."""
-    return sorted(files)[host_index::host_count]
-
-
 def link_view(source: Path, dest: Path, files: Iterable[str] | None = None) -> list[Path]:
     """Make ``dest`` a tree of real directories whose files are symlinks into ``source``.
 
@@ -204,38 +197,6 @@ def changed_files(prints: Mapping[str, list[int]]) -> list[str]:
         if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
             changed.append(path)
     return changed
-
-
-def download_s3_prefix(client: Any, uri: str, dest: Path) -> list[str]:
-    """Download an ``s3://bucket/prefix`` (S3Prefix) into ``dest``; return the relative paths.
-
-    As SageMaker does: an object whose key equals the prefix lands under its own base name; the
-    objects under ``prefix/`` keep their path relative to it. The data helper replaces this with
-    the transfer engine; keep it one function.
-    """
-    parsed = urlparse(uri)
-    bucket, prefix = parsed.netloc, parsed.path.lstrip("/")
-    dest.mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
-    paginator = client.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-        for obj in page.get("Contents", []):
-            key = obj["Key"]
-            if key.endswith("/"):
-                continue
-            if key == prefix:
-                rel = Path(key).name
-            elif prefix == "" or prefix.endswith("/") or key[len(prefix)] == "/":
-                rel = key[len(prefix) :].lstrip("/")
-            else:
-                continue  # "train" must not match "training/x"
-            target = dest / rel
-            if ".." in Path(rel).parts:
-                raise ValueError(f"s3://{bucket}/{key}: key escapes the channel directory")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, key, str(target))
-            written.append(Path(rel).as_posix())
-    return sorted(written)
 
 
 # --- the host runtime's environment -------------------------------------------------------------

@@ -117,14 +117,11 @@ def test_link_view_isolates_structure_and_detects_in_place_writes(tmp_path: Path
     assert layout.changed_files(prints) == [str((source / "a" / "x.csv").resolve())]  # ...and are caught
 
 
-def test_single_file_channel_and_sharding(tmp_path: Path) -> None:
+def test_single_file_channel(tmp_path: Path) -> None:
     single = tmp_path / "one.csv"
     single.write_text("1")
     layout.link_view(single, tmp_path / "v1")
     assert (tmp_path / "v1" / "one.csv").read_text() == "1"
-    files = [f"part-{i}" for i in range(5)]
-    shards = [layout.shard(files, i, 2) for i in range(2)]
-    assert shards == [["part-0", "part-2", "part-4"], ["part-1", "part-3"]]
 
 
 def test_host_environment_and_gpu_counts(tmp_path: Path) -> None:
@@ -140,24 +137,3 @@ def test_host_environment_and_gpu_counts(tmp_path: Path) -> None:
     assert env[contract.SMLAUNCH_STOP_GRACE_SECONDS] == "120"
     assert layout.instance_gpu_count("ml.p3.16xlarge") == 8
     assert layout.instance_gpu_count("ml.c5.xlarge") == 0
-
-
-def test_s3_prefix_download_matches_sagemaker(tmp_path: Path) -> None:
-    class FakeS3:
-        """Just the two calls the downloader makes, over an in-memory bucket."""
-
-        objects = {"train/a.csv": b"a", "train/sub/b.csv": b"b", "training/other.csv": b"no", "train/": b""}
-
-        def get_paginator(self, name: str) -> FakeS3:
-            assert name == "list_objects_v2"
-            return self
-
-        def paginate(self, Bucket: str, Prefix: str) -> list[dict[str, object]]:
-            return [{"Contents": [{"Key": k} for k in sorted(self.objects) if k.startswith(Prefix)]}]
-
-        def download_file(self, bucket: str, key: str, filename: str) -> None:
-            Path(filename).write_bytes(self.objects[key])
-
-    dest = tmp_path / "cache"
-    assert layout.download_s3_prefix(FakeS3(), "s3://bucket/train", dest) == ["a.csv", "sub/b.csv"]
-    assert (dest / "sub" / "b.csv").read_bytes() == b"b"

@@ -131,3 +131,47 @@ def test_sigkill_of_the_agent_leaves_no_process_behind(tmp_path: Path) -> None:
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     assert "agent" in description["FailureReason"]
     assert list(backend.log_lines("orphaned", follow=True))  # following a dead job's log ends
+
+
+# A rendezvous without torch: rank 0 serves the job's master port, every other rank must reach the
+# server of ITS job there (a collision would connect it to the other job's rank 0, or fail to bind).
+RENDEZVOUS = """
+import os, socket, time
+port, rank, job = int(os.environ["MASTER_PORT"]), int(os.environ["RANK"]), os.environ["TRAINING_JOB_NAME"]
+if rank == 0:
+    server = socket.create_server(("127.0.0.1", port))
+    server.settimeout(60)
+    for _ in range(int(os.environ["WORLD_SIZE"]) - 1):
+        conn, _ = server.accept()
+        conn.sendall(job.encode())
+        conn.close()
+else:
+    deadline = time.time() + 60
+    while True:
+        try:
+            conn = socket.create_connection(("127.0.0.1", port))
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+    served = conn.recv(200).decode()
+    assert served == job, f"rank {rank} of {job} reached the master of {served}"
+print(f"rendezvous ok on port {port}", flush=True)
+"""
+
+
+def test_concurrent_jobs_get_their_own_ports_and_directories(tmp_path: Path) -> None:
+    backend = _session(tmp_path, processes_per_host=2).backend()
+    names = ["concurrent-a", "concurrent-b"]
+    for name in names:
+        backend.submit(make_spec(tmp_path, name, RENDEZVOUS, ddp=True))
+    ports = set()
+    for name in names:
+        description = wait_terminal(backend, name)
+        assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, description.get("FailureReason")
+        lines = [line for line in backend.log_lines(name) if "rendezvous ok" in line]
+        assert len(lines) == 4
+        ports |= {line.rsplit(" ", 1)[1] for line in lines}
+        assert_no_job_processes(name, backend.job_dir(name).path)
+    assert len(ports) == 2

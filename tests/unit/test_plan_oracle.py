@@ -185,13 +185,11 @@ def test_plan_equals_sdk_request(case: str, src: Path, sdk_capture: Any) -> None
     kwargs.setdefault("hyperparameters", HPS)
     job_name = f"oracle-{case.replace('_', '-').replace('.', '-')}"[:50]
     inputs = INPUTS["default"]
-    sdk = _normalise(sdk_capture(kwargs, inputs, job_name))
-    ours = _normalise(_ours(kwargs, inputs, job_name))
+    sdk_raw, ours_raw = sdk_capture(kwargs, inputs, job_name), _ours(kwargs, inputs, job_name)
+    sdk, ours = _normalise(sdk_raw), _normalise(ours_raw)
     assert _differences(sdk, ours) == DELIBERATE_DIFFERENCES.get(case, [])
     # The hyperparameter order is part of the wire format (user keys, script-mode keys, distribution).
-    assert list(sdk_capture(kwargs, inputs, job_name)["HyperParameters"]) == list(
-        _ours(kwargs, inputs, job_name)["HyperParameters"]
-    )
+    assert list(sdk_raw["HyperParameters"]) == list(ours_raw["HyperParameters"])
 
 
 def test_training_input_channels_equal_sdk(src: Path, sdk_capture: Any) -> None:

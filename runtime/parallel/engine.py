@@ -193,6 +193,10 @@ class DistributedModel(nn.Module):
                             "modules in one partition."
                         )
             local = set(self.local_stage_ids())
+            if st.device.type != "cpu":  # blocks of other stages stay in host memory, never on this GPU
+                for (_, block), sid in zip(blocks, ids, strict=True):
+                    if sid not in local:
+                        block.to("cpu")
             for sid in sorted(local):
                 members = OrderedDict((n, b) for (n, b), i in zip(blocks, ids, strict=True) if i == sid)
                 stage = _StageModule(members)
@@ -571,6 +575,45 @@ def _capture(func: Callable[..., Any], mbs: Microbatches) -> list[tuple[torch.Te
     return captured
 
 
+_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
+_KEY_SLOTS = 64
+
+
+def _broadcast_shape_key(captured: list[tuple[torch.Tensor, ...]] | None, num_mb: int, src: int,
+                         group: Any) -> tuple[Any, ...]:
+    """The input-shape key of this step, from pipeline rank 0, in one small tensor broadcast.
+
+    Layout: ``[length, num_mb, nargs, (dtype, ndim, *dims) per arg]``; keys that do not fit (or use
+    an unlisted dtype) fall back to an object broadcast, flagged by ``length = -1``.
+    """
+    buf = torch.zeros(_KEY_SLOTS, dtype=torch.int64)
+    key: tuple[Any, ...] | None = None
+    if captured is not None:
+        first = captured[0]
+        fields = [num_mb, len(first)]
+        known = True
+        for t in first:
+            known = known and t.dtype in _DTYPES
+            fields += [_DTYPES.index(t.dtype) if t.dtype in _DTYPES else -1, t.dim(), *t.shape]
+        key = tuple(int(f) for f in fields)
+        if known and len(key) < _KEY_SLOTS:
+            buf[0] = len(key)
+            buf[1:len(key) + 1] = torch.tensor(key, dtype=torch.int64)
+        else:
+            key = (*key, tuple(str(t.dtype) for t in first))
+            buf[0] = -1
+    device = STATE.device
+    buf = buf.to(device)
+    dist.broadcast(buf, src=src, group=group)
+    length = int(buf[0])
+    if length >= 0:
+        return tuple(int(v) for v in buf[1:length + 1].tolist())
+    box: list[Any] = [key]
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
 def _run_pipeline(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[str, Any]]], train: bool,
                   scale: float, detach_outputs: bool) -> list[Any]:
     st = STATE.require()
@@ -580,12 +623,7 @@ def _run_pipeline(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dic
     is_first, is_last = pp_rank == 0, pp_rank == st.pp - 1
     group = st.process_group("P")
     captured = _capture(func, mbs) if is_first else None
-    box: list[Any] = [None]
-    if is_first:
-        assert captured is not None
-        box[0] = (num_mb, tuple((tuple(t.shape), str(t.dtype)) for t in captured[0]))
-    dist.broadcast_object_list(box, src=st.global_rank(0, "P"), group=group)
-    key = box[0]
+    key = _broadcast_shape_key(captured, num_mb, st.global_rank(0, "P"), group)
     pipe = model._pipeline_for(key, captured[0] if captured else None, num_mb)
     results: list[Any] = [None] * num_mb
 

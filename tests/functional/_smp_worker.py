@@ -116,7 +116,10 @@ def run_scenario(sc: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         dp = smp.dp_size()
         ref = reference(sc, dp)
         # a different seed on other replicas proves the parameter broadcast from dp rank 0
-        model = smp.DistributedModel(build_model(sc["model"], seed=sc["seed"] + smp.dp_rank() * 7))
+        net = build_model(sc["model"], seed=sc["seed"] + smp.dp_rank() * 7)
+        for (_, block), pid in zip(net.named_children(), sc.get("manual", []), strict=False):
+            smp.set_partition(block, pid)
+        model = smp.DistributedModel(net)
         opt = smp.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
 
         @smp.step

@@ -39,6 +39,9 @@ WORLD2 = [
     _sc("pp2_1f1b_m8_bn", "bn", 3, 8, [32, 32, 16], {"pipeline_parallel_degree": 2, "microbatches": 8}),
     _sc("pp2_1f1b_m4_transformer", "transformer", 4, 4, [8, 8, 4], {"partitions": 2, "microbatches": 4}),
     _sc("pp2_virtual2_m4", "mlp", 5, 4, [8, 8], {"partitions": 2, "microbatches": 4}, virtual_stages=2),
+    _sc("pp2_manual_partition", "mlp", 13, 2, [4, 4],
+        {"partitions": 2, "microbatches": 2, "auto_partition": False, "default_partition": 0},
+        manual=[0, 0, 0, 0, 0, 0, 1, 1, 1]),
     _sc("ckpt_save", "mlp", 6, 2, [4, 4, 4], {"partitions": 2, "microbatches": 2},
         save={"at_step": 1, "tag": "s1"}),
     _sc("ckpt_resume", "mlp", 6, 2, [4, 4, 4], {"partitions": 2, "microbatches": 2},
@@ -123,6 +126,7 @@ def _check(results: list[dict[str, Any]], scenarios: list[dict[str, Any]]) -> No
 def test_two_ranks_pipeline_scenarios_and_checkpoints(tmp_path: Path) -> None:
     results = _launch(2, WORLD2, tmp_path)
     _check(results, WORLD2)
+    assert results[1]["pp2_manual_partition"]["local_params"] == ["6.bias", "6.weight", "8.bias", "8.weight"]
     # the checkpoint written with pp=2 loads as a full state dict in one process
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "newest").read_text() == "s1_full"

@@ -13,23 +13,21 @@ an open dict (SMP has dozens of options) checked with the SDK's ``validate_mp_co
 
 Deliberate differences from the SDK (2.257.x):
 
-- ``pytorchddp``: the SDK rewrites it to ``smdistributed.dataparallel`` (smddp keys on the wire);
-  we keep it and send ``sagemaker_pytorch_ddp_enabled`` + ``sagemaker_instance_type`` (DESIGN §4).
-- Unknown keys and typos: the SDK ignores them; we reject them, naming the key and the nearest one.
-- ``processes_per_host`` above the GPU count of a GPU type: not checked by the SDK; rejected.
-- smddp on a type without GPUs: not checked by the SDK (its instance list is unused); rejected.
-- Model-parallel ``partitions`` (x ``tensor_parallel_degree``) not dividing
-  ``processes_per_host * instance_count``: not checked by the SDK; rejected.
-- ``validate_mp_config``: the SDK runs it at ``fit()``; we run it at construction.
-- Two launchers at once (mpi + torch_distributed, mpi + smddp, torch_distributed + pytorchddp):
-  in the SDK one silently wins; rejected.
-- modelparallel without ``mpi`` or ``torch_distributed``: the SDK accepts it (one process runs);
-  rejected.
-- ``torch_distributed`` / ``pytorchddp`` on CPU types: rejected for SageMaker as the SDK does,
-  allowed for local runs (emulated with gloo).
-- smddp / smp on ``ml.p5.48xlarge``: the SDK refuses at fit (issue #4988); allowed.
-- ``parameter_server``, ``pytorchxla``, ``multi_worker_mirrored_strategy``, ``instance_groups``
-  (TensorFlow, XLA, heterogeneous clusters): rejected as not supported.
+| topic                              | SDK v2                  | smlaunch                                  |
+|------------------------------------|-------------------------|-------------------------------------------|
+| ``pytorchddp``                     | rewritten to smddp      | ``sagemaker_pytorch_ddp_enabled`` (D. §4) |
+| unknown keys, typos                | ignored                 | rejected, nearest key suggested           |
+| ``processes_per_host`` > GPUs      | not checked             | rejected on GPU types                     |
+| smddp without GPUs                 | not checked             | rejected                                  |
+| mp partitions not dividing ranks   | not checked             | rejected (x ``tensor_parallel_degree``)   |
+| ``validate_mp_config``             | at ``fit()``            | at construction                           |
+| mpi + torch_distributed / smddp    | one silently wins       | rejected                                  |
+| torch_distributed + pytorchddp     | one silently wins       | rejected                                  |
+| modelparallel without mpi/torch    | one process runs        | rejected                                  |
+| torch_distributed on CPU types     | rejected                | rejected on SageMaker, allowed locally    |
+| smddp/smp on ``ml.p5.48xlarge``    | rejected at fit (#4988) | allowed                                   |
+| parameter_server, pytorchxla, MWMS | TF / XLA strategies     | rejected: not supported                   |
+| ``instance_groups``                | heterogeneous clusters  | rejected: not supported                   |
 """
 
 from __future__ import annotations

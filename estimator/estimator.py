@@ -8,28 +8,29 @@ construction (or, for ``inputs`` and ``job_name``, in ``plan()``), before anythi
 
 The request equals what ``sagemaker.pytorch.PyTorch(...).fit(...)`` (SDK 2.257.x) sends for the same
 arguments (``tests/unit/test_plan_oracle.py`` checks it field by field), apart from these
-deliberate differences:
+deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 
-- ``pytorchddp`` is sent as ``sagemaker_pytorch_ddp_enabled``, not rewritten to smddp (DESIGN §4);
-  the other distribution differences are listed in :mod:`estimator.distribution`.
-- Checks the SDK runs at ``fit()`` (entry point in ``source_dir``, image versions, model-parallel
-  config) run at construction; unknown instance types fail with the nearest names suggested.
-- Local runs (``LocalSession``, or ``local``/``local_gpu``): any ``ml.`` type is allowed (its
-  topology is emulated); spot, checkpoints, multi-instance ``local_gpu`` and ``torch_distributed``
-  on CPU types are not refused here but left to ``backend.check(spec)``, which knows what the
-  backend can do; no ``DebugHookConfig``/``ProfilerConfig`` is sent (nothing would read them); code
-  goes to ``file://`` (``<output_path>/<job>/source/sourcedir.tar.gz``) without any AWS call; the
-  DLC framework-version lists of smddp and torch_distributed are not applied (no DLC runs);
-  when the session's region has no DLC registry (``region_name`` is ``local``) and no
-  ``image_uri`` was given, ``TrainingImage`` is the DLC name without a registry
-  (``pytorch-training:2.1.0-cpu-py310``).
-- With a SageMaker ``Session``, a scheme-less local path in ``inputs`` is uploaded by
-  ``Session.stage_local_input`` to ``<bucket>/<job>/input/<channel>/`` (the SDK refuses it).
-- The timestamp in job names always has 3 millisecond digits (see :mod:`estimator.naming`).
-- ``attach()`` restores ``distribution`` and ``metric_definitions`` (the SDK loses both) and does not
-  block unless ``wait=True``.
-- ``model_uri``, ``rules``, ``debugger_hook_config`` objects, ``profiler_config`` objects,
-  ``instance_groups``, ``training_recipe``, ``git_config`` and pipeline variables are not supported.
+| topic                            | SDK v2                      | smlaunch                                |
+|----------------------------------|-----------------------------|-----------------------------------------|
+| ``pytorchddp``                   | rewritten to smddp keys     | ``sagemaker_pytorch_ddp_enabled``       |
+| entry point / image / mp checks  | at ``fit()``                | at construction                         |
+| unknown instance type            | sent to the service         | error naming the nearest types          |
+| ``ml.`` type + LocalSession      | not emulated                | allowed: the topology is emulated       |
+| local spot, checkpoints          | refused                     | left to ``backend.check(spec)``         |
+| local_gpu multi-host             | refused                     | left to ``backend.check(spec)``         |
+| torch_distributed, CPU, local    | refused                     | allowed (gloo)                          |
+| Debug/ProfilerConfig, local      | sent                        | left out (nothing reads them)           |
+| code of local runs               | S3 unless ``local_code``    | ``<output_path>/<job>/source/``         |
+| smddp/torch_distributed versions | DLC lists always            | DLC lists on SageMaker only             |
+| image, region w/o registry       | error                       | ``pytorch-training:<tag>``              |
+| local input path, no scheme      | error                       | ``file://`` (local), uploaded (Session) |
+| job-name milliseconds            | 1 to 3 digits               | always 3 digits                         |
+| ``attach()``                     | loses distribution, metrics | restores both                           |
+| ``attach()`` waiting             | blocks until the job ends   | only with ``wait=True``                 |
+| ``set_hyperparameters``          | encodes values twice        | encodes once                            |
+
+Not supported: ``model_uri``, ``rules``, debugger/profiler config objects, ``instance_groups``,
+``training_recipe``, ``git_config``, pipeline variables.
 """
 
 from __future__ import annotations

@@ -414,3 +414,15 @@ def test_prebuilt_code_uris(src: Path) -> None:
     assert spec.HyperParameters["sagemaker_submit_directory"] == '"s3://b-1/code/sourcedir.tar.gz"'
     assert "must name a .tar.gz" in str(config_error(lambda: remote(src, source_dir="s3://b-1/code/")))
     assert "only for local runs" in str(config_error(lambda: remote(src, source_dir="file:///x/s.tar.gz")))
+
+
+def test_output_path_not_writable(src: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    err = config_error(lambda: local(src, tmp_path, output_path=(blocker / "out").as_uri()))
+    assert err.field == "output_path" and "not writable" in str(err)
+    est = local(src, tmp_path, output_path=str(tmp_path / "new" / "out"))  # created later, by the backend
+    assert est.output_path == (tmp_path / "new" / "out").as_uri()
+    spec = est.plan(job_name="j")
+    assert json.loads(spec.HyperParameters["sagemaker_submit_directory"]) == \
+        (tmp_path / "new" / "out").as_uri() + "/j/source/sourcedir.tar.gz"

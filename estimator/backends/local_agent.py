@@ -27,7 +27,7 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
 - **max_run** (``StoppingCondition.MaxRuntimeInSeconds``, counted from the hosts' start): the same
   SIGTERM / grace / SIGKILL; status ``Stopped``, SecondaryStatus ``MaxRuntimeExceeded``, and a
   FailureReason saying so.
-- **The agent itself dies** (even SIGKILL): every host runtime was started with
+- **The agent itself dies** (even SIGKILL; Linux): every host runtime was started with
   ``PR_SET_PDEATHSIG=SIGKILL`` against the agent and dies with it (the runtime in turn sets it on its
   ranks); the agent is also a child subreaper, so ranks orphaned by a dying runtime are reparented to
   it and killed before it exits. Readers see the job ``Failed`` (the agent's pid is gone).
@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -180,8 +181,9 @@ class Agent:
     # --- the job ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        with contextlib.suppress(OSError):
-            _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        if sys.platform == "linux":
+            with contextlib.suppress(OSError, AttributeError):
+                _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         try:
@@ -323,19 +325,16 @@ class Agent:
             f"per-GPU launchers, master {self.hosts[0].name}=127.0.0.1:{port}, "
             f"stop grace {self.grace:g} s, max run {self.spec.StoppingCondition.MaxRuntimeInSeconds} s"
         )
-        libc = _libc()
-        parent = psutil.Process().pid
-
-        def die_with_agent() -> None:
-            # Runs in the child between fork and exec: the host runtime gets SIGKILL if the agent
-            # dies, whatever kills it. Then re-check the parent in case it died before prctl.
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent:
-                os._exit(137)
-
+        die_with_agent = _die_with_parent_hook()
         base_env = dict(os.environ)
-        # Every process is spawned from this (main) thread before any log thread starts:
-        # PDEATHSIG is tied to the spawning thread and preexec_fn is only safe without threads.
+        # The S3 the session talks to (e.g. a test's moto server) is the S3 the hosts talk to:
+        # the runtime fetches s3:// code with boto3, which honours these variables.
+        if self.settings.get("s3_endpoint_url"):
+            base_env.setdefault("AWS_ENDPOINT_URL_S3", str(self.settings["s3_endpoint_url"]))
+        if self.settings.get("s3_region_name"):
+            base_env.setdefault("AWS_REGION", str(self.settings["s3_region_name"]))
+        # Every host is spawned from this (main) thread, before the log threads start: PDEATHSIG
+        # is tied to the thread that forked, and the pre-exec hook only calls prctl and getppid.
         for host in self.hosts:
             env = dict(base_env)
             env.update(
@@ -366,7 +365,8 @@ class Agent:
 
     def _pump(self, host: _Host) -> None:
         assert host.proc is not None and host.proc.stdout is not None
-        own = (f"[{host.name}]", f"[{host.name}/")
+        # A rank line may name another host: one mpirun on the master serves every emulated host.
+        own = (f"[{host.name}]", *(f"[{h.name}/" for h in self.hosts))
         with open(self.job.host_log(host.name), "ab") as host_log:
             for raw in iter(host.proc.stdout.readline, b""):
                 text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -551,6 +551,25 @@ class Agent:
                 f"WARNING: input file {path} changed during the job (written through its channel "
                 "view); channel data should be treated as read-only"
             )
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A pre-exec hook giving the child PR_SET_PDEATHSIG=SIGKILL against this process (Linux).
+
+    Elsewhere (macOS) there is no such call: a host runtime then outlives an agent killed with
+    SIGKILL, and only the agent's normal exits (including SIGTERM/SIGINT) clean up.
+    """
+    if sys.platform != "linux":
+        return None
+    prctl = _libc().prctl
+    parent = os.getpid()
+
+    def die_with_agent() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the agent died before prctl took effect
+            os._exit(137)
+
+    return die_with_agent
 
 
 def _exit_code(code: int) -> int:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -266,7 +269,10 @@ def test_fit_wait_false_returns_at_once_and_ctrl_c_in_wait_stops_the_job(tmp_pat
     root = tmp_path / "jobs"
     proc = subprocess.Popen(
         [sys.executable, str(notebook), str(root), str(source)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
     )
     try:
         assert proc.stdout is not None
@@ -292,3 +298,66 @@ def test_fit_wait_false_returns_at_once_and_ctrl_c_in_wait_stops_the_job(tmp_pat
         "checkpoint-algo-2.txt",
     ]
     assert_no_job_processes(name, backend.job_dir(name).path)
+
+
+@pytest.fixture
+def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real S3 API on 127.0.0.1 (moto server), reachable from the job's own processes."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+        client.create_bucket(Bucket="models")
+        yield client
+    finally:
+        server.stop()
+
+
+def test_s3_code_and_output_path(tmp_path: Path, moto_s3: Any) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(
+        "import os, pathlib\n"
+        "host = os.environ['SM_CURRENT_HOST']\n"
+        "pathlib.Path(os.environ['SM_MODEL_DIR'], f'{host}.txt').write_text(host)\n"
+    )
+    estimator = PyTorch(
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge",
+        instance_count=2,
+        framework_version="2.1.0",
+        py_version="py310",
+        output_path="s3://models/out",
+        sagemaker_session=LocalSession(tmp_path / "jobs", s3_client=moto_s3),
+    )
+    estimator.fit(logs=False, job_name="s3-job")
+    assert estimator.model_data == "s3://models/out/s3-job/output/model.tar.gz"
+    keys = {o["Key"] for o in moto_s3.list_objects_v2(Bucket="models")["Contents"]}
+    # As SDK v2 lays it out: code under the output bucket's root, artifacts under output_path.
+    assert {
+        "s3-job/source/sourcedir.tar.gz",
+        "out/s3-job/output/model.tar.gz",
+        "out/s3-job/output/output.tar.gz",
+    } <= keys
+    code_uri = json.loads(
+        estimator.latest_training_job.describe()["HyperParameters"]["sagemaker_submit_directory"]
+    )
+    assert code_uri == "s3://models/s3-job/source/sourcedir.tar.gz"  # each host fetched it from S3
+    body = moto_s3.get_object(Bucket="models", Key="out/s3-job/output/model.tar.gz")["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        assert sorted(tar.getnames()) == ["algo-1.txt", "algo-2.txt"]

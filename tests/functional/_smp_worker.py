@@ -184,6 +184,33 @@ def run_scenario(sc: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         shutdown()
 
 
+def run_comm(sc: dict[str, Any]) -> dict[str, Any]:
+    """The communication API on the mesh groups: allgather, one-sided broadcast, send/recv, barriers."""
+    smp.init(sc["config"])
+    try:
+        me = smp.rank()
+        assert smp.allgather(me) == list(range(smp.size()))
+        assert smp.allgather(me, smp.PP_GROUP) == smp.get_pp_group()
+        assert smp.allgather(me, smp.DP_GROUP) == smp.get_dp_group()
+        assert smp.allgather(smp.pp_rank(), smp.MP_GROUP) == list(range(smp.mp_size()))
+        if smp.pp_rank() == 0:
+            smp.broadcast({"from": me}, smp.PP_GROUP)
+        else:
+            got = smp.recv_from(0, smp.RankType.PP_RANK)
+            assert got == {"from": smp.get_pp_group()[0]}, got
+        if smp.pp_rank() == 0:
+            smp.send(("hello", me), 1, smp.RankType.PP_RANK)
+        elif smp.pp_rank() == 1:
+            assert smp.recv_from(0, smp.RankType.PP_RANK) == ("hello", smp.get_pp_group()[0])
+        gathered = smp.gather(me, smp.DP_GROUP, rank=0)
+        assert gathered == (smp.get_dp_group() if smp.dp_rank() == 0 else None)
+        for barrier in (smp.barrier, smp.pp_barrier, smp.dp_barrier, smp.mp_barrier, smp.rdp_barrier):
+            barrier()
+        return {"comm_ok": True, "rank": me}
+    finally:
+        shutdown()
+
+
 def main() -> None:
     scenarios = json.loads(Path(sys.argv[1]).read_text())
     out_dir = Path(sys.argv[2])
@@ -193,7 +220,8 @@ def main() -> None:
     results: dict[str, Any] = {}
     for sc in scenarios:
         try:
-            results[sc["name"]] = run_scenario(sc, out_dir)
+            run = run_comm if sc.get("kind") == "comm" else run_scenario
+            results[sc["name"]] = run(sc, out_dir) if run is run_scenario else run(sc)
         except Exception as exc:  # reported per scenario; the test prints the traceback
             results[sc["name"]] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
             (out_dir / f"rank{rank}.json").write_text(json.dumps(results, indent=1))

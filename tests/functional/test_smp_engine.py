@@ -99,7 +99,14 @@ def _launch(world: int, scenarios: list[dict[str, Any]], out: Path) -> list[dict
     return results
 
 
+COMM2 = {"name": "comm", "kind": "comm", "config": {"partitions": 2}}
+COMM4 = {"name": "comm", "kind": "comm",
+         "config": {"partitions": 2, "ddp": True, "placement_strategy": "spread"}}
+
+
 def _check(results: list[dict[str, Any]], scenarios: list[dict[str, Any]]) -> None:
+    for per_rank in results:
+        assert per_rank["comm"]["comm_ok"], per_rank["comm"]
     for sc in scenarios:
         cfg = sc["config"]
         pp = cfg.get("partitions", cfg.get("pipeline_parallel_degree"))
@@ -124,7 +131,7 @@ def _check(results: list[dict[str, Any]], scenarios: list[dict[str, Any]]) -> No
 
 @pytest.mark.timeout(200)
 def test_two_ranks_pipeline_scenarios_and_checkpoints(tmp_path: Path) -> None:
-    results = _launch(2, WORLD2, tmp_path)
+    results = _launch(2, [COMM2, *WORLD2], tmp_path)
     _check(results, WORLD2)
     assert results[1]["pp2_manual_partition"]["local_params"] == ["6.bias", "6.weight", "8.bias", "8.weight"]
     # the checkpoint written with pp=2 loads as a full state dict in one process
@@ -146,4 +153,4 @@ def test_two_ranks_pipeline_scenarios_and_checkpoints(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(200)
 def test_four_ranks_pp4_and_hybrid_data_parallel(tmp_path: Path) -> None:
-    _check(_launch(4, WORLD4, tmp_path), WORLD4)
+    _check(_launch(4, [COMM4, *WORLD4], tmp_path), WORLD4)

@@ -1,0 +1,697 @@
+"""The Docker executor of the local backend: one container per emulated host, as SageMaker's local mode.
+
+Chosen explicitly (``LocalSession(executor="docker")`` or ``SMLAUNCH_EXECUTOR=docker``); processes
+stay the default. Everything but *how a host starts* is the local backend's: the job directory and
+its files (:mod:`estimator.backends._local_state`), the per-host ``/opt/ml`` trees and channel views
+(:mod:`estimator.backends._local_layout`, :mod:`estimator.backends.local_data`), the agent's log
+streaming, failure / stop / ``max_run`` policy and artifact packaging
+(:mod:`estimator.backends.local_agent`). :class:`DockerAgent` only replaces the host processes by
+containers, which it makes look like the ``subprocess.Popen`` objects the agent supervises
+(:class:`ContainerProcess`).
+
+Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
+
+- image: the spec's ``TrainingImage`` (``image_uri``), else ``$SMLAUNCH_DOCKER_IMAGE``; it must be
+  present in the local engine (smlaunch never pulls) and provide ``train`` (SageMaker's contract:
+  ``docker run IMAGE train``); ``container/build.sh cpu`` builds one;
+- hostname ``algo-N``, host networking, every ``algo-i`` resolving to 127.0.0.1 (``extra_hosts``), so
+  ranks meet over loopback on the free ports the agent picks (nothing is published, no bridge);
+  the hosts' ``network_interface_name`` is therefore ``lo``;
+- its own host tree bind-mounted at ``/opt/ml``; the job's ``file://`` code and channel originals
+  (the channel views are symlinks to them) and the ``s3://`` download cache read-only at the same
+  absolute paths;
+- the calling user's ``uid:gid`` (plus group 0, which the image uses for its writable paths), so
+  every file in the mounted trees belongs to the caller and cleanup never fails;
+- all GPUs (a device request) when the instance type has GPUs and this machine has some;
+- labels ``smlaunch.job=<job>`` and ``smlaunch.host=algo-N``: every exit path removes the job's
+  containers by label; if the agent itself is killed, a small reaper process (started by
+  :meth:`DockerBackend.submit`) removes them.
+
+MPI jobs use the runtime's real multi-node roles (:mod:`runtime.mpi_roles`): workers serve sshd, the
+master runs ``mpirun`` over ssh. Containers share the host's network, so each host's sshd listens
+on its own loopback port: the agent writes per-job keys, one ``sshd_config`` per host and an
+``ssh_config`` mapping ``algo-N`` to its port, mounts them read-only at ``/etc/smlaunch-ssh`` and
+``/etc/ssh/ssh_config.d/``, and tells the runtime through ``SMLAUNCH_SSHD_CONFIG`` and
+``SMLAUNCH_SSH_PORTS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlparse
+
+from estimator.backends import _local_layout as layout
+from estimator.backends._local_state import JobDir
+from estimator.backends.base import Capabilities
+from estimator.backends.local import LocalBackend
+from estimator.errors import ConfigurationError
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+
+if TYPE_CHECKING:
+    from estimator.backends.local_agent import Agent as _AgentBase
+    from estimator.session import LocalSession
+
+DOCKER_IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
+LABEL_JOB = "smlaunch.job"
+LABEL_HOST = "smlaunch.host"
+LABEL_OURS = "smlaunch.content-hash"
+"""Set by container/build.sh on smlaunch's images: they are known to provide ``train``."""
+CONTAINER_BASE_DIR = "/opt/ml"
+CONTAINER_SSH_DIR = "/etc/smlaunch-ssh"
+CONTAINER_SSH_CLIENT_CONFIG = "/etc/ssh/ssh_config.d/smlaunch-job.conf"
+SSH_DIR_NAME = "ssh"
+LOOPBACK = "127.0.0.1"
+# Variables of the caller's environment a container inherits (credentials, endpoints, smlaunch's
+# knobs such as fault injection); everything else of this machine stays out of the container.
+INHERITED_PREFIXES = ("AWS_", "SMLAUNCH_")
+START_FAILED_EXIT_CODE = 125
+"""What ``docker run`` exits with when the container cannot be created or started."""
+
+_NO_ENGINE_FIX = (
+    "start a Docker engine (e.g. `sudo dockerd --storage-driver=vfs --iptables=false --bridge=none &`, "
+    "or `sudo systemctl start docker`) and make sure DOCKER_HOST or /var/run/docker.sock reaches it; "
+    "or run the job as processes with LocalSession(executor='process')"
+)
+_TRAIN_CHECKED: dict[str, bool] = {}
+
+
+def docker_client(timeout: float | None = 60.0) -> Any:
+    """A Docker SDK client from the environment (DOCKER_HOST, ...) that answers a ping.
+
+    Raises ConfigurationError saying how to start an engine, or to use the process executor.
+    """
+    try:
+        import docker
+    except ImportError:
+        raise ConfigurationError(
+            "executor", "docker", "the `docker` Python package is not installed",
+            "pip install 'smlaunch[docker]' (or docker>=7), or use LocalSession(executor='process')",
+        ) from None
+    try:
+        client = docker.from_env(timeout=timeout)  # type: ignore[arg-type]
+        client.ping()
+    except Exception as exc:
+        raise ConfigurationError(
+            "executor", "docker", f"no Docker engine answers ({type(exc).__name__}: {exc})", _NO_ENGINE_FIX
+        ) from None
+    return client
+
+
+def _errors() -> Any:
+    import docker.errors
+
+    return docker.errors
+
+
+class DockerBackend(LocalBackend):
+    """Run local jobs with one container per host; see the module docstring."""
+
+    capabilities: ClassVar[Capabilities] = LocalBackend.capabilities.model_copy(update={"name": "docker"})
+    agent_module = "estimator.backends.docker"
+
+    def __init__(self, session: LocalSession, client: Any | None = None) -> None:
+        super().__init__(session)
+        self._client = client
+
+    def client(self) -> Any:
+        """The injected Docker client, else one from the environment (created on first use)."""
+        if self._client is None:
+            self._client = docker_client()
+        else:
+            try:
+                self._client.ping()
+            except Exception as exc:
+                raise ConfigurationError(
+                    "executor", "docker", f"the Docker engine does not answer ({type(exc).__name__}: {exc})",
+                    _NO_ENGINE_FIX,
+                ) from None
+        return self._client
+
+    # --- check / submit -----------------------------------------------------------------------
+
+    def image(self, spec: TrainingJobSpec) -> str:
+        image = spec.AlgorithmSpecification.TrainingImage or os.environ.get(DOCKER_IMAGE_ENV)
+        if not image:
+            raise ConfigurationError(
+                "image_uri", None, "the docker executor needs an image and none was given",
+                "build one with `container/build.sh cpu` and pass image_uri=<its tag> "
+                f"(or set {DOCKER_IMAGE_ENV})",
+            )
+        return image
+
+    def check(self, spec: TrainingJobSpec) -> None:
+        """The local backend's checks, then: an engine answers, the image is present locally and
+        has ``train``, and every path the containers mount exists. Raises before anything starts."""
+        super().check(spec)
+        client = self.client()
+        image = self.image(spec)
+        errors = _errors()
+        try:
+            found = client.images.get(image)
+        except errors.ImageNotFound:
+            raise ConfigurationError(
+                "image_uri", image, "is not present in the local Docker engine (smlaunch never pulls images)",
+                "build it (container/build.sh cpu --tag <name>), or `docker pull` / `docker load` it first",
+            ) from None
+        _require_train(client, image, found)
+        for source in read_only_sources(spec, None):
+            if not source.exists():
+                raise ConfigurationError(
+                    "mounts", str(source), "does not exist, so it cannot be mounted into the containers",
+                    "point code and file:// inputs at existing paths",
+                )
+
+    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
+        settings = super().settings(spec)
+        image = self.image(spec)
+        settings.update(
+            {
+                "executor": "docker",
+                "image": image,
+                "uid": os.getuid(),
+                "gid": os.getgid(),
+                "gpus": layout.instance_gpu_count(spec.ResourceConfig.InstanceType) > 0
+                and layout.machine_gpu_count() > 0,
+            }
+        )
+        return settings
+
+    def submit(self, spec: TrainingJobSpec) -> None:
+        """As the local backend (the agent is :class:`DockerAgent`), plus a reaper that removes the
+        job's containers should the agent die without doing it (e.g. SIGKILL)."""
+        super().submit(spec)
+        job = self.job_dir(spec.TrainingJobName)
+        with open(job.logs_dir / "reaper.log", "ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", self.agent_module, "--reap", str(job.path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, env=_child_environment(),
+            )
+
+
+def _child_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _require_train(client: Any, image: str, found: Any) -> None:
+    """Fail unless ``image`` runs ``train``. smlaunch's images (labelled by build.sh) are trusted;
+    others are probed once per image id with ``sh -c 'command -v train'``."""
+    labels = (getattr(found, "labels", None) or {})
+    if LABEL_OURS in labels:
+        return
+    image_id = str(getattr(found, "id", image))
+    if image_id not in _TRAIN_CHECKED:
+        errors = _errors()
+        try:
+            client.containers.run(
+                image, entrypoint=["/bin/sh", "-c"], command=["command -v train"],
+                remove=True, network_mode="none", stdout=True, stderr=True,
+            )
+            _TRAIN_CHECKED[image_id] = True
+        except errors.ContainerError:
+            _TRAIN_CHECKED[image_id] = False
+        except errors.APIError as exc:
+            raise ConfigurationError(
+                "image_uri", image, f"could not check that it provides `train` ({exc})",
+                "use an image with /bin/sh and a `train` command, e.g. one built by container/build.sh",
+            ) from None
+    if not _TRAIN_CHECKED[image_id]:
+        raise ConfigurationError(
+            "image_uri", image,
+            "has no `train` command on its PATH (SageMaker runs `docker run IMAGE train`)",
+            "install smlaunch in the image (container/Dockerfile.cpu does) or the SageMaker training toolkit",
+        )
+
+
+def read_only_sources(spec: TrainingJobSpec, job: JobDir | None) -> list[Path]:
+    """Host paths a container reads at their own absolute path: ``file://`` code (the submit
+    directory), ``file://`` channel originals (the channel views link to them) and, with ``job``,
+    the job's ``s3://`` download cache."""
+    sources: list[Path] = []
+    submit = spec.HyperParameters.get(contract.HP_SUBMIT_DIRECTORY) if spec.HyperParameters else None
+    if submit:
+        with contextlib.suppress(ValueError):
+            submit = json.loads(submit)
+        if isinstance(submit, str) and urlparse(submit).scheme == "file":
+            path = layout.file_uri_path(submit)
+            sources.append(path.parent if path.suffix == ".gz" or path.is_file() else path)
+    uses_s3 = False
+    for channel in spec.InputDataConfig or []:
+        s3 = channel.DataSource.S3DataSource
+        if s3 is None:
+            continue
+        if urlparse(s3.S3Uri).scheme == "file":
+            sources.append(layout.file_uri_path(s3.S3Uri))
+        else:
+            uses_s3 = True
+    if uses_s3 and job is not None:
+        sources.append(job.s3_cache_dir)
+    unique: list[Path] = []
+    for source in sources:
+        resolved = Path(os.path.abspath(source))
+        if resolved not in unique:
+            unique.append(resolved)
+    return unique
+
+
+# --- containers as processes ----------------------------------------------------------------------
+
+class ContainerProcess:
+    """A started container, shaped like the ``subprocess.Popen`` the local agent supervises.
+
+    ``poll()``/``wait()`` report the container's exit code (``128 + N`` when killed by signal N, as
+    Docker reports it); ``send_signal``/``terminate``/``kill`` signal its PID 1 (tini, which forwards
+    to the runtime); ``stdout.readline()`` yields its merged output line by line, and after the last
+    line one line of smlaunch's own when the container ended in a way the runtime could not report
+    (killed or removed from outside smlaunch, out of memory).
+    """
+
+    def __init__(self, container: Any, stream_container: Any, host: str) -> None:
+        self.container = container
+        self.host = host
+        self.pid = -1  # not a child of the agent; the agent's process-tree sweep skips it
+        self.returncode: int | None = None
+        self.signalled = False
+        self.note: str | None = None
+        self._exited = threading.Event()
+        self._stream_container = stream_container
+        self.stdout = _LineReader(self._chunks())
+        self._waiter = threading.Thread(target=self._wait, name=f"wait-{host}", daemon=True)
+        self._waiter.start()
+
+    def _wait(self) -> None:
+        errors = _errors()
+        code = 137
+        while True:
+            try:
+                code = int(self._stream_container.wait().get("StatusCode", 137))
+                break
+            except errors.NotFound:
+                self.note = f"container {self.container.name} was removed from outside smlaunch"
+                break
+            except Exception:  # a dropped connection to the engine: ask again unless it is gone
+                time.sleep(0.5)
+                try:
+                    self.container.reload()
+                except errors.NotFound:
+                    self.note = f"container {self.container.name} was removed from outside smlaunch"
+                    break
+                except Exception:
+                    continue
+                if self.container.status in ("exited", "dead"):
+                    code = int(self.container.attrs["State"].get("ExitCode", 137))
+                    break
+        if self.note is None and code != 0:
+            self.note = self._diagnose(code)
+        self.returncode = code
+        self._exited.set()
+
+    def _diagnose(self, code: int) -> str | None:
+        with contextlib.suppress(Exception):
+            self.container.reload()
+            state = self.container.attrs.get("State", {})
+            if state.get("OOMKilled"):
+                return f"container {self.container.name} was killed: out of memory (exit code {code})"
+        if code == 137 and not self.signalled:
+            return (f"container {self.container.name} was killed from outside smlaunch "
+                    "(exit code 137, SIGKILL)")
+        return None
+
+    def _chunks(self) -> Iterator[bytes]:
+        with contextlib.suppress(Exception):
+            yield from self._stream_container.logs(stream=True, follow=True, stdout=True, stderr=True)
+        self._exited.wait(30)
+        if self.note:
+            yield f"\n[smlaunch] {self.note}\n".encode()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._exited.wait(timeout):
+            raise subprocess.TimeoutExpired(f"container {self.container.name}", timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is not None:
+            return
+        self.signalled = True
+        with contextlib.suppress(Exception):  # already gone: nothing to signal
+            self.container.kill(signal=int(sig))
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class FailedStart:
+    """A host whose container could not be created or started: it 'exited' with 125 and says why."""
+
+    def __init__(self, host: str, message: str) -> None:
+        self.host = host
+        self.pid = -1
+        self.returncode = START_FAILED_EXIT_CODE
+        self.note: str | None = message
+        self.stdout = _LineReader(iter([f"[smlaunch] {message}\n".encode()]))
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        return None
+
+    def terminate(self) -> None:
+        return None
+
+    def kill(self) -> None:
+        return None
+
+
+class _LineReader:
+    """``readline()`` over an iterator of byte chunks; ``b""`` at the end, like a pipe."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = b""
+        self._done = False
+
+    def readline(self) -> bytes:
+        while b"\n" not in self._buffer and not self._done:
+            try:
+                self._buffer += next(self._chunks)
+            except StopIteration:
+                self._done = True
+        if b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            return line + b"\n"
+        line, self._buffer = self._buffer, b""
+        return line
+
+
+# --- ssh for MPI across containers ----------------------------------------------------------------
+
+def uses_mpi(spec: TrainingJobSpec) -> bool:
+    """Whether the runtime will run ``mpirun`` across hosts (MPI or model parallel)."""
+    raw = (spec.HyperParameters or {}).get(contract.HP_MPI_ENABLED, "false")
+    with contextlib.suppress(ValueError):
+        raw = json.loads(raw)
+    return raw is True or str(raw).lower() == "true"
+
+
+def write_ssh_material(
+    directory: Path, ports: dict[str, int], keygen: Callable[[Path], None] | None = None
+) -> None:
+    """Per-job ssh keys and configs for MPI between containers on one machine (module docstring).
+
+    Files are the caller's and 0600 (the containers run as the caller, and ssh refuses keys others
+    can read): ``id_ed25519`` (+ ``.pub`` = ``authorized_keys``), ``ssh_host_ed25519_key``,
+    ``sshd_config-<host>`` (listens on 127.0.0.1:<port of host>), ``ssh_config`` (every host ->
+    127.0.0.1:<its port>, no host-key prompts).
+    """
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (keygen or _ssh_keygen)(directory)
+    (directory / "authorized_keys").write_bytes((directory / "id_ed25519.pub").read_bytes())
+    for host, port in sorted(ports.items()):
+        (directory / f"sshd_config-{host}").write_text(
+            "\n".join(
+                [
+                    f"Port {port}",
+                    f"ListenAddress {LOOPBACK}",
+                    f"HostKey {CONTAINER_SSH_DIR}/ssh_host_ed25519_key",
+                    f"AuthorizedKeysFile {CONTAINER_SSH_DIR}/authorized_keys",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin prohibit-password",
+                    "UsePAM no",
+                    "StrictModes no",  # the image's home is group-writable (arbitrary uids)
+                    "PidFile none",
+                    "LogLevel ERROR",
+                    "",
+                ]
+            )
+        )
+    lines: list[str] = []
+    for host, port in sorted(ports.items()):
+        lines += [
+            f"Host {host}",
+            f"    HostName {LOOPBACK}",
+            f"    Port {port}",
+            f"    IdentityFile {CONTAINER_SSH_DIR}/id_ed25519",
+            "    StrictHostKeyChecking no",
+            "    UserKnownHostsFile /dev/null",
+            "    LogLevel ERROR",
+        ]
+    (directory / "ssh_config").write_text("\n".join(lines) + "\n")
+    for path in directory.iterdir():
+        path.chmod(0o600)
+
+
+def _ssh_keygen(directory: Path) -> None:
+    keygen = shutil.which("ssh-keygen")
+    if keygen is None:
+        raise ConfigurationError(
+            "distribution", "mpi",
+            "MPI jobs in containers need ssh-keygen on this machine to make per-job keys",
+            "install openssh-client (apt-get install openssh-client)",
+        )
+    for name, comment in (("id_ed25519", "smlaunch-job"), ("ssh_host_ed25519_key", "smlaunch-host")):
+        subprocess.run(
+            [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(directory / name)],
+            check=True, capture_output=True, timeout=30,
+        )
+
+
+# --- the agent ------------------------------------------------------------------------------------
+
+def sweep(client: Any, job_name: str) -> list[str]:
+    """Remove (force) every container labelled with ``job_name``; returns their names."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL_JOB}={job_name}"}):
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed.append(container.name)
+    return removed
+
+
+def _agent_class() -> type[_AgentBase]:
+    from estimator.backends.local_agent import Agent, free_port
+
+    class DockerAgent(Agent):
+        """The local agent with containers for hosts (module docstring); the policy is inherited."""
+
+        def __init__(self, job: JobDir, client: Any | None = None, stream_client: Any | None = None) -> None:
+            super().__init__(job)
+            self.client = client or docker_client()
+            # Log streams and waits block for as long as a container runs: no request timeout.
+            if stream_client is None:
+                stream_client = client if client is not None else docker_client(timeout=None)
+            self.stream_client = stream_client
+            self.image = str(self.settings["image"])
+            self.containers: dict[str, Any] = {}
+
+        def run(self) -> int:
+            try:
+                return super().run()
+            finally:
+                removed = sweep(self.client, self.spec.TrainingJobName)
+                if removed:
+                    print(f"removed leftover containers {removed}", flush=True)
+
+        def _prepare(self) -> None:
+            super()._prepare()
+            for host in self.hosts:
+                # Containers share this machine's network: the hosts' traffic goes over loopback.
+                config = json.loads(host.paths.resource_config_file.read_text())
+                config["network_interface_name"] = "lo"
+                host.paths.resource_config_file.write_text(json.dumps(config))
+                if self.spec.CheckpointConfig is not None:
+                    checkpoints = json.loads(host.paths.checkpoint_config_file.read_text())
+                    checkpoints["LocalPath"] = str(contract.Paths(CONTAINER_BASE_DIR).checkpoints_dir)
+                    host.paths.checkpoint_config_file.write_text(json.dumps(checkpoints))
+
+        def _launch(self) -> None:
+            port = free_port()
+            names = [h.name for h in self.hosts]
+            ranks = int(self.settings["processes_per_host"])
+            mounts = self._mounts()
+            env_common = self._inherited_env()
+            ssh_ports: dict[str, int] = {}
+            if uses_mpi(self.spec) and len(self.hosts) > 1:
+                ssh_ports = {name: free_port() for name in names}
+                write_ssh_material(self.job.path / SSH_DIR_NAME, ssh_ports)
+            self.say(
+                f"Job {self.spec.TrainingJobName}: {len(self.hosts)} container(s) {names} from image "
+                f"{self.image}, emulating {self.spec.ResourceConfig.InstanceType}, {ranks} process(es) per "
+                f"host for per-GPU launchers, master {names[0]}={LOOPBACK}:{port} (host network), "
+                f"stop grace {self.grace:g} s, max run {self.spec.StoppingCondition.MaxRuntimeInSeconds} s"
+                + (f", sshd ports {ssh_ports}" if ssh_ports else "")
+            )
+            failed: str | None = None
+            for host in self.hosts:
+                if failed is not None:  # one host cannot start: the job fails, start no more
+                    host.proc = FailedStart(host.name, f"{host.name} not started: {failed} could not start")
+                    host.proc.note = None  # a consequence, not the root cause
+                    continue
+                env = dict(env_common)
+                env.update(
+                    layout.host_environment(
+                        self.spec, Path(CONTAINER_BASE_DIR), {}, port, ranks, self.grace,
+                        self.settings.get("num_gpus"),
+                    )
+                )
+                # Names resolve through the containers' /etc/hosts: the runtime sees real hosts.
+                env.pop(contract.SMLAUNCH_HOST_ADDRESSES, None)
+                env["HOME"] = "/home/smlaunch" if int(self.settings.get("uid", 0)) != 0 else "/root"
+                host_mounts = dict(mounts)
+                host_mounts[str(host.base.resolve())] = {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
+                if ssh_ports:
+                    ssh_dir = self.job.path / SSH_DIR_NAME
+                    host_mounts[str(ssh_dir.resolve())] = {"bind": CONTAINER_SSH_DIR, "mode": "ro"}
+                    host_mounts[str((ssh_dir / "ssh_config").resolve())] = {
+                        "bind": CONTAINER_SSH_CLIENT_CONFIG, "mode": "ro"}
+                    env[contract.SMLAUNCH_SSHD_CONFIG] = f"{CONTAINER_SSH_DIR}/sshd_config-{host.name}"
+                    env[contract.SMLAUNCH_SSH_PORTS] = json.dumps(ssh_ports, sort_keys=True)
+                host.proc = self._start(host.name, env, host_mounts, names)  # type: ignore[assignment]
+                if isinstance(host.proc, FailedStart):
+                    failed = host.name
+            for host in self.hosts:
+                host.pump = threading.Thread(
+                    target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True
+                )
+                host.pump.start()
+
+        def _inherited_env(self) -> dict[str, str]:
+            return {k: v for k, v in os.environ.items() if k.startswith(INHERITED_PREFIXES)}
+
+        def _mounts(self) -> dict[str, dict[str, str]]:
+            return {str(p): {"bind": str(p), "mode": "ro"} for p in read_only_sources(self.spec, self.job)}
+
+        def container_kwargs(
+            self, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]], names: list[str]
+        ) -> dict[str, Any]:
+            """The ``containers.run`` arguments for one host (module docstring)."""
+            uid, gid = int(self.settings.get("uid", os.getuid())), int(self.settings.get("gid", os.getgid()))
+            kwargs: dict[str, Any] = {
+                "image": self.image,
+                "command": ["train"],
+                "name": f"{self.spec.TrainingJobName}-{host}",
+                "hostname": host,
+                "network_mode": "host",
+                "extra_hosts": {name: LOOPBACK for name in names},
+                "environment": env,
+                "volumes": mounts,
+                "labels": {LABEL_JOB: self.spec.TrainingJobName, LABEL_HOST: host},
+                "user": f"{uid}:{gid}",
+                "shm_size": "1g",
+                "detach": True,
+                "stdin_open": False,
+                "tty": False,
+            }
+            if uid != 0:
+                kwargs["group_add"] = ["0"]
+            if self.settings.get("gpus"):
+                import docker.types
+
+                kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+            return kwargs
+
+        def _start(self, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]],
+                   names: list[str]) -> ContainerProcess | FailedStart:
+            missing = [src for src in mounts if not Path(src).exists()]
+            if missing:
+                return FailedStart(host, f"cannot start {host}: mount source {missing[0]} does not exist")
+            kwargs = self.container_kwargs(host, env, mounts, names)
+            try:
+                container = self.client.containers.run(**kwargs)
+            except Exception as exc:
+                return FailedStart(host, f"cannot start {host} from image {self.image}: {_api_message(exc)}")
+            self.containers[host] = container
+            streaming = container
+            if self.stream_client is not self.client:
+                streaming = self.stream_client.containers.get(container.id)
+            return ContainerProcess(container, streaming, host)
+
+        def _kill_everything(self) -> None:
+            super()._kill_everything()
+            for host in self.hosts:
+                proc = host.proc
+                if isinstance(proc, ContainerProcess) and proc.returncode is None:
+                    proc.kill()
+            for host in self.hosts:
+                proc = host.proc
+                if isinstance(proc, ContainerProcess):
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(15)
+
+        def _supervise(self) -> tuple[str, str, dict[str, Any]]:
+            try:
+                return super()._supervise()
+            finally:
+                for container in self.containers.values():
+                    with contextlib.suppress(Exception):
+                        container.remove(force=True)
+                self.containers.clear()
+
+        def _root_cause(self) -> dict[str, Any]:
+            """A container that could not start, or ended from outside, is the root cause: the other
+            hosts' reports only say they were stopped because of it."""
+            ended = [h for h in self.hosts if getattr(h.proc, "note", None) and h.exit_code not in (0, None)]
+            if ended:
+                first = min(ended, key=lambda h: h.exited_at or 0.0)
+                tag = "ClientError" if isinstance(first.proc, FailedStart) else "InternalServerError"
+                return {"FailureReason": f"{tag}: {first.proc.note}",  # type: ignore[union-attr]
+                        "ExitCode": first.exit_code}
+            return super()._root_cause()
+
+    return DockerAgent
+
+
+def _api_message(exc: Exception) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc)
+
+
+def reap(job: JobDir, client: Any | None = None, poll_seconds: float = 1.0) -> list[str]:
+    """Wait until the job's agent is gone, then remove any container it left (its safety net)."""
+    while job.agent_alive() is not False:
+        time.sleep(poll_seconds)
+    return sweep(client or docker_client(), job.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == "--reap":
+        removed = reap(JobDir(Path(args[1])))
+        if removed:
+            print(f"the agent died; removed its containers {removed}", flush=True)
+        return 0
+    if len(args) != 1:
+        print("usage: python -m estimator.backends.docker [--reap] <job dir>", file=sys.stderr)
+        return 2
+    return _agent_class()(JobDir(Path(args[0]))).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""The Docker executor without a Docker engine: bad input and faults against a fake Docker client.
+
+The fake implements the few calls of the Docker SDK the backend uses (``ping``, ``images.get``,
+``containers.run/get/list``, a container's ``wait/logs/kill/remove/reload``), so every decision the
+backend takes (what it refuses, how it starts a host, how it reports a container that died from
+outside) is checked here; tests/integration runs the same code against a real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+
+from estimator.backends import docker as docker_backend
+from estimator.backends._local_state import JobDir, write_json_atomic
+from estimator.backends.docker import (
+    CONTAINER_BASE_DIR,
+    CONTAINER_SSH_DIR,
+    LABEL_JOB,
+    ContainerProcess,
+    DockerBackend,
+    FailedStart,
+    _LineReader,
+    read_only_sources,
+    sweep,
+    uses_mpi,
+    write_ssh_material,
+)
+from estimator.errors import ConfigurationError
+from estimator.session import LocalSession
+from runtime import contract
+from tests.functional._local_helpers import make_spec
+
+# --- a fake Docker client -------------------------------------------------------------------------
+
+
+class FakeImage:
+    def __init__(self, image_id: str, labels: dict[str, str] | None = None) -> None:
+        self.id = image_id
+        self.labels = labels or {}
+
+
+class FakeContainer:
+    def __init__(self, name: str, labels: dict[str, str], output: list[bytes], exit_code: int | None) -> None:
+        self.name = name
+        self.id = f"id-{name}"
+        self.labels = labels
+        self.output = output
+        self.status = "running"
+        self.attrs: dict[str, Any] = {"State": {"ExitCode": 0, "OOMKilled": False}}
+        self.signals: list[int] = []
+        self.removed = False
+        self._done = threading.Event()
+        self._code = 0
+        if exit_code is not None:
+            self.finish(exit_code)
+
+    def finish(self, code: int) -> None:
+        self._code = code
+        self.status = "exited"
+        self.attrs["State"]["ExitCode"] = code
+        self._done.set()
+
+    def wait(self) -> dict[str, int]:
+        assert self._done.wait(10), "fake container never finished"
+        return {"StatusCode": self._code}
+
+    def logs(self, **kwargs: Any) -> Iterator[bytes]:
+        yield from self.output
+        self._done.wait(10)
+
+    def kill(self, signal: int | str = "SIGKILL") -> None:
+        self.signals.append(int(signal) if not isinstance(signal, str) else 9)
+        self.finish(143 if self.signals[-1] == 15 else 137)
+
+    def reload(self) -> None:
+        return None
+
+    def remove(self, force: bool = False) -> None:
+        self.removed = True
+
+
+class FakeContainers:
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+        self.created: list[dict[str, Any]] = []
+        self.all: list[FakeContainer] = []
+
+    def run(self, image: str, command: Any = None, **kwargs: Any) -> Any:
+        kwargs = dict(kwargs, image=image, command=command)
+        self.created.append(kwargs)
+        if kwargs.get("entrypoint") == ["/bin/sh", "-c"]:  # the `train` probe
+            if not self.client.has_train:
+                raise docker.errors.ContainerError(None, 1, command, image, b"")
+            return b"/usr/local/bin/train\n"
+        if self.client.start_error is not None:
+            raise self.client.start_error
+        container = FakeContainer(
+            kwargs["name"], kwargs["labels"], list(self.client.output), self.client.exit_code
+        )
+        self.all.append(container)
+        return container
+
+    def get(self, container_id: str) -> FakeContainer:
+        return next(c for c in self.all if c.id == container_id)
+
+    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[FakeContainer]:
+        key, _, value = (filters or {}).get("label", "=").partition("=")
+        return [c for c in self.all if c.labels.get(key) == value and not c.removed]
+
+
+class FakeImages:
+    def __init__(self, images: dict[str, FakeImage]) -> None:
+        self.images = images
+
+    def get(self, name: str) -> FakeImage:
+        if name not in self.images:
+            raise docker.errors.ImageNotFound(f"No such image: {name}")
+        return self.images[name]
+
+
+class FakeClient:
+    def __init__(self, images: dict[str, FakeImage] | None = None, *, alive: bool = True,
+                 has_train: bool = True) -> None:
+        self.alive = alive
+        self.has_train = has_train
+        default = {"smlaunch-cpu:test": FakeImage("sha256:a")}
+        self.images = FakeImages(images if images is not None else default)
+        self.containers = FakeContainers(self)
+        self.output: list[bytes] = [b"hello from ", b"the container\nsecond line\n"]
+        self.exit_code: int | None = 0
+        self.start_error: Exception | None = None
+
+    def ping(self) -> bool:
+        if not self.alive:
+            raise docker.errors.DockerException("Error while fetching server API version: connection refused")
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _forget_probed_images() -> Iterator[None]:
+    docker_backend._TRAIN_CHECKED.clear()
+    yield
+    docker_backend._TRAIN_CHECKED.clear()
+
+
+def _backend(tmp_path: Path, client: FakeClient) -> DockerBackend:
+    session = LocalSession(root=tmp_path / "jobs", executor="docker", docker_client=client)
+    backend = session.backend()
+    assert isinstance(backend, DockerBackend)
+    return backend
+
+
+def _spec(tmp_path: Path, name: str = "job-1", image: str = "smlaunch-cpu:test", **kwargs: Any) -> Any:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    spec = make_spec(tmp_path, name, "print('hi')\n", **kwargs)
+    spec.AlgorithmSpecification.TrainingImage = image
+    return spec
+
+
+# --- bad input, refused before anything starts ---------------------------------------------------
+
+
+def test_no_engine_says_how_to_start_one_or_to_use_processes(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, FakeClient(alive=False))
+    with pytest.raises(ConfigurationError) as err:
+        backend.check(_spec(tmp_path))
+    message = str(err.value)
+    assert "no Docker engine answers" in message or "does not answer" in message
+    assert "dockerd" in message and "executor='process'" in message
+    assert not (tmp_path / "jobs" / "job-1" / "spec.json").exists()
+
+
+def test_no_engine_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such-docker.sock")
+    with pytest.raises(ConfigurationError) as err:
+        docker_backend.docker_client()
+    assert err.value.field == "executor"
+    assert "dockerd" in str(err.value) and "executor='process'" in str(err.value)
+
+
+def test_image_missing_locally_is_refused_without_pulling(tmp_path: Path) -> None:
+    client = FakeClient()
+    backend = _backend(tmp_path, client)
+    with pytest.raises(ConfigurationError) as err:
+        backend.check(_spec(tmp_path, image="763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch:2.1"))
+    assert err.value.field == "image_uri"
+    assert "never pulls" in str(err.value) and "container/build.sh" in str(err.value)
+    assert client.containers.created == []
+
+
+def test_no_image_at_all_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(docker_backend.DOCKER_IMAGE_ENV, raising=False)
+    backend = _backend(tmp_path, FakeClient())
+    spec = _spec(tmp_path)
+    spec.AlgorithmSpecification.TrainingImage = None
+    with pytest.raises(ConfigurationError) as err:
+        backend.check(spec)
+    assert err.value.field == "image_uri" and docker_backend.DOCKER_IMAGE_ENV in str(err.value)
+    monkeypatch.setenv(docker_backend.DOCKER_IMAGE_ENV, "smlaunch-cpu:test")
+    backend.check(spec)  # the environment variable supplies the image
+
+
+def test_image_without_train_is_refused(tmp_path: Path) -> None:
+    client = FakeClient({"debian:plain": FakeImage("sha256:plain")}, has_train=False)
+    backend = _backend(tmp_path, client)
+    with pytest.raises(ConfigurationError) as err:
+        backend.check(_spec(tmp_path, image="debian:plain"))
+    assert err.value.field == "image_uri" and "no `train` command" in str(err.value)
+    probe = client.containers.created[-1]
+    assert probe["command"] == ["command -v train"] and probe["remove"] is True
+    assert probe["network_mode"] == "none"
+
+
+def test_foreign_image_with_train_passes_and_is_probed_once(tmp_path: Path) -> None:
+    client = FakeClient({"dlc:2.1": FakeImage("sha256:dlc")})
+    backend = _backend(tmp_path, client)
+    backend.check(_spec(tmp_path, image="dlc:2.1"))
+    backend.check(_spec(tmp_path, name="job-2", image="dlc:2.1"))
+    assert len(client.containers.created) == 1
+
+
+def test_our_labelled_image_is_not_probed(tmp_path: Path) -> None:
+    client = FakeClient({"ours": FakeImage("sha256:o", {docker_backend.LABEL_OURS: "abc"})})
+    _backend(tmp_path, client).check(_spec(tmp_path, image="ours"))
+    assert client.containers.created == []
+
+
+def test_mount_path_that_does_not_exist_is_refused(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, FakeClient())
+    spec = _spec(tmp_path)
+    missing = tmp_path / "gone" / contract.SOURCEDIR_TARBALL
+    spec.HyperParameters[contract.HP_SUBMIT_DIRECTORY] = json.dumps(missing.as_uri())
+    with pytest.raises(ConfigurationError) as err:
+        backend.check(spec)
+    assert err.value.field == "mounts" and str(missing.parent) in str(err.value)
+
+
+def test_read_only_sources_are_code_channels_and_the_s3_cache(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    spec = _spec(tmp_path, inputs={"train": data.as_uri(), "remote": "s3://bucket/prefix"})
+    job = JobDir(tmp_path / "jobs" / "job-1")
+    sources = read_only_sources(spec, job)
+    assert sources == [tmp_path / "code" / "job-1" / "source", data, job.s3_cache_dir]
+
+
+# --- starting hosts -------------------------------------------------------------------------------
+
+
+def _agent(tmp_path: Path, client: FakeClient, spec: Any, **settings: Any) -> Any:
+    backend = _backend(tmp_path, client)
+    job = backend.job_dir(spec.TrainingJobName)
+    job.logs_dir.mkdir(parents=True)
+    job.job_log.touch()
+    write_json_atomic(job.spec_file, spec.to_request())
+    values = backend.settings(spec)
+    values.update(settings)
+    write_json_atomic(job.settings_file, values)
+    job.write_state({"TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatusTransitions": []})
+    return docker_backend._agent_class()(job, client=client, stream_client=client)
+
+
+def test_container_arguments_per_host(tmp_path: Path) -> None:
+    client = FakeClient()
+    agent = _agent(tmp_path, client, _spec(tmp_path), gpus=True, uid=1234, gid=5678)
+    kwargs = agent.container_kwargs("algo-2", {"A": "1"}, {"/x": {"bind": "/x", "mode": "ro"}},
+                                    ["algo-1", "algo-2"])
+    assert kwargs["name"] == "job-1-algo-2" and kwargs["hostname"] == "algo-2"
+    assert kwargs["command"] == ["train"] and kwargs["image"] == "smlaunch-cpu:test"
+    assert kwargs["network_mode"] == "host"
+    assert kwargs["extra_hosts"] == {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"}
+    assert kwargs["user"] == "1234:5678" and kwargs["group_add"] == ["0"]
+    assert kwargs["labels"] == {LABEL_JOB: "job-1", docker_backend.LABEL_HOST: "algo-2"}
+    [request] = kwargs["device_requests"]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    root = _agent(tmp_path / "r", FakeClient(), _spec(tmp_path / "r"), gpus=False, uid=0, gid=0)
+    kwargs = root.container_kwargs("algo-1", {}, {}, ["algo-1"])
+    assert "device_requests" not in kwargs and "group_add" not in kwargs and kwargs["user"] == "0:0"
+
+
+def test_launch_mounts_each_host_tree_at_opt_ml_and_streams_prefixed_logs(tmp_path: Path) -> None:
+    client = FakeClient()
+    agent = _agent(tmp_path, client, _spec(tmp_path))
+    agent._prepare()
+    agent._launch()
+    for host in agent.hosts:
+        assert host.proc.wait(10) == 0
+        host.pump.join(10)
+    created = [c for c in client.containers.created if c.get("name")]
+    assert [c["name"] for c in created] == ["job-1-algo-1", "job-1-algo-2"]
+    for kwargs, host in zip(created, agent.hosts, strict=True):
+        assert kwargs["volumes"][str(host.base.resolve())] == {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
+        code_dir = str(tmp_path / "code" / "job-1" / "source")
+        assert kwargs["volumes"][code_dir] == {"bind": code_dir, "mode": "ro"}
+        env = kwargs["environment"]
+        assert env[contract.BASE_DIR_ENV] == CONTAINER_BASE_DIR
+        assert contract.SMLAUNCH_HOST_ADDRESSES not in env  # names resolve via /etc/hosts
+        assert env[contract.TRAINING_JOB_NAME_ENV] == "job-1"
+        config = json.loads(host.paths.resource_config_file.read_text())
+        assert config["network_interface_name"] == "lo" and config["current_host"] == host.name
+    log = agent.job.job_log.read_text()
+    assert "[algo-1] hello from the container" in log and "[algo-2] second line" in log
+
+
+def test_inherited_environment_is_credentials_and_smlaunch_knobs_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")
+    monkeypatch.setenv("SMLAUNCH_FAULTS", "[]")
+    monkeypatch.setenv("SOME_HOST_SECRET", "x")
+    agent = _agent(tmp_path, FakeClient(), _spec(tmp_path))
+    env = agent._inherited_env()
+    assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:5000" and env["SMLAUNCH_FAULTS"] == "[]"
+    assert "SOME_HOST_SECRET" not in env and "PATH" not in env
+
+
+def test_container_that_cannot_start_fails_the_job_with_a_client_error(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.start_error = docker.errors.APIError("500 Server Error", explanation="invalid mount config")
+    agent = _agent(tmp_path, client, _spec(tmp_path))
+    agent.run()
+    state = agent.job.read_state()
+    assert state["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert state["FailureReason"].startswith("ClientError: cannot start algo-1")
+    assert "invalid mount config" in state["FailureReason"]
+    assert state["ExitCode"] == docker_backend.START_FAILED_EXIT_CODE
+
+
+def test_mount_source_deleted_before_launch_fails_the_job_naming_it(tmp_path: Path) -> None:
+    client = FakeClient()
+    agent = _agent(tmp_path, client, _spec(tmp_path))
+    source = tmp_path / "code" / "job-1" / "source"
+    for path in source.iterdir():
+        path.unlink()
+    source.rmdir()
+    agent.run()
+    state = agent.job.read_state()
+    assert state["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert f"mount source {source} does not exist" in state["FailureReason"]
+    assert [c for c in client.containers.created if c.get("name")] == []
+
+
+def test_container_killed_from_outside_is_the_root_cause(tmp_path: Path) -> None:
+    container = FakeContainer("job-algo-2", {}, [b"working\n"], exit_code=137)
+    proc = ContainerProcess(container, container, "algo-2")
+    assert proc.wait(10) == 137
+    lines = [proc.stdout.readline() for _ in range(4)]
+    assert lines[0] == b"working\n"
+    assert any(b"killed from outside smlaunch" in line for line in lines)
+    assert proc.note is not None and "job-algo-2" in proc.note
+
+
+def test_container_stopped_by_us_is_not_reported_as_killed_from_outside(tmp_path: Path) -> None:
+    container = FakeContainer("job-algo-1", {}, [], exit_code=None)
+    proc = ContainerProcess(container, container, "algo-1")
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 143 and container.signals == [signal.SIGTERM]
+    assert proc.note is None
+    proc.kill()  # already ended: nothing is sent
+    assert container.signals == [signal.SIGTERM]
+
+
+def test_wait_times_out_like_popen() -> None:
+    container = FakeContainer("c", {}, [], exit_code=None)
+    proc = ContainerProcess(container, container, "algo-1")
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(0.05)
+    container.finish(0)
+    assert proc.wait(10) == 0
+
+
+def test_failed_start_reads_like_an_exited_process() -> None:
+    failed = FailedStart("algo-1", "cannot start algo-1: boom")
+    assert failed.poll() == 125 and failed.wait() == 125
+    assert failed.stdout.readline() == b"[smlaunch] cannot start algo-1: boom\n"
+    assert failed.stdout.readline() == b""
+
+
+def test_line_reader_joins_and_splits_chunks() -> None:
+    reader = _LineReader(iter([b"a", b"b\nc", b"\n", b"tail"]))
+    assert [reader.readline() for _ in range(4)] == [b"ab\n", b"c\n", b"tail", b""]
+
+
+def test_sweep_removes_only_the_jobs_containers() -> None:
+    client = FakeClient()
+    mine = FakeContainer("a", {LABEL_JOB: "job-1"}, [], 0)
+    other = FakeContainer("b", {LABEL_JOB: "job-2"}, [], 0)
+    client.containers.all += [mine, other]
+    assert sweep(client, "job-1") == ["a"]
+    assert mine.removed and not other.removed
+
+
+# --- MPI over sshd on loopback ports --------------------------------------------------------------
+
+
+def _fake_keygen(directory: Path) -> None:
+    for name in ("id_ed25519", "ssh_host_ed25519_key"):
+        (directory / name).write_text(f"PRIVATE {name}\n")
+        (directory / f"{name}.pub").write_text(f"ssh-ed25519 AAAA {name}\n")
+
+
+def test_ssh_material_gives_each_host_its_own_sshd_port(tmp_path: Path) -> None:
+    directory = tmp_path / "ssh"
+    write_ssh_material(directory, {"algo-1": 40001, "algo-2": 40002}, keygen=_fake_keygen)
+    config = (directory / "ssh_config").read_text()
+    assert "Host algo-2\n    HostName 127.0.0.1\n    Port 40002\n" in config
+    assert f"IdentityFile {CONTAINER_SSH_DIR}/id_ed25519" in config
+    sshd = (directory / "sshd_config-algo-2").read_text()
+    assert "Port 40002" in sshd and "ListenAddress 127.0.0.1" in sshd
+    assert f"AuthorizedKeysFile {CONTAINER_SSH_DIR}/authorized_keys" in sshd
+    assert (directory / "authorized_keys").read_text() == "ssh-ed25519 AAAA id_ed25519\n"
+    assert all((p.stat().st_mode & 0o077) == 0 for p in directory.iterdir())
+    assert (directory.stat().st_mode & 0o077) == 0
+
+
+def test_mpi_jobs_get_ssh_ports_and_sshd_config_per_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(docker_backend, "_ssh_keygen", _fake_keygen)
+    spec = _spec(tmp_path, hyperparameters={})
+    spec.HyperParameters[contract.HP_MPI_ENABLED] = "true"
+    assert uses_mpi(spec)
+    client = FakeClient()
+    agent = _agent(tmp_path, client, spec)
+    agent._prepare()
+    agent._launch()
+    for host in agent.hosts:
+        host.proc.wait(10)
+    created = [c for c in client.containers.created if c.get("name")]
+    ports = json.loads(created[0]["environment"][contract.SMLAUNCH_SSH_PORTS])
+    assert sorted(ports) == ["algo-1", "algo-2"] and len(set(ports.values())) == 2
+    for kwargs, host in zip(created, ("algo-1", "algo-2"), strict=True):
+        config = kwargs["environment"][contract.SMLAUNCH_SSHD_CONFIG]
+        assert config == f"{CONTAINER_SSH_DIR}/sshd_config-{host}"
+        assert kwargs["volumes"][str((agent.job.path / "ssh").resolve())]["bind"] == CONTAINER_SSH_DIR
+    assert not uses_mpi(_spec(tmp_path / "plain"))
+
+
+def test_reaper_removes_the_containers_of_a_dead_agent(tmp_path: Path) -> None:
+    job = JobDir(tmp_path / "job-9")
+    job.path.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait(10)
+    write_json_atomic(job.agent_file, {"pid": dead.pid, "create_time": 0.0})
+    client = FakeClient()
+    left = FakeContainer("job-9-algo-1", {LABEL_JOB: "job-9"}, [], None)
+    client.containers.all.append(left)
+    assert docker_backend.reap(job, client, poll_seconds=0.01) == ["job-9-algo-1"]
+    assert left.removed
+
+
+def test_docker_is_chosen_explicitly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SMLAUNCH_EXECUTOR", raising=False)
+    assert not isinstance(LocalSession(root=tmp_path).backend(), DockerBackend)
+    monkeypatch.setenv("SMLAUNCH_EXECUTOR", "docker")
+    backend = LocalSession(root=tmp_path, docker_client=FakeClient()).backend()
+    assert isinstance(backend, DockerBackend) and backend.capabilities.name == "docker"
+    assert backend.agent_module == "estimator.backends.docker"
+    assert os.environ["SMLAUNCH_EXECUTOR"] == "docker"

@@ -11,7 +11,9 @@ reach it; the script runs exactly as ``python train.py args`` would):
   ``hosts[R // ppn]``; its ``SM_CURRENT_HOST`` / ``CURRENT_HOST`` / ``SM_CURRENT_HOST_RANK`` say so;
 - in a local emulation (one ``mpirun`` on this machine serving every emulated host) the whole
   environment of the rank's emulated host (its ``SM_MODEL_DIR``, channels, ``SM_TRAINING_ENV``, ...)
-  and its code directory as working directory, so each rank sees the ``/opt/ml`` tree of its host.
+  and its code directory as working directory, so each rank sees the ``/opt/ml`` tree of its host;
+- a Python entry point runs as ``python -m mpi4py train.py`` when mpi4py is installed (see
+  :func:`with_mpi4py_runner`), so an uncaught exception aborts every rank.
 
 The rank map comes in ``SMLAUNCH_MPI_RANK_MAP``: a JSON object, or the path of a file holding one:
 ``{"hosts": [...], "ppn": N, "master_addr": ..., "master_port": ..., "addresses": {host: addr},
@@ -86,9 +88,25 @@ def main(argv: list[str]) -> int:
     env, cwd = rank_environment(load_rank_map(value), os.environ)
     if cwd:
         os.chdir(cwd)
+    argv = with_mpi4py_runner(argv)
     sys.stdout.flush()
     os.execve(argv[0] if os.path.isabs(argv[0]) else _which(argv[0], env), argv, env)
     return 127  # not reached
+
+
+def with_mpi4py_runner(argv: list[str]) -> list[str]:
+    """``python train.py`` becomes ``python -m mpi4py train.py`` when mpi4py is installed, as in the
+    toolkit: mpi4py's runner calls ``MPI_Abort`` on an uncaught exception. Without it, a rank that
+    raised would block in ``MPI_Finalize`` (run at exit) while its peers wait in a collective, and
+    mpirun would never see it fail."""
+    import importlib.util
+
+    if len(argv) >= 2 and argv[1].endswith(".py") and os.path.basename(argv[0]).startswith("python"):
+        if os.path.realpath(argv[0]) == os.path.realpath(sys.executable) and importlib.util.find_spec(
+            "mpi4py"
+        ):
+            return [argv[0], "-m", "mpi4py", *argv[1:]]
+    return argv
 
 
 def _which(program: str, env: Mapping[str, str]) -> str:

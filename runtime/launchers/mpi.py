@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr|stddiag)>:")
 _FIRST_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 _EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)")
+_ABORTED = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
+_ERRORCODE = re.compile(r"^\s*with errorcode (-?\d+)")
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
 EXPORTED = (
@@ -104,19 +106,26 @@ class MpiOutput:
         self.tails: dict[int, _StderrTail] = {}
         self.failed_rank: int | None = None
         self.failed_code: int | None = None
+        self._partial: dict[tuple[int, str], str] = {}
 
     def host_of(self, rank: int) -> str:
         return self.hosts[min(rank // self.ppn, len(self.hosts) - 1)]
 
     def __call__(self, line: str) -> tuple[str | None, str]:
-        match = _TAG.match(line)
-        if match is None:
+        matches = list(_TAG.finditer(line))
+        if not matches:
             self._mpirun_line(line)
             return None, line
-        rank = int(match.group(1))
-        # An unbuffered rank's print() reaches mpirun in pieces, each tagged: drop the inner tags.
-        text = _TAG.sub("", line[match.end() :])
-        if match.group(2) == "stderr":
+        # mpirun tags every chunk a rank writes, not every line: an unbuffered print() arrives in
+        # pieces, and pieces of several ranks can share one output line. Reassemble per rank and
+        # stream; the line ends the last piece's line.
+        for index, match in enumerate(matches):
+            end = matches[index + 1].start() if index + 1 < len(matches) else len(line)
+            key = (int(match.group(1)), match.group(2))
+            self._partial[key] = self._partial.get(key, "") + line[match.end() : end]
+        rank, stream = key
+        text = self._partial.pop(key)
+        if stream == "stderr":
             self.tails.setdefault(rank, _StderrTail()).add(text)
         return f"{self.host_of(rank)}/rank {rank}", text
 
@@ -126,13 +135,17 @@ class MpiOutput:
             if found:
                 self.failed_rank = int(found.group(1))
                 return
+            aborted = _ABORTED.search(line)
+            if aborted:
+                self.failed_rank = int(aborted.group(1))
+                return
             signalled = _SIGNALLED.search(line)
             if signalled:
                 self.failed_rank = int(signalled.group(1))
                 self.failed_code = 128 + int(signalled.group(2))
                 return
         if self.failed_rank is not None and self.failed_code is None:
-            code = _EXIT_CODE.match(line)
+            code = _EXIT_CODE.match(line) or _ERRORCODE.match(line)
             if code:
                 self.failed_code = int(code.group(1))
 

@@ -154,6 +154,12 @@ the job to be terminated. The first process to do so was:
 def test_tagged_output_is_labelled_by_host_and_rank_and_the_root_cause_is_the_rank() -> None:
     output = MpiOutput(HOSTS, 2)
     assert output("[1,0]<stdout>:hello[1,0]<stdout>: [1,0]<stdout>:0") == ("algo-1/rank 0", "hello 0")
+    # pieces of two ranks on one output line: each rank's line is reassembled
+    assert output("[1,1]<stdout>:rank 1 total [1,2]<stdout>:rank 2 total 10") == (
+        "algo-2/rank 2",
+        "rank 2 total 10",
+    )
+    assert output("[1,1]<stdout>:10") == ("algo-1/rank 1", "rank 1 total 10")
     assert output("[1,3]<stderr>:Traceback (most recent call last):") == (
         "algo-2/rank 3",
         "Traceback (most recent call last):",
@@ -168,6 +174,14 @@ def test_tagged_output_is_labelled_by_host_and_rank_and_the_root_cause_is_the_ra
     assert (cause.host, cause.rank, cause.label, cause.exit_code) == ("algo-2", 3, "rank 3", 7)
     assert cause.stderr_tail[-1] == "ValueError: boom"
     assert cause.describe().startswith("AlgorithmError: rank 3 on host algo-2 exited with code 7")
+
+
+def test_mpi_abort_names_the_rank_and_its_error_code() -> None:
+    output = MpiOutput(HOSTS, 2)
+    for line in ("MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD", "with errorcode 5."):
+        output(line)
+    cause = output.root_cause(RankFailure("algo-1", "mpirun", None, 5, 1.0, []))
+    assert (cause.rank, cause.exit_code, cause.host) == (2, 5, "algo-2")
 
 
 def test_signalled_rank_is_reported_with_its_signal() -> None:

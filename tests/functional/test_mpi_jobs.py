@@ -1,0 +1,87 @@
+"""MPI jobs on emulated hosts: one mpirun on the master serves every host (mpi4py and torch scripts),
+ranks see their own host's environment, and a failing rank is the job's root cause."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runtime import contract
+from tests.functional._dist_helpers import read_tar_json, run_job
+
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs OpenMPI's mpirun")
+needs_mpi4py = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="needs mpi4py")
+
+MPI4PY = """
+import json, os, sys
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+total = comm.allreduce(rank + 1)
+seen = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "SM_CURRENT_HOST",
+                                   "SM_MODEL_DIR", "FOO")}
+seen.update(rank=rank, size=comm.Get_size(), total=total, argv=sys.argv[1:], cwd=os.getcwd())
+print("rank", rank, "on", seen["SM_CURRENT_HOST"], "total", total, flush=True)
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank{rank}.json"), "w") as handle:
+    json.dump(seen, handle)
+if rank == int(os.environ.get("FAIL_RANK", "-1")):
+    raise ValueError(f"boom from rank {rank}")
+comm.Barrier()
+"""
+
+TORCH = """
+import json, os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env:// from the variables runtime.mpi_rank set
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+if dist.get_rank() == 0:
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "sum.json"), "w") as handle:
+        json.dump({"sum": t.item(), "world": dist.get_world_size()}, handle)
+print("rank", dist.get_rank(), "local", os.environ["LOCAL_RANK"], "sum", t.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+MPI = {"mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": '-x FOO="a b"'}}
+
+
+@needs_mpi4py
+def test_mpi4py_on_two_hosts_sees_each_host_and_the_torch_variables(tmp_path: Path) -> None:
+    run = run_job(tmp_path, MPI4PY, base_name="mpi4py", distribution=MPI, hyperparameters={"epochs": 2})
+    assert run.status == contract.STATUS_COMPLETED, run.reason + run.log[-3000:]
+    members = run.tar_members()
+    assert sorted(members) == ["rank0.json", "rank1.json", "rank2.json", "rank3.json"]
+    for rank in range(4):
+        seen = read_tar_json(members, f"rank{rank}.json")
+        host = f"algo-{rank // 2 + 1}"
+        assert (seen["rank"], seen["size"], seen["total"]) == (rank, 4, 10)
+        assert seen["RANK"] == str(rank) and seen["LOCAL_RANK"] == str(rank % 2) and seen["WORLD_SIZE"] == "4"
+        assert seen["NODE_RANK"] == str(rank // 2) and seen["SM_CURRENT_HOST"] == host
+        assert seen["SM_MODEL_DIR"].endswith(f"/hosts/{host}/model") and seen["cwd"].endswith(
+            f"/hosts/{host}/code"
+        )
+        assert seen["FOO"] == "a b" and seen["argv"] == ["--epochs", "2"]
+        assert f"[{host}/rank {rank}] rank {rank} on {host} total 10" in run.log
+    assert "[algo-2] MPI: the master (algo-1) runs this host's ranks" in run.log
+
+
+@needs_mpi4py
+def test_failing_rank_under_mpi_is_the_root_cause(tmp_path: Path) -> None:
+    run = run_job(tmp_path, MPI4PY, base_name="mpi-fail", distribution=MPI, environment={"FAIL_RANK": "3"})
+    assert run.status == contract.STATUS_FAILED
+    reason = run.reason
+    assert reason.startswith("AlgorithmError: rank 3 on host algo-2 exited with code 1"), reason
+    assert "ValueError: boom from rank 3" in reason and "Traceback (most recent call last):" in reason
+
+
+def test_torch_script_under_mpi(tmp_path: Path) -> None:
+    run = run_job(tmp_path, TORCH, base_name="mpi-torch", distribution=MPI)
+    assert run.status == contract.STATUS_COMPLETED, run.reason + run.log[-3000:]
+    assert read_tar_json(run.tar_members(), "sum.json") == {"sum": 10.0, "world": 4}
+    assert "[algo-2/rank 3] rank 3 local 1 sum 10.0" in run.log

@@ -4,8 +4,8 @@ How an unchanged smp step function runs (shared/reference/smp-on-torch-pipelinin
 
 * **pp == 1**: the body runs once per microbatch; ``model(x)`` calls the module, ``model.backward(loss)``
   back-propagates ``loss / m`` (smp averages gradients across microbatches).
-* **pp > 1**: at the first step the model (an ``nn.Sequential``) is partitioned into ``pp * v`` contiguous
-  stages, stage ``s`` on pipeline rank ``s % pp``. Per input shape a ``PipelineStage`` with STATIC
+* **pp > 1**: at the first step the model (an ``nn.Sequential``, or a module whose forward chains its
+  children) is partitioned into ``pp * v`` contiguous stages, stage ``s`` on pipeline rank ``s % pp``. Per input shape a ``PipelineStage`` with STATIC
   metadata is built, from a probe pass in ``eval()`` mode (so no extra training forward ever runs and
   BatchNorm statistics stay right) that carries the real ``requires_grad`` of every boundary tensor.
   Then, each step:
@@ -98,7 +98,7 @@ def _surrogate(tensors: Any, grad_tensors: Any) -> torch.Tensor:
 
 
 class _StageModule(nn.Sequential):
-    """A contiguous slice of the user's ``nn.Sequential`` (same child objects, same names).
+    """A contiguous slice of the user's block chain (same child objects, same names).
 
     Boundary values follow ``nn.Sequential`` semantics: a block returning a tuple hands the tuple to the
     next block; the pipeline sends it as several tensors and this forward packs them again.
@@ -165,14 +165,17 @@ class DistributedModel(nn.Module):
         pp_rank = st.coords()["P"]
         return [s for s in range(self.num_stages) if s % st.pp == pp_rank]
 
-    def _partition(self) -> None:
+    def _partition(self, example: tuple[torch.Tensor, ...] | None = None) -> None:
         st = STATE.require()
         cfg = st.config.values  # type: ignore[union-attr]
         if st.pp == 1:
             self.module.to(st.device)
             self._local_block_names = {n for n, _ in self.module.named_children()}
         else:
-            blocks = partitioning.blocks_of(self.module)
+            if example is not None:
+                where = next((p.device for p in self.module.parameters()), torch.device("cpu"))
+                example = tuple(t.to(where) for t in example)
+            blocks = partitioning.blocks_of(self.module, example)
             num = self.num_stages
             if cfg["auto_partition"]:
                 ids = partitioning.auto_partition(blocks, num)
@@ -623,6 +626,15 @@ def _run_pipeline(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dic
     is_first, is_last = pp_rank == 0, pp_rank == st.pp - 1
     group = st.process_group("P")
     captured = _capture(func, mbs) if is_first else None
+    if not model.partitioned:
+        example = None
+        if not isinstance(model.module, nn.Sequential):  # every rank probes the chain with one input
+            box: list[Any] = [tuple(t.detach().cpu() for t in captured[0]) if captured else None]
+            dist.broadcast_object_list(box, src=st.global_rank(0, "P"), group=group)
+            example = box[0]
+        model._partition(example)
+    if train:
+        model._sync_buffers()
     key = _broadcast_shape_key(captured, num_mb, st.global_rank(0, "P"), group)
     pipe = model._pipeline_for(key, captured[0] if captured else None, num_mb)
     results: list[Any] = [None] * num_mb
@@ -686,11 +698,9 @@ class StepFunction:
         mbs = split_arguments(self.func, args, kwargs, num_mb, self.non_split_inputs, self.input_split_axes)
         train = torch.is_grad_enabled() and self._has_backward
         scale = 1.0 / num_mb if model.average_grads_across_microbatches else 1.0
-        if not model.partitioned:
-            model._partition()
-        if train:
-            model._sync_buffers()
         if st.pp == 1:
+            if train:
+                model._sync_buffers()
             results = _run_direct(self.func, mbs, scale)
             if train:
                 model._reduce_gradients()

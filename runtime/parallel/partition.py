@@ -1,7 +1,8 @@
 """Which block of the model runs on which pipeline stage.
 
 The engine pipelines models whose forward is a linear chain of blocks: an ``nn.Sequential`` whose
-top-level children are the blocks (torch.distributed.pipelining needs a linear chain of stages with
+top-level children are the blocks, or any module whose forward only chains its children (checked by
+one probe call, :func:`blocks_of`) (torch.distributed.pipelining needs a linear chain of stages with
 tensor boundaries, reference §3.4.2). Two ways to assign blocks to stages, as in smp:
 
 * **auto** (``auto_partition: True``): a balanced contiguous split of the block sequence by parameter
@@ -17,8 +18,10 @@ tensor boundaries, reference §3.4.2). Two ways to assign blocks to stages, as i
 from __future__ import annotations
 
 import contextlib
+import itertools
 import weakref
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -77,16 +80,66 @@ def _has_params(module: nn.Module) -> bool:
     return any(True for _ in module.parameters())
 
 
-def blocks_of(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The block sequence of a pipelinable model, or a clear error for any other model."""
-    if not isinstance(model, nn.Sequential):
-        raise SMPValidationError(
-            f"pipeline_parallel_degree > 1 needs a model whose forward is a linear chain of blocks: pass an "
-            f"nn.Sequential (its children become the pipeline blocks), got {type(model).__name__}. Python "
-            "control flow across partitions cannot be pipelined by torch.distributed.pipelining; move it "
-            "inside a block."
-        )
-    return list(model.named_children())
+def _not_a_chain(model: nn.Module, why: str) -> SMPValidationError:
+    return SMPValidationError(
+        f"pipeline_parallel_degree > 1 needs a model whose forward is a linear chain of its top-level "
+        f"children (an nn.Sequential, or a module whose forward only passes each child's output to the "
+        f"next child); {type(model).__name__} is not: {why}. torch.distributed.pipelining cannot cut "
+        "Python control flow or tensor operations between partitions; move that code inside a child module."
+    )
+
+
+def blocks_of(model: nn.Module,
+              example: tuple[torch.Tensor, ...] | None = None) -> list[tuple[str, nn.Module]]:
+    """The block sequence of a pipelinable model, or a clear error for any other model.
+
+    An ``nn.Sequential`` is its children. Any other module is probed once with ``example`` (in
+    ``eval()`` mode, without gradients): its top-level children must each be called once, the first with
+    the model's input, every other with exactly the previous child's output, and the model must return
+    the last child's output; the children then form the chain in call order.
+    """
+    if isinstance(model, nn.Sequential):
+        return list(model.named_children())
+    if example is None:
+        raise _not_a_chain(model, "no example input to trace it with")
+    if any(True for _ in model.parameters(recurse=False)) or any(True for _ in model.buffers(recurse=False)):
+        raise _not_a_chain(model, "it holds parameters or buffers outside its children")
+    names = {id(m): n for n, m in model.named_children()}
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any], Any]] = []
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        calls.append((names[id(module)], args, kwargs, output))
+
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.children()]
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        with torch.no_grad():
+            result = model(*example)
+    finally:
+        for h in handles:
+            h.remove()
+        for m, mode in modes.items():
+            m.training = mode
+    if not calls:
+        raise _not_a_chain(model, "forward calls none of its children")
+    order = [c[0] for c in calls]
+    if len(set(order)) != len(order):
+        raise _not_a_chain(model, f"children are called more than once ({order})")
+    first_args = calls[0][1]
+    if len(first_args) != len(example) or any(a is not e for a, e in zip(first_args, example, strict=False)):
+        raise _not_a_chain(model, f"child {order[0]!r} does not receive the model's input unchanged")
+    for (prev, _, _, out), (name, args, kwargs, _) in itertools.pairwise(calls):
+        passed = args[0] if len(args) == 1 else args
+        if kwargs or passed is not out:
+            raise _not_a_chain(model, f"child {name!r} does not receive exactly the output of {prev!r}")
+    if result is not calls[-1][3]:
+        raise _not_a_chain(model, f"forward does not return the output of its last child {order[-1]!r}")
+    unused = [n for n, m in model.named_children() if n not in order and any(True for _ in m.parameters())]
+    if unused:
+        raise _not_a_chain(model, f"children {unused} with parameters are never called")
+    children = dict(model.named_children())
+    return [(n, children[n]) for n in order]
 
 
 def manual_partition(

@@ -49,8 +49,24 @@ class MeanPoolHead(nn.Module):
         return self.out(self.norm(x).mean(dim=1))
 
 
+class Grouped(nn.Module):
+    """smp's example pattern: a custom module whose forward chains its children."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net1 = nn.Sequential(nn.Linear(12, 12), nn.Tanh(), nn.Linear(12, 12))
+        self.net2 = nn.Sequential(nn.Tanh(), nn.Linear(12, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.net1(x)
+        x = self.net2(x)
+        return x
+
+
 def build_model(kind: str, seed: int) -> nn.Module:
     torch.manual_seed(seed)
+    if kind == "grouped":
+        return Grouped()
     if kind == "mlp":
         layers: list[nn.Module] = []
         for _ in range(4):

@@ -39,6 +39,7 @@ WORLD2 = [
     _sc("pp2_1f1b_m8_bn", "bn", 3, 8, [32, 32, 16], {"pipeline_parallel_degree": 2, "microbatches": 8}),
     _sc("pp2_1f1b_m4_transformer", "transformer", 4, 4, [8, 8, 4], {"partitions": 2, "microbatches": 4}),
     _sc("pp2_virtual2_m4", "mlp", 5, 4, [8, 8], {"partitions": 2, "microbatches": 4}, virtual_stages=2),
+    _sc("pp2_custom_module_chain", "grouped", 14, 2, [4, 4], {"partitions": 2, "microbatches": 2}),
     _sc("pp2_manual_partition", "mlp", 13, 2, [4, 4],
         {"partitions": 2, "microbatches": 2, "auto_partition": False, "default_partition": 0},
         manual=[0, 0, 0, 0, 0, 0, 1, 1, 1]),

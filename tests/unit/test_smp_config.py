@@ -154,3 +154,32 @@ def test_step_output() -> None:
     assert loss.reduce_mean().item() == 2.0 and loss.reduce_sum().item() == 4.0
     assert out.concat().shape == (4, 3) and out.stack().shape == (2, 2, 3)
     assert sum(to_step_outputs([1, 2, 3])) == 6  # smp examples sum() plain numbers
+
+
+class _Chain(nn.Module):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "reorder":
+            return self.a(self.b(x))
+        y = self.a(x)
+        if self.mode == "python_between":
+            y = y * 2
+        if self.mode == "twice":
+            y = self.a(y)
+        out = self.b(y)
+        return out + 1 if self.mode == "post" else out
+
+
+def test_custom_module_chains_are_discovered_and_other_graphs_rejected() -> None:
+    x = (torch.randn(2, 3),)
+    assert [n for n, _ in part.blocks_of(_Chain("plain"), x)] == ["a", "b"]
+    assert [n for n, _ in part.blocks_of(_Chain("reorder"), x)] == ["b", "a"]
+    for mode, why in [("python_between", "exactly the output of 'a'"), ("twice", "more than once"),
+                      ("post", "does not return the output")]:
+        with pytest.raises(SMPValidationError, match=why):
+            part.blocks_of(_Chain(mode), x)

@@ -5,21 +5,22 @@ How an unchanged smp step function runs (shared/reference/smp-on-torch-pipelinin
 * **pp == 1**: the body runs once per microbatch; ``model(x)`` calls the module, ``model.backward(loss)``
   back-propagates ``loss / m`` (smp averages gradients across microbatches).
 * **pp > 1**: at the first step the model (an ``nn.Sequential``, or a module whose forward chains its
-  children) is partitioned into ``pp * v`` contiguous stages, stage ``s`` on pipeline rank ``s % pp``. Per input shape a ``PipelineStage`` with STATIC
-  metadata is built, from a probe pass in ``eval()`` mode (so no extra training forward ever runs and
-  BatchNorm statistics stay right) that carries the real ``requires_grad`` of every boundary tensor.
+  children) is partitioned into ``pp * v`` contiguous stages, stage ``s`` on pipeline rank ``s % pp``.
+  Per input shape a ``PipelineStage`` with STATIC metadata is built, from a probe pass in ``eval()``
+  mode (so no extra training forward ever runs and BatchNorm statistics stay right) that carries the
+  real ``requires_grad`` of every boundary tensor.
   Then, each step:
 
   1. *capture* (first stage): the body runs per microbatch until ``model(...)``, which raises and
-     records the model's inputs;
+     records the model's inputs (the input-shape key goes to the pipeline group in one broadcast);
   2. the schedule (GPipe for ``simple``, 1F1B for ``interleaved``, Interleaved1F1B with virtual stages)
      runs; its ``loss_fn`` is a *replay* of the body on the last stage: ``model(...)`` returns the
      pipeline output of that microbatch, ``model.backward(loss)`` records ``loss / m`` as the loss the
      schedule back-propagates;
   3. gradients are all-reduced over the data-parallel group (bucketed, averaged), never with DDP (DDP
      breaks with several stages per rank, §3.4.9);
-  4. the per-microbatch return values are broadcast from the last stage to the pipeline group, so
-     every rank gets the same ``StepOutput`` objects, as with smp.
+  4. the per-microbatch return values are broadcast from the last stage to the pipeline group (one
+     collective for up to 64 KiB), so every rank gets the same ``StepOutput`` objects, as with smp.
 
 Eval steps (the step function never calls ``model.backward``, or grad mode is off) use
 ``schedule.eval``. A per-shape cache of (stages, schedule), keyed by the captured shape broadcast from
@@ -29,6 +30,7 @@ pipeline rank 0, lets a smaller last batch work.
 from __future__ import annotations
 
 import enum
+import pickle
 import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -617,6 +619,40 @@ def _broadcast_shape_key(captured: list[tuple[torch.Tensor, ...]] | None, num_mb
     return box[0]
 
 
+_INLINE_BYTES = 1 << 16
+
+
+def _broadcast_object(obj: Any, src: int, group: Any) -> Any:
+    """``broadcast_object_list`` in one collective for payloads up to 64 KiB (the step results).
+
+    The first 8 bytes of a fixed-size buffer carry the pickled length; a larger payload follows in a
+    second broadcast. Every step pays one small collective instead of two.
+    """
+    buf = torch.zeros(_INLINE_BYTES, dtype=torch.uint8)
+    data = b""
+    if STATE.rank == src:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        buf[:8] = torch.frombuffer(bytearray(len(data).to_bytes(8, "little")), dtype=torch.uint8)
+        if len(data) <= _INLINE_BYTES - 8:
+            buf[8:8 + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    buf = buf.to(STATE.device)
+    dist.broadcast(buf, src=src, group=group)
+    head = buf[:8].cpu()
+    length = int.from_bytes(bytes(head.tolist()), "little")
+    if length <= _INLINE_BYTES - 8:
+        body = buf[8:8 + length].cpu()
+    else:
+        big = torch.zeros(length, dtype=torch.uint8)
+        if STATE.rank == src:
+            big = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        big = big.to(STATE.device)
+        dist.broadcast(big, src=src, group=group)
+        body = big.cpu()
+    if STATE.rank == src:
+        return obj
+    return pickle.loads(body.numpy().tobytes())
+
+
 def _run_pipeline(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[str, Any]]], train: bool,
                   scale: float, detach_outputs: bool) -> list[Any]:
     st = STATE.require()
@@ -663,13 +699,13 @@ def _run_pipeline(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dic
         run(target=target)
     if train:
         model._reduce_gradients()
-    payload: list[Any] = [None]
+    payload = None
     if is_last:
-        payload[0] = [map_tensors(detach_tree(r, True), lambda t: t.cpu()) for r in results]
-    dist.broadcast_object_list(payload, src=st.global_rank(st.pp - 1, "P"), group=group)
+        payload = [map_tensors(detach_tree(r, True), lambda t: t.cpu()) for r in results]
+    received = _broadcast_object(payload, st.global_rank(st.pp - 1, "P"), group)
     if is_last:
         return [detach_tree(r, detach_outputs) for r in results]
-    return [map_tensors(r, lambda t: t.to(st.device)) for r in payload[0]]
+    return [map_tensors(r, lambda t: t.to(st.device)) for r in received]
 
 
 class StepFunction:

@@ -218,6 +218,14 @@ def run_comm(sc: dict[str, Any]) -> dict[str, Any]:
             smp.send(("hello", me), 1, smp.RankType.PP_RANK)
         elif smp.pp_rank() == 1:
             assert smp.recv_from(0, smp.RankType.PP_RANK) == ("hello", smp.get_pp_group()[0])
+        from runtime.parallel.engine import _broadcast_object
+        from runtime.parallel.state import STATE
+
+        src = smp.get_pp_group()[0]
+        for size in (10, 40_000):  # inline (one collective) and spilled (> 64 KiB) payloads
+            payload = {"x": torch.arange(size)} if me == src else None
+            got = _broadcast_object(payload, src, STATE.process_group("P"))
+            assert torch.equal(got["x"], torch.arange(size))
         gathered = smp.gather(me, smp.DP_GROUP, rank=0)
         assert gathered == (smp.get_dp_group() if smp.dp_rank() == 0 else None)
         for barrier in (smp.barrier, smp.pp_barrier, smp.dp_barrier, smp.mp_barrier, smp.rdp_barrier):

@@ -57,8 +57,8 @@ HASH="$( {
   (cd "$REPO" && find estimator runtime -type f -name '*.py' -not -name '.*' | LC_ALL=C sort | xargs sha256sum)
 } | sha256sum | cut -c1-12)"
 TAG="${TAG:-smlaunch-$KIND:$HASH}"
-if [ "${SMLAUNCH_REBUILD:-0}" != 1 ] && docker image inspect "$TAG" >/dev/null 2>&1 \
-   && [ "$(docker image inspect --format '{{index .Config.Labels "smlaunch.content-hash"}}' "$TAG")" = "$HASH" ]; then
+if [ "${SMLAUNCH_REBUILD:-0}" != 1 ] && [ "$TAG" = "smlaunch-$KIND:$HASH" ] \
+   && docker image inspect "$TAG" >/dev/null 2>&1; then
   log "reusing image $TAG"
   echo "$TAG"; exit 0
 fi
@@ -83,7 +83,7 @@ if [ "$KIND" = cpu ]; then
 fi
 
 log "docker build $TAG (base $BASE)"
-ARGS=(--build-arg "BASE_IMAGE=$BASE" --build-arg "SMLAUNCH_CONTENT_HASH=$HASH")
+ARGS=(--build-arg "BASE_IMAGE=$BASE")
 [ -n "$NCCL_VERSION" ] && ARGS+=(--build-arg "NCCL_VERSION=$NCCL_VERSION")
 # Host networking for the build: a cuda build (or a base missing packages) reaches the same
 # package mirrors as this machine; the cpu build on our base needs no network at all.

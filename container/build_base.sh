@@ -18,7 +18,7 @@
 # Needs: root (debootstrap), debootstrap, docker CLI and a running engine.
 set -euo pipefail
 
-RECIPE_VERSION=1
+RECIPE_VERSION=2
 SUITE="${SMLAUNCH_DEBIAN_SUITE:-bookworm}"
 CACHE_DIR="${SMLAUNCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/smlaunch}"
 # What every smlaunch image needs from the OS: Python for the runtime, OpenMPI + sshd for MPI jobs
@@ -66,6 +66,7 @@ if [ ! -s "$TARBALL" ]; then
   chroot "$ROOTFS" apt-get clean
   rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/var/log/*.log \
          "$ROOTFS"/etc/ssh/ssh_host_* "$ROOTFS"/tmp/* "$ROOTFS"/root/.cache
+  chmod 0755 "$ROOTFS"  # mktemp made it 0700: the image's / must be traversable by non-root users
   tar --numeric-owner -C "$ROOTFS" -cf "${TARBALL}.partial" .
   mv "${TARBALL}.partial" "$TARBALL"
   rm -rf "$ROOTFS"

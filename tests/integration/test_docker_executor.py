@@ -1,0 +1,364 @@
+"""The Docker executor against a real Docker engine: images built here, jobs in real containers.
+
+Marker ``docker``; every test is skipped, with the reason, when no engine answers (``.ci/run``
+starts ``dockerd --storage-driver=vfs --iptables=false --bridge=none`` when it can). No registry is
+needed: the session fixture builds (or reuses, from the cache) the debootstrapped base image and our
+CPU image on top of it with ``container/build.sh`` (``SMLAUNCH_TEST_IMAGE`` names a prebuilt image
+instead). Containers use host networking and talk over 127.0.0.1 only.
+
+Covered: the image's contract (``train``, tini as PID 1, non-root default user, arbitrary uids);
+the quickstart on 2 containers, with the same statuses and artifacts as the process executor
+(parity, also for the smddp example and an MPI job across 2 containers); a crash in one container
+ends the other; stop removes both; a container killed from outside fails the job naming it. After
+every test no container of the job exists and no process of the job remains.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from estimator.backends.docker import LABEL_JOB, DockerBackend, docker_client
+from estimator.errors import ConfigurationError, JobFailedError
+from estimator.session import LocalSession
+from runtime import contract
+from tests.functional._local_helpers import (
+    assert_no_job_processes,
+    kill_leftover_jobs,
+    make_spec,
+    wait_for_line,
+    wait_terminal,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_TIMEOUT = 2400
+JOB_TIMEOUT = 600
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(3000)]
+
+
+@pytest.fixture(scope="session")
+def engine() -> Any:
+    try:
+        return docker_client()
+    except ConfigurationError as exc:
+        pytest.skip(f"no Docker engine answers: {exc}")
+
+
+@pytest.fixture(scope="session")
+def image(engine: Any) -> str:
+    """Our CPU image (with scikit-learn for the examples), built or reused from the cache."""
+    prebuilt = os.environ.get("SMLAUNCH_TEST_IMAGE")
+    if prebuilt:
+        return prebuilt
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(REPO / "container" / "build.sh"), "cpu", "--extra", "scikit-learn"],
+        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
+    )
+    if result.returncode == 2:  # a prerequisite is missing (debootstrap, root): say which
+        pytest.skip(f"cannot build the test image: {result.stderr.strip()[-500:]}")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    tag = result.stdout.strip().splitlines()[-1]
+    print(f"test image {tag} ready in {time.monotonic() - started:.0f} s")
+    return tag
+
+
+@pytest.fixture
+def root(tmp_path: Path, engine: Any) -> Iterator[Path]:
+    """A job root; afterwards no job under it has a container or a process left."""
+    jobs = tmp_path / "jobs"
+    yield jobs
+    kill_leftover_jobs(jobs)
+    names = [p.name for p in jobs.iterdir()] if jobs.exists() else []
+    left = []
+    deadline = time.monotonic() + 30  # the agent removes its containers as it ends
+    for name in names:
+        while True:
+            found = engine.containers.list(all=True, filters={"label": f"{LABEL_JOB}={name}"})
+            if not found or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        for container in found:
+            left.append(container.name)
+            container.remove(force=True)
+    assert not left, f"containers left behind: {left}"
+    for name in names:
+        assert_no_job_processes(name, jobs / name)
+
+
+def _backend(root: Path, engine: Any, **kwargs: Any) -> DockerBackend:
+    backend = LocalSession(root=root, executor="docker", docker_client=engine, **kwargs).backend()
+    assert isinstance(backend, DockerBackend)
+    return backend
+
+
+def _spec(tmp_path: Path, image: str, name: str, script: str, **kwargs: Any) -> Any:
+    spec = make_spec(tmp_path, name, script, **kwargs)
+    spec.AlgorithmSpecification.TrainingImage = image
+    return spec
+
+
+def _containers(engine: Any, job: str) -> list[Any]:
+    return engine.containers.list(all=True, filters={"label": f"{LABEL_JOB}={job}"})
+
+
+def _wait_containers_gone(engine: Any, job: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while _containers(engine, job):
+        assert time.monotonic() < deadline, [c.name for c in _containers(engine, job)]
+        time.sleep(0.5)
+
+
+def _members(uri: str) -> dict[str, bytes]:
+    path = Path(uri.removeprefix("file://"))
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+# --- the image ------------------------------------------------------------------------------------
+
+
+def test_image_runs_train_under_tini_as_a_non_root_user(engine: Any, image: str) -> None:
+    config = engine.images.get(image).attrs["Config"]
+    assert config["Cmd"] == ["train"]
+    assert config["Entrypoint"][0] == "tini" and config["User"] == "smlaunch"
+    out = engine.containers.run(
+        image, ["sh", "-c", "ps -o comm= -p 1; id -un; command -v train sshd mpirun; echo HOME=$HOME"],
+        user="4321:4321", group_add=["0"], network_mode="none", remove=True,
+    ).decode()
+    lines = out.split()
+    assert lines[0] == "tini", out  # PID 1 forwards SIGTERM
+    assert lines[1] == "u4321", out  # an arbitrary uid gets a passwd entry (ssh needs one)
+    assert any(line.endswith("/train") for line in lines), out
+    assert "HOME=/home/smlaunch" in out
+
+
+# --- parity with the process executor -------------------------------------------------------------
+
+
+def _fit(example: str, root: Path, executor: str, image: str, engine: Any, **kwargs: Any) -> Any:
+    from estimator import PyTorch
+
+    session = LocalSession(root=root / executor, executor=executor,  # type: ignore[arg-type]
+                           processes_per_host=2, docker_client=engine if executor == "docker" else None)
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(REPO / "examples" / example),
+        role="arn:aws:iam::111122223333:role/SageMakerRole", instance_count=2,
+        framework_version="2.1.0", py_version="py310", sagemaker_session=session,
+        image_uri=image if executor == "docker" else None, **kwargs,
+    )
+    estimator.fit(logs=False)
+    return estimator
+
+
+def _compare_runs(runs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Same status, same artifact members, same metrics (but timings) under both executors."""
+    described = {ex: est.latest_training_job.describe() for ex, est in runs.items()}
+    statuses = {ex: (d["TrainingJobStatus"], d["SecondaryStatus"]) for ex, d in described.items()}
+    assert set(statuses.values()) == {(contract.STATUS_COMPLETED, contract.SECONDARY_COMPLETED)}, statuses
+    models = {ex: _members(est.model_data) for ex, est in runs.items()}
+    outputs = {
+        ex: _members(est.model_data.replace("model.tar.gz", "output.tar.gz")) for ex, est in runs.items()
+    }
+    assert sorted(models["docker"]) == sorted(models["process"]) and models["docker"]
+    assert sorted(outputs["docker"]) == sorted(outputs["process"])
+    metrics = {ex: json.loads(out["metrics.json"]) for ex, out in outputs.items() if "metrics.json" in out}
+    for values in metrics.values():
+        values.pop("seconds", None)
+    if metrics:
+        assert metrics["docker"] == metrics["process"], metrics
+    return {"models": models, "metrics": metrics}
+
+
+def _same_weights(models: dict[str, dict[str, bytes]]) -> None:
+    import torch
+
+    docker_state = torch.load(io.BytesIO(models["docker"]["model.pt"]), weights_only=True)
+    process_state = torch.load(io.BytesIO(models["process"]["model.pt"]), weights_only=True)
+    assert docker_state.keys() == process_state.keys()
+    for key, value in docker_state.items():
+        assert torch.allclose(value, process_state[key], atol=1e-5), key
+
+
+def test_quickstart_on_two_containers_matches_the_process_executor(
+    root: Path, engine: Any, image: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    args = {"instance_type": "ml.c5.xlarge", "distribution": {"torch_distributed": {"enabled": True}},
+            "hyperparameters": {"epochs": 30, "batch-size": 32, "lr": 3e-3}, "base_job_name": "quickstart"}
+    runs = {ex: _fit("quickstart", root, ex, image, engine, **args) for ex in ("docker", "process")}
+    compared = _compare_runs(runs)
+    assert compared["metrics"]["docker"]["world_size"] == 4
+    assert compared["metrics"]["docker"]["test_accuracy"] >= 0.95
+    _same_weights(compared["models"])
+    job = runs["docker"].latest_training_job.name
+    log = (root / "docker" / job / "logs" / "job.log").read_text()
+    for prefix in ("[algo-1/rank 0]", "[algo-2/rank ", "[algo-2] "):
+        assert prefix in log, log[-3000:]
+    assert "container(s) ['algo-1', 'algo-2'] from image" in log
+    for path in (root / "docker" / job).rglob("*"):  # the caller owns every file: cleanup never fails
+        assert path.lstat().st_uid == os.getuid(), path
+    _wait_containers_gone(engine, job)
+
+
+def test_smddp_example_matches_the_process_executor(root: Path, engine: Any, image: str) -> None:
+    args = {"instance_type": "ml.p3.16xlarge",
+            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+            "hyperparameters": {"epochs": 5, "batch-size": 64, "lr": 3e-3}, "base_job_name": "smddp-digits"}
+    runs = {ex: _fit("smddp", root, ex, image, engine, **args) for ex in ("docker", "process")}
+    compared = _compare_runs(runs)
+    _same_weights(compared["models"])
+
+
+MPI_SCRIPT = """
+import json, os, socket, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+print(f"rank {rank}/{world} gethostname={socket.gethostname()} current_host={os.environ['SM_CURRENT_HOST']}"
+      f" sum={total.item():g}", flush=True)
+if rank == 0:
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "result.json"), "w") as handle:
+        json.dump({"sum": total.item(), "world": world}, handle)
+dist.destroy_process_group()
+"""
+
+
+def _mpi_spec(tmp_path: Path, image: str, name: str) -> Any:
+    spec = _spec(tmp_path, image, name, MPI_SCRIPT, instance_count=2)
+    spec.HyperParameters[contract.HP_MPI_ENABLED] = "true"
+    spec.HyperParameters[contract.HP_MPI_PROCESSES_PER_HOST] = "1"
+    spec.HyperParameters[contract.HP_MPI_CUSTOM_OPTIONS] = '""'
+    return spec
+
+
+def test_mpi_job_across_two_containers_matches_the_process_executor(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    results = {}
+    for executor in ("docker", "process"):
+        session = LocalSession(root=root / executor, executor=executor, docker_client=engine)  # type: ignore[arg-type]
+        backend = session.backend()
+        name = f"mpi-{executor}"
+        backend.submit(_mpi_spec(tmp_path / executor, image, name))
+        described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
+        log = "\n".join(backend.log_lines(name))
+        status = described["TrainingJobStatus"]
+        assert status == contract.STATUS_COMPLETED, (described.get("FailureReason"), log[-3000:])
+        model = _members(described["ModelArtifacts"]["S3ModelArtifacts"])
+        results[executor] = (described["SecondaryStatus"], model)
+        if executor == "docker":
+            # mpirun placed one rank in each container; each sees its own host name (= current_host).
+            assert "rank 0/2 gethostname=algo-1 current_host=algo-1 sum=3" in log, log[-3000:]
+            assert "rank 1/2 gethostname=algo-2 current_host=algo-2 sum=3" in log, log[-3000:]
+            _wait_containers_gone(engine, name)
+    assert results["docker"] == results["process"]
+    assert json.loads(results["docker"][1]["result.json"]) == {"sum": 3.0, "world": 2}
+
+
+# --- faults ---------------------------------------------------------------------------------------
+
+CRASH_SCRIPT = """
+import os, sys, time
+host = os.environ["SM_CURRENT_HOST"]
+print(f"{host} started", flush=True)
+if host == "algo-2":
+    time.sleep(1)
+    print("algo-2 crashes now", file=sys.stderr, flush=True)
+    sys.exit(3)
+time.sleep(600)
+"""
+
+
+def test_a_crash_in_one_container_ends_the_other(tmp_path: Path, root: Path, engine: Any, image: str) -> None:
+    backend = _backend(root, engine)
+    backend.submit(_spec(tmp_path, image, "crash", CRASH_SCRIPT))
+    described = wait_terminal(backend, "crash", timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert described["ExitCode"] == 3
+    assert "algo-2" in described["FailureReason"] and "crashes now" in described["FailureReason"]
+    _wait_containers_gone(engine, "crash")
+
+
+STOP_SCRIPT = """
+import os, signal, sys, time
+def on_term(signum, frame):
+    print("got SIGTERM, saving", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print(f"{os.environ['SM_CURRENT_HOST']} ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_reaches_the_script_and_removes_both_containers(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    backend = _backend(root, engine, stop_grace_seconds=20)
+    backend.submit(_spec(tmp_path, image, "stopme", STOP_SCRIPT))
+    wait_for_line(backend, "stopme", "algo-1 ready", timeout=JOB_TIMEOUT)
+    wait_for_line(backend, "stopme", "algo-2 ready", timeout=JOB_TIMEOUT)
+    assert {c.name for c in _containers(engine, "stopme")} == {"stopme-algo-1", "stopme-algo-2"}
+    assert engine.containers.get("stopme-algo-2").attrs["Config"]["Hostname"] == "algo-2"
+    backend.stop("stopme")
+    described = wait_terminal(backend, "stopme", timeout=120)
+    assert described["TrainingJobStatus"] == contract.STATUS_STOPPED
+    log = "\n".join(backend.log_lines("stopme"))
+    assert log.count("got SIGTERM, saving") == 2, log[-3000:]  # tini -> runtime -> rank, on both hosts
+    _wait_containers_gone(engine, "stopme")
+
+
+def test_a_container_killed_from_outside_fails_the_job_naming_it(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    backend = _backend(root, engine)
+    backend.submit(_spec(tmp_path, image, "killed", STOP_SCRIPT))
+    wait_for_line(backend, "killed", "algo-2 ready", timeout=JOB_TIMEOUT)
+    engine.containers.get("killed-algo-2").kill()
+    described = wait_terminal(backend, "killed", timeout=120)
+    assert described["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert "killed-algo-2 was killed from outside smlaunch" in described["FailureReason"]
+    assert described["ExitCode"] == 137
+    _wait_containers_gone(engine, "killed")
+
+
+def test_an_image_without_train_is_refused_before_anything_starts(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    base = engine.images.get(image).labels.get("smlaunch.base")
+    assert base, "our image records its base"
+    backend = _backend(root, engine)
+    with pytest.raises(ConfigurationError, match="no `train` command"):
+        backend.submit(_spec(tmp_path, base, "notrain", CRASH_SCRIPT))
+    with pytest.raises(ConfigurationError, match="never pulls"):
+        backend.submit(_spec(tmp_path, "smlaunch-no-such-image:latest", "noimage", CRASH_SCRIPT))
+    assert not (root / "notrain" / "spec.json").exists()
+
+
+def test_fit_raises_with_the_root_cause(root: Path, engine: Any, image: str, tmp_path: Path) -> None:
+    from estimator import PyTorch
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(CRASH_SCRIPT)
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/R",
+        instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
+        image_uri=image, sagemaker_session=LocalSession(root=root, executor="docker", docker_client=engine),
+    )
+    with pytest.raises(JobFailedError) as err:
+        estimator.fit(logs=False)
+    assert err.value.exit_code == 3 and "algo-2" in str(err.value)

@@ -30,6 +30,7 @@ from typing import Any
 
 from runtime import contract
 from runtime.framework_env import framework_env
+from runtime.rankboot import BOOT_DIR, RANK_DIR_ENV
 
 
 def load_rank_map(value: str) -> dict[str, Any]:
@@ -55,6 +56,9 @@ def rank_environment(
     addresses = rank_map.get("addresses") or {}
     env = dict(environ)
     env.update((rank_map.get("env") or {}).get(host, {}))
+    if environ.get(RANK_DIR_ENV):  # keep the rank bootstrap first on the emulated host's path
+        entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
+        env["PYTHONPATH"] = os.pathsep.join([BOOT_DIR, *entries])
     env.update(
         framework_env(
             rank=rank,

@@ -26,6 +26,8 @@ import time
 from typing import Any
 
 RANK_DIR_ENV = "SMLAUNCH_RANK_DIR"
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rankboot")
+"""The directory holding the ``sitecustomize`` that calls :func:`boot`; first on every rank's path."""
 FAULTS_ENV = "SMLAUNCH_FAULTS"
 
 _stack_file: Any = None  # kept open for faulthandler (it writes to the file descriptor)

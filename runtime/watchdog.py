@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime import contract
+from runtime.rankboot import BOOT_DIR as _BOOT_DIR
 from runtime.rankboot import RANK_DIR_ENV
 from runtime.supervisor import RankFailure
 
@@ -51,7 +52,7 @@ STALL_EXIT_CODE = 124
 """Exit code of a host whose job the watchdog ended (as ``timeout(1)`` reports a timeout)."""
 
 STACK_DUMPERS = ("auto", "py-spy", "faulthandler")
-BOOT_DIR = Path(__file__).resolve().parent / "_rankboot"
+BOOT_DIR = Path(_BOOT_DIR)
 PY_SPY_TIMEOUT_SECONDS = 20.0
 FAULTHANDLER_WAIT_SECONDS = 5.0
 

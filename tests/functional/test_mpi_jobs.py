@@ -4,6 +4,7 @@ ranks see their own host's environment, and a failing rank is the job's root cau
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -85,3 +86,36 @@ def test_torch_script_under_mpi(tmp_path: Path) -> None:
     assert run.status == contract.STATUS_COMPLETED, run.reason + run.log[-3000:]
     assert read_tar_json(run.tar_members(), "sum.json") == {"sum": 10.0, "world": 4}
     assert "[algo-2/rank 3] rank 3 local 1 sum 10.0" in run.log
+
+
+MPI4PY_LOOP = """
+import time
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+def train_step(step):
+    comm.allreduce(step)
+    time.sleep(0.02)
+print("rank", comm.Get_rank(), "ready", flush=True)
+for step in range(100000):
+    train_step(step)
+"""
+
+
+@needs_mpi4py
+def test_fault_injected_into_a_rank_of_another_emulated_host(tmp_path: Path) -> None:
+    faults = [{"kind": "crash", "host": "algo-2", "rank": 3, "after_seconds": 2, "exit_code": 9}]
+    run = run_job(
+        tmp_path,
+        MPI4PY_LOOP,
+        base_name="mpi-fault",
+        distribution=MPI,
+        environment={contract.SMLAUNCH_FAULTS: json.dumps(faults)},
+    )
+    assert run.status == contract.STATUS_FAILED
+    assert run.reason.startswith("AlgorithmError: rank 3 on host algo-2 exited with code 9"), run.reason
+    assert "crashes now with exit code 9" in run.reason and "train_step" in run.reason
+    assert (
+        "fault injection: crash of rank 3 on algo-2 with exit code 9 after 2 s: rank 3 (algo-2, pid"
+        in run.log
+    )

@@ -13,6 +13,7 @@ from runtime.launchers import launcher_name
 from runtime.launchers.mpi import MpiLauncher, MpiOutput, split_custom_options
 from runtime.mpi_rank import rank_environment
 from runtime.mpi_roles import MasterRole, WorkerRole, done_marker
+from runtime.rankboot import BOOT_DIR
 from runtime.supervisor import RankFailure
 from tests.functional._runtime_tree import write_host_tree
 
@@ -130,6 +131,12 @@ def test_rank_wrapper_maps_open_mpi_ranks_to_torch_and_host_variables() -> None:
     assert env["SM_CURRENT_HOST"] == env["CURRENT_HOST"] == "algo-2"
     assert env["SM_MODEL_DIR"] == "/jobs/algo-2/model" and env[contract.SM_CURRENT_HOST_RANK] == "1"
     assert cwd == "/jobs/algo-2/code"
+    rank_map["env"]["algo-2"]["PYTHONPATH"] = "/jobs/algo-2/code"
+    boot = "SMLAUNCH_RANK_DIR"
+    traced, _ = rank_environment(
+        rank_map, {**environ, boot: "/tmp/ranks", "PYTHONPATH": f"{BOOT_DIR}:/jobs/algo-1/code"}
+    )
+    assert traced["PYTHONPATH"] == f"{BOOT_DIR}:/jobs/algo-2/code"  # the stack/fault bootstrap stays first
     env0, cwd0 = rank_environment(rank_map, {**environ, "OMPI_COMM_WORLD_RANK": "0"})
     assert (
         env0["SM_MODEL_DIR"] == "/jobs/algo-1/model"

@@ -13,8 +13,10 @@ One run measures, with the same model (an ``nn.Sequential`` of 8 ``Linear+GELU``
 
 Printed as ratios: efficiency = (T1 / p) / T (1.0 is a perfect p-way split), next to the theory
 1 / (1 + bubble) with bubble = (p - 1) / m for GPipe and 1F1B and (p - 1) / (v m) interleaved; and
-overhead = T_smp / T_raw - 1 (target <= 5%). On a CPU machine with fewer cores than ranks the
-absolute efficiencies mean little (ranks share cores); the overhead ratio still compares like with like.
+overhead = T_smp / T_raw - 1 (target <= 5%), in wall time and in CPU time summed over the ranks. On a
+CPU machine with fewer cores than ranks the absolute efficiencies mean little (ranks share cores and
+gloo waits), and wall-time ratios swing with the machine's load; the CPU-time ratio is the stable
+measure of what the engine adds.
 """
 
 from __future__ import annotations
@@ -60,27 +62,33 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _median_time(run: Any, device: torch.device, barrier: Any = None) -> float:
+def _timed(run: Any, device: torch.device, barrier: Any = None) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one call."""
     if barrier:
         barrier()
     _sync(device)
-    t0 = time.perf_counter()
+    w0, c0 = time.perf_counter(), time.process_time()
     run()
     _sync(device)
-    return time.perf_counter() - t0
+    return time.perf_counter() - w0, time.process_time() - c0
 
 
 def time_alternating(runs: dict[str, Any], steps: int, device: torch.device,
                      barrier: Any = None) -> dict[str, float]:
-    """Median step time of each variant, measured in alternating rounds so load drift hits all alike."""
+    """Median wall and CPU time per step of each variant (``name`` and ``name:cpu``), measured in
+    alternating rounds so that load drift on a shared machine hits every variant alike."""
     for run in runs.values():
         for _ in range(2):
             run()
-    samples: dict[str, list[float]] = {name: [] for name in runs}
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(steps):
         for name, run in runs.items():
-            samples[name].append(_median_time(run, device, barrier))
-    return {name: statistics.median(v) for name, v in samples.items()}
+            samples[name].append(_timed(run, device, barrier))
+    out: dict[str, float] = {}
+    for name, v in samples.items():
+        out[name] = statistics.median(w for w, _ in v)
+        out[f"{name}:cpu"] = statistics.median(c for _, c in v)
+    return out
 
 
 def single_process_step(dim: int, batch: int, device: torch.device) -> Any:
@@ -170,7 +178,13 @@ def worker(args: argparse.Namespace) -> None:
             runs = {f"smp_v{v}_m{m}": smp_step(smp, args.dim, x, y)}
             if v == 1:
                 runs[f"raw_m{m}"] = raw_step(p, rank, m, args.dim, device, x, y)
-            out.update(time_alternating(runs, args.steps, device, dist.barrier))
+            timed = time_alternating(runs, args.steps, device, dist.barrier)
+            for name in list(timed):  # CPU time of the whole pipeline: summed over the ranks
+                if name.endswith(":cpu"):
+                    total = torch.tensor([timed[name]], dtype=torch.float64)
+                    dist.all_reduce(total)
+                    timed[name] = float(total)
+            out.update(timed)
             shutdown()
     if rank == 0:
         Path(args.out).write_text(json.dumps(out))
@@ -221,7 +235,7 @@ def main() -> None:
     print(f"model: {BLOCKS} x Linear({args.dim},{args.dim})+GELU + head, batch {args.batch}, "
           f"device {args.device}, {os.cpu_count()} cores, {args.steps} timed steps per variant")
     print(f"{'p':>2} {'m':>3} | {'eff smp':>8} {'eff raw':>8} {'theory':>7} | {'eff v=2':>8} {'theory':>7} | "
-          f"{'overhead smp/raw':>16}")
+          f"{'overhead wall':>13} {'overhead cpu':>12}")
     for p in args.stages:
         res = launch(p, args)
         t1 = res["t1"]
@@ -233,8 +247,9 @@ def main() -> None:
             v2 = res.get(f"smp_v2_m{m}")
             v2_theory = 1 / (1 + (p - 1) / (2 * m))
             v2_cols = f"{ideal / v2:8.2f} {v2_theory:7.2f}" if v2 else f"{'-':>8} {'-':>7}"
+            cpu = res[f"smp_v1_m{m}:cpu"] / res[f"raw_m{m}:cpu"] - 1
             print(f"{p:>2} {m:>3} | {ideal / t_smp:8.2f} {ideal / t_raw:8.2f} {theory:7.2f} | {v2_cols} | "
-                  f"{t_smp / t_raw - 1:+15.1%}")
+                  f"{t_smp / t_raw - 1:+13.1%} {cpu:+12.1%}")
 
 
 if __name__ == "__main__":

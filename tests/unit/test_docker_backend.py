@@ -468,3 +468,31 @@ def test_docker_is_chosen_explicitly(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert isinstance(backend, DockerBackend) and backend.capabilities.name == "docker"
     assert backend.agent_module == "estimator.backends.docker"
     assert os.environ["SMLAUNCH_EXECUTOR"] == "docker"
+
+
+# --- the image recipes (built and run for real in tests/integration) ------------------------------
+
+CONTAINER = Path(__file__).resolve().parents[2] / "container"
+
+
+@pytest.mark.parametrize("script", ["build_base.sh", "build.sh", "setup_image.sh", "entrypoint.sh"])
+def test_container_scripts_parse(script: str) -> None:
+    shell = "bash" if script.startswith("build") else "sh"
+    result = subprocess.run(
+        [shell, "-n", str(CONTAINER / script)], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_dockerfiles_share_the_sagemaker_contract(kind: str) -> None:
+    text = (CONTAINER / f"Dockerfile.{kind}").read_text()
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert lines[0].startswith("ARG BASE_IMAGE="), "the base image is a build argument"
+    assert 'ENTRYPOINT ["tini", "--", "smlaunch-entrypoint"]' in lines
+    assert 'CMD ["train"]' in lines
+    assert "USER ${IMAGE_USER}" in lines and "ARG IMAGE_USER=smlaunch" in lines
+    assert f'LABEL smlaunch.image="{kind}" smlaunch.base="${{BASE_IMAGE}}"' in lines
+    assert lines[-2:] == ["COPY --from=install /staging/ /", "COPY --from=install /staging-app/ /"]
+    if kind == "cuda":
+        assert any("libnccl2=${NCCL_VERSION}" in line for line in lines)

@@ -192,6 +192,10 @@ class ModelParallelConfig:
     def tp(self) -> int:
         return int(self.values["tensor_parallel_degree"])
 
+    def ignored(self) -> list[tuple[str, str]]:
+        """Parameters set away from their default that have no effect here, with the reason."""
+        return [(k, why) for k, why in NO_OP.items() if self.values[k] != SCHEMA[k].default]
+
     @property
     def placement(self) -> str:
         """The strategy as three letters, left to right from slowest to fastest varying."""

@@ -29,6 +29,7 @@ pipeline rank 0, lets a smaller last batch work.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import pickle
 import types
@@ -43,7 +44,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from runtime.parallel import partition as partitioning
-from runtime.parallel.config import SMPValidationError
+from runtime.parallel.config import SMPUnsupportedError, SMPValidationError
 from runtime.parallel.microbatch import detach_tree, map_tensors, split_arguments, to_step_outputs
 from runtime.parallel.state import STATE
 
@@ -488,6 +489,16 @@ class DistributedModel(nn.Module):
         holder.schedule = schedule
         self._pipelines[key] = holder
         return holder
+
+    def join(self, *args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[None]:
+        """DDP's uneven-inputs context: accepted; every replica must run the same number of steps."""
+        return contextlib.nullcontext()
+
+    def register_comm_hook(self, state: Any, hook: Callable[..., Any]) -> None:
+        raise SMPUnsupportedError(
+            "DistributedModel.register_comm_hook", hook,
+            "gradients are averaged with a bucketed all-reduce after each step; remove the hook",
+        )
 
     def cpu(self) -> DistributedModel:  # smp: gather to CPU; here: move the local stages
         self.module.cpu()

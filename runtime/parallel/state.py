@@ -143,7 +143,11 @@ def init(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
                 timeout=PROCESS_GROUP_TIMEOUT,
             )
         else:
-            if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+            env = dict(env)
+            # under a plain mpirun (no torchrun variables) the SageMaker master is the rendezvous point
+            env.setdefault("MASTER_ADDR", env.get("SM_MASTER_ADDR", ""))
+            env.setdefault("MASTER_PORT", env.get("SM_MASTER_PORT", ""))
+            if not env["MASTER_ADDR"] or not env["MASTER_PORT"]:
                 raise SMPValidationError(
                     "MASTER_ADDR and MASTER_PORT must be set to start a multi-process smp job "
                     "(the smlaunch runtime sets them)."
@@ -176,6 +180,9 @@ def init(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
                 mine = pg
         groups[letters] = mine
     groups["DPT"] = dist.group.WORLD
+    if rank == 0:
+        for key, why in cfg.ignored():
+            warnings.warn(f"smp config parameter {key} has no effect in smlaunch: {why}.", stacklevel=2)
     STATE.__dict__.update(
         initialized=True,
         config=cfg,

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr|stddiag)>:")
 _FIRST_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 _EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)")
+_ERROR_STARTS = ("Traceback (most recent call last):", "smlaunch fault injection: this rank crashes")
 _ABORTED = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
 _ERRORCODE = re.compile(r"^\s*with errorcode (-?\d+)")
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
@@ -107,6 +108,9 @@ class MpiOutput:
         self.failed_rank: int | None = None
         self.failed_code: int | None = None
         self._partial: dict[tuple[int, str], str] = {}
+        self.first_error_rank: int | None = None
+        """The first rank that printed a traceback: the cause when mpirun's report is lost
+        (OpenMPI sometimes fails to print it: "ORTE_ERROR_LOG: Data unpack would read past end")."""
 
     def host_of(self, rank: int) -> str:
         return self.hosts[min(rank // self.ppn, len(self.hosts) - 1)]
@@ -127,6 +131,8 @@ class MpiOutput:
         text = self._partial.pop(key)
         if stream == "stderr":
             self.tails.setdefault(rank, _StderrTail()).add(text)
+            if self.first_error_rank is None and text.startswith(_ERROR_STARTS):
+                self.first_error_rank = rank
         return f"{self.host_of(rank)}/rank {rank}", text
 
     def _mpirun_line(self, line: str) -> None:
@@ -151,7 +157,7 @@ class MpiOutput:
 
     def root_cause(self, mpirun_failure: RankFailure) -> RankFailure:
         """The failing rank as mpirun reported it (falls back to mpirun's own failure)."""
-        rank = self.failed_rank
+        rank = self.failed_rank if self.failed_rank is not None else self.first_error_rank
         if rank is None:
             return mpirun_failure
         code = self.failed_code if self.failed_code is not None else mpirun_failure.exit_code

@@ -200,6 +200,18 @@ def test_signalled_rank_is_reported_with_its_signal() -> None:
     assert MpiOutput(HOSTS, 2).root_cause(unknown) is unknown
 
 
+def test_lost_mpirun_report_falls_back_to_the_first_rank_with_a_traceback() -> None:
+    output = MpiOutput(HOSTS, 2)
+    output("[1,1]<stderr>:a warning")
+    output("[1,2]<stderr>:Traceback (most recent call last):")
+    output("[1,2]<stderr>:ValueError: boom")
+    output("[1,0]<stderr>:Traceback (most recent call last):")
+    output("[vm:25779] [[2125,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer")
+    cause = output.root_cause(RankFailure("algo-1", "mpirun", None, 1, 1.0, []))
+    assert (cause.rank, cause.host, cause.exit_code) == (2, "algo-2", 1)
+    assert cause.stderr_tail[-1] == "ValueError: boom"
+
+
 # --- roles, with fakes ---------------------------------------------------------------------------
 
 

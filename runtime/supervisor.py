@@ -26,6 +26,12 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
 6. **No leftovers.** When the last process has exited, every process group the supervisor created
    is SIGKILLed, so grandchildren (data loader workers, shells) cannot survive. Every wait is
    bounded.
+7. **Hang.** With ``SMLAUNCH_STALL_TIMEOUT_SECONDS`` set, when no process has exited and none has
+   written output for that long, every rank's Python stack is dumped (py-spy, else faulthandler)
+   into the log and ``output/data/smlaunch-stacks-<host>.txt``, and the job ends as in 3 with exit
+   code 124 and a reason naming where each rank was (:mod:`runtime.watchdog`).
+8. **Hooks.** The watchdog and fault injection (:mod:`runtime.faults`, ``SMLAUNCH_FAULTS``) are
+   :class:`runtime.watchdog.SupervisorHook` objects (``hooks=``; :meth:`from_environ` adds them).
 
 Reporting the outcome (the ``success`` / ``failure`` files) is :mod:`runtime.report`'s job; the
 supervisor returns a :class:`RunResult` with the per-process exit codes and the first failure.

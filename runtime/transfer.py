@@ -509,11 +509,13 @@ class TransferEngine:
 
     def download_objects(self, objects: Iterable[ObjectInfo], directory: Path, *,
                          skip_unchanged: bool = True, dest_paths: list[Path] | None = None,
-                         on_done: Callable[[ObjectInfo, Path], None] | None = None) -> TransferSummary:
+                         on_done: Callable[[ObjectInfo, Path], None] | None = None,
+                         cancel: threading.Event | None = None) -> TransferSummary:
         """Download listed objects into ``directory / rel`` (or ``dest_paths``), in parallel.
 
         ``on_done(info, path)`` is called (from a worker thread) as each file lands, verified, under
-        its final name. Local sources (``file://``) are copied the same way.
+        its final name. Local sources (``file://``) are copied the same way. Once ``cancel`` is
+        set, objects not started yet are left out (and not counted as transferred).
         """
         started = time.monotonic()
         objects = list(objects)
@@ -541,6 +543,8 @@ class TransferEngine:
 
         def fetch(job: tuple[ObjectInfo, Path]) -> None:
             info, dest = job
+            if cancel is not None and cancel.is_set():
+                return
             self._download_verified(info, dest, progress)
             if on_done is not None:
                 on_done(info, dest)
@@ -556,9 +560,10 @@ class TransferEngine:
                     future.result()
         finally:
             progress.close()
-        for info, _dest in todo:
-            summary.transferred.append(info.uri)
-            summary.bytes += info.size
+        for info, dest in todo:
+            if dest.is_file():
+                summary.transferred.append(info.uri)
+                summary.bytes += info.size
         summary.seconds = time.monotonic() - started
         return summary
 

@@ -198,7 +198,9 @@ class JobData:
 
         def feed() -> None:
             try:
-                self.engine.download_objects(needed, cache, on_done=arrived)
+                self.engine.download_objects(needed, cache, on_done=arrived, cancel=self._stop)
+                if self._stop.is_set():
+                    return  # the job ended first
                 for _, paths in self.hosts:
                     (paths.input_data_dir / f"{name}{COMPLETE_SUFFIX}").touch()
                 self.log(f"Channel {name!r}: FastFile data complete ({len(needed)} object(s))")
@@ -235,7 +237,7 @@ class JobData:
         self.log(f"ERROR {message}")
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the Pipe writers and FastFile downloads (they end at their next check)."""
+        """Stop the Pipe writers and FastFile downloads (downloads under way finish; no new ones)."""
         self._stop.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:

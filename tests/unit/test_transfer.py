@@ -179,3 +179,15 @@ def test_against_a_moto_server_on_loopback(tmp_path: Path) -> None:
         assert {rel: (tmp_path / "dst" / rel).read_bytes() for rel in files} == files
     finally:
         server.stop()
+
+
+def test_cancelled_download_starts_nothing_more(s3: Any, tmp_path: Path) -> None:
+    import threading
+
+    _tree(tmp_path / "src", 10)
+    engine = TransferEngine(s3, progress=False)
+    engine.upload_dir(tmp_path / "src", "s3://bucket/c")
+    cancel = threading.Event()
+    cancel.set()
+    summary = engine.download_objects(engine.list("s3://bucket/c"), tmp_path / "dst", cancel=cancel)
+    assert not summary.transferred and not (tmp_path / "dst").exists()

@@ -23,7 +23,9 @@ Kinds:
 Fields: ``kind`` (required); ``rank``: the global rank as shown in ``[algo-N/rank R]`` (required for
 ``crash``, ``hang``, ``kill``); ``host``: ``algo-N`` (required for ``kill_host``; optional for the
 others, where it must be the rank's host); ``after_seconds`` (default 0): counted from the moment
-the host started its processes; ``exit_code`` (``crash`` only, 1..255). Unknown fields are errors.
+the host started its processes; or instead ``after_lines``: when the rank has printed that many
+lines (a script printing once per step faults at a given step; rank faults only);
+``exit_code`` (``crash`` only, 1..255). Unknown fields are errors.
 
 ``crash`` and ``hang`` are carried out inside the rank by :mod:`runtime.rankboot` (a SIGUSR2 handler
 that reads the action the supervisor wrote), so the stack shows the user's code at that moment; a
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -47,7 +50,8 @@ from runtime.watchdog import Log, RankInfo, RankRegistry, StartedProcess, Superv
 
 FAULT_KINDS = ("crash", "hang", "kill", "kill_host")
 RANK_KINDS = ("crash", "hang", "kill")
-_FIELDS = {"kind", "host", "rank", "after_seconds", "exit_code"}
+_FIELDS = {"kind", "host", "rank", "after_seconds", "after_lines", "exit_code"}
+_RANK_LABEL = re.compile(r"rank (\d+)$")
 REGISTRATION_WAIT_SECONDS = 10.0
 
 
@@ -58,13 +62,15 @@ class Fault:
     rank: int | None = None
     after_seconds: float = 0.0
     exit_code: int = 1
+    after_lines: int | None = None
 
     def describe(self) -> str:
         who = f"host {self.host}" if self.kind == "kill_host" else f"rank {self.rank}"
         if self.kind != "kill_host" and self.host:
             who += f" on {self.host}"
         extra = f" with exit code {self.exit_code}" if self.kind == "crash" else ""
-        return f"{self.kind} of {who}{extra} after {self.after_seconds:g} s"
+        when = f"{self.after_lines} lines" if self.after_lines is not None else f"{self.after_seconds:g} s"
+        return f"{self.kind} of {who}{extra} after {when}"
 
 
 def _bad(value: object, problem: str, fix: str) -> HostConfigurationError:
@@ -105,12 +111,22 @@ def parse_faults(raw: str) -> list[Fault]:
         after = item.get("after_seconds", 0)
         if not isinstance(after, (int, float)) or isinstance(after, bool) or after < 0:
             raise _bad(raw, f"{where}: after_seconds={after!r} must be a number >= 0", '"after_seconds": 3')
+        lines = item.get("after_lines")
+        if lines is not None:
+            if not isinstance(lines, int) or isinstance(lines, bool) or lines < 1:
+                raise _bad(
+                    raw, f"{where}: after_lines={lines!r} must be an integer >= 1", '"after_lines": 50'
+                )
+            if "after_seconds" in item or kind == "kill_host":
+                raise _bad(
+                    raw, f"{where}: after_lines is for rank faults, without after_seconds", "give one trigger"
+                )
         code = item.get("exit_code", 1)
         if "exit_code" in item and kind != "crash":
             raise _bad(raw, f"{where}: exit_code applies to kind crash only", 'drop "exit_code"')
         if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= 255:
             raise _bad(raw, f"{where}: exit_code={code!r} must be in 1..255", '"exit_code": 7')
-        faults.append(Fault(kind, host, rank, float(after), code))
+        faults.append(Fault(kind, host, rank, float(after), code, lines))
     return faults
 
 
@@ -135,6 +151,8 @@ class FaultInjector(SupervisorHook):
         self._started: list[StartedProcess] = []
         self._timers: list[threading.Timer] = []
         self.applied: list[Fault] = []
+        self._lines: dict[int, int] = {}
+        self._lock = threading.Lock()
 
     def on_start(self, processes: Sequence[StartedProcess]) -> None:
         self._started = list(processes)
@@ -143,10 +161,23 @@ class FaultInjector(SupervisorHook):
                 continue
             if fault.host is not None and fault.host != self.host and not self._hosts_others():
                 continue
+            if fault.after_lines is not None:
+                continue  # fired by on_output
             timer = threading.Timer(fault.after_seconds, self._fire, args=(fault,))
             timer.daemon = True
             timer.start()
             self._timers.append(timer)
+
+    def on_output(self, label: str) -> None:
+        found = _RANK_LABEL.search(label)
+        if found is None or not any(f.after_lines is not None for f in self.faults):
+            return
+        rank = int(found.group(1))
+        with self._lock:
+            count = self._lines[rank] = self._lines.get(rank, 0) + 1
+        for fault in self.faults:
+            if fault.after_lines == count and fault.rank == rank:
+                threading.Thread(target=self._fire, args=(fault,), daemon=True).start()
 
     def _hosts_others(self) -> bool:
         """Whether ranks of other hosts run under this supervisor (one mpirun serving every host)."""
@@ -194,6 +225,8 @@ class FaultInjector(SupervisorHook):
             return
         info = self._find(fault)
         if info is None:
+            if fault.host not in (None, self.host):
+                return
             spawned = [p for p in self._started if p.rank == fault.rank]
             if fault.kind == "kill" and spawned and (fault.host in (None, self.host)):
                 self.log(f"fault injection: {fault.describe()}: SIGKILL to pid {spawned[0].pid}")

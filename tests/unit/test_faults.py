@@ -65,6 +65,9 @@ def test_parse_accepts_the_documented_forms() -> None:
         ('[{"kind": "crash", "rank": 0, "exit_code": 0}]', "exit_code"),
         ('[{"kind": "kill", "rank": 0, "exit_code": 3}]', "crash only"),
         ('[{"kind": "crash", "rank": 0, "when": 3}]', "unknown field"),
+        ('[{"kind": "crash", "rank": 0, "after_lines": 0}]', "after_lines"),
+        ('[{"kind": "crash", "rank": 0, "after_lines": 5, "after_seconds": 1}]', "one trigger"),
+        ('[{"kind": "kill_host", "host": "algo-1", "after_lines": 5}]', "rank faults"),
     ],
 )
 def test_parse_names_the_variable_the_entry_and_the_fix(raw: str, problem: str) -> None:
@@ -187,3 +190,24 @@ def test_faults_for_other_hosts_or_ranks_do_nothing(registry: RankRegistry, tmp_
     finally:
         procs[0].kill()
         procs[0].wait(10)
+
+
+def test_after_lines_fires_at_that_output_line_of_that_rank(registry: RankRegistry, tmp_path: Path) -> None:
+    [fault] = parse_faults('[{"kind": "kill", "rank": 1, "after_lines": 3}]')
+    assert fault.describe() == "kill of rank 1 after 3 lines"
+    procs = [start(registry, tmp_path, 0), start(registry, tmp_path, 1)]
+    try:
+        injector = inject(registry, procs, fault)
+        for _ in range(5):
+            injector.on_output("rank 0")  # another rank's lines do not count
+        injector.on_output("rank 1")
+        injector.on_output("algo-1/rank 1")  # a split label (mpirun) names the rank too
+        time.sleep(0.5)
+        assert procs[1].poll() is None
+        injector.on_output("rank 1")
+        assert procs[1].wait(15) == -signal.SIGKILL
+        assert procs[0].poll() is None
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)

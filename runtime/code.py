@@ -103,7 +103,10 @@ class CodeFetcher:
             )
         with tempfile.TemporaryDirectory(prefix="smlaunch-code-") as tmp:
             local = Path(tmp) / contract.SOURCEDIR_TARBALL
-            self.s3_client().download_file(bucket, key, str(local))
+            from runtime.transfer import TransferEngine  # verified (size, smlaunch-sha256), retried
+
+            with TransferEngine(client_factory=self.s3_client, progress=False) as engine:
+                engine.download_file(uri, local, skip_unchanged=False)
             safe_extract(local, code_dir)
 
 

@@ -157,7 +157,7 @@ class FaultInjector(SupervisorHook):
     def on_start(self, processes: Sequence[StartedProcess]) -> None:
         self._started = list(processes)
         for fault in self.faults:
-            if fault.kind == "kill_host" and fault.host != self.host:
+            if fault.kind == "kill_host" and fault.host != self.host and not self._hosts_others():
                 continue
             if fault.host is not None and fault.host != self.host and not self._hosts_others():
                 continue
@@ -212,6 +212,16 @@ class FaultInjector(SupervisorHook):
             self.log(f"fault injection: could not apply {fault.describe()}: {error!r}")
 
     def _apply(self, fault: Fault) -> None:
+        if fault.kind == "kill_host" and fault.host != self.host:
+            # One mpirun here serves that emulated host: its ranks die with it.
+            victims = [r for r in self.registry.ranks() if r.host == fault.host]
+            self.log(
+                f"fault injection: {fault.describe()}: SIGKILL to its {len(victims)} rank(s) run from here"
+            )
+            self.applied.append(fault)
+            for info in victims:
+                self._signal(info.pid, signal.SIGKILL)
+            return
         if fault.kind == "kill_host":
             self.log(f"fault injection: {fault.describe()}: SIGKILL to every process of {self.host}")
             self.applied.append(fault)

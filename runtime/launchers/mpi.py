@@ -484,7 +484,13 @@ class MpiLauncher(Launcher):
             supervisor.log(
                 f"MPI: the master ({self.env.master_hostname}) runs this host's ranks; waiting for it"
             )
-            code = meeting.wait_for_master(host)
+            for hook in supervisor.hooks:  # fault injection (kill_host) applies to a waiting host too
+                hook.on_start([])
+            try:
+                code = meeting.wait_for_master(host)
+            finally:
+                for hook in supervisor.hooks:
+                    hook.close()
             supervisor.log(f"MPI: the master's job ended with exit code {code}")
             return RunResult(host=host)
         meeting.announce_master()

@@ -119,3 +119,19 @@ def test_fault_injected_into_a_rank_of_another_emulated_host(tmp_path: Path) -> 
         "fault injection: crash of rank 3 on algo-2 with exit code 9 after 2 s: rank 3 (algo-2, pid"
         in run.log
     )
+
+
+@needs_mpi4py
+def test_kill_host_of_an_emulated_worker_ends_the_mpi_job(tmp_path: Path) -> None:
+    faults = [{"kind": "kill_host", "host": "algo-2", "after_seconds": 2}]
+    run = run_job(
+        tmp_path,
+        MPI4PY_LOOP,
+        base_name="mpi-kill-host",
+        distribution=MPI,
+        environment={contract.SMLAUNCH_FAULTS: json.dumps(faults)},
+    )
+    assert run.status == contract.STATUS_FAILED
+    assert "algo-2" in run.reason.splitlines()[0], run.reason
+    # The waiting host dies, and so do its ranks under the master's mpirun (whichever comes first).
+    assert "fault injection: kill_host of host algo-2 after 2 s: SIGKILL to" in run.log

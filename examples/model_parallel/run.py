@@ -29,22 +29,24 @@ MP_PARAMETERS = {
 }
 
 
-def main(epochs: int = 4) -> float:
+def main(epochs: int = 4, instance_type: str = "ml.p3.8xlarge", instance_count: int = 1,
+         processes_per_host: int = 4) -> float:
+    """Train, then check the saved model in this process; returns its test accuracy."""
     estimator = PyTorch(
         entry_point="train_smp.py",
         source_dir=str(HERE),
         role="arn:aws:iam::111122223333:role/SageMakerRole",
-        instance_type="ml.p3.8xlarge",
-        instance_count=1,
+        instance_type=instance_type,
+        instance_count=instance_count,
         framework_version="2.0.0",
         py_version="py310",
         distribution={
             "smdistributed": {"modelparallel": {"enabled": True, "parameters": MP_PARAMETERS}},
-            "mpi": {"enabled": True, "processes_per_host": 4},
+            "mpi": {"enabled": True, "processes_per_host": processes_per_host},
         },
         hyperparameters={"epochs": epochs, "batch-size": 32, "lr": 3e-3},
         base_job_name="smp-digits",
-        sagemaker_session=LocalSession(processes_per_host=4),
+        sagemaker_session=LocalSession(processes_per_host=processes_per_host),
     )
     estimator.fit()
     print(f"Model artifact: {estimator.model_data}")

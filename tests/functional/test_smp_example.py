@@ -34,3 +34,20 @@ def test_train_smp_on_emulated_p3_8xlarge(tmp_path: Path, monkeypatch: pytest.Mo
     assert accuracy > 0.3  # ten classes: chance is 0.1
     leftovers = [p for p in psutil.Process().children(recursive=True) if p.is_running()]
     assert not [p for p in leftovers if p.status() != psutil.STATUS_ZOMBIE], leftovers
+
+
+@pytest.mark.timeout(240)
+def test_pipeline_across_two_emulated_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """2 hosts x 2 ranks with spread placement: each pipeline spans both hosts (ranks 0+2, 1+3)."""
+    monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    for name in ("run", "load_check", "model"):
+        sys.modules.pop(name, None)
+    import run
+
+    run.main(epochs=1, instance_count=2, processes_per_host=2)
+    out = capsys.readouterr().out
+    assert "[algo-2] launcher: smp" in out and "[algo-2]   ranks on this host: 2..3 (2 per host)" in out
+    assert "smp: world=4 pp=2 dp=2 microbatches=4" in out
+    assert "load_check OK" in out

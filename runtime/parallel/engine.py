@@ -490,6 +490,29 @@ class DistributedModel(nn.Module):
         self._pipelines[key] = holder
         return holder
 
+    # smp's tensor-parallel introspection: no parameter is distributed here (tensor_parallel_degree == 1)
+    @property
+    def distributed_modules(self) -> list[nn.Module]:
+        return []
+
+    def is_distributed_parameter(self, param: torch.Tensor) -> bool:
+        return False
+
+    def is_distributed_buffer(self, buffer: torch.Tensor) -> bool:
+        return False
+
+    def is_scaled_batch_parameter(self, param: torch.Tensor) -> bool:
+        return False
+
+    def is_scaled_batch_buffer(self, buffer: torch.Tensor) -> bool:
+        return False
+
+    def default_reducer_named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        return self.local_named_parameters()
+
+    def scaled_batch_reducer_named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        return iter(())
+
     def join(self, *args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[None]:
         """DDP's uneven-inputs context: accepted; every replica must run the same number of steps."""
         return contextlib.nullcontext()

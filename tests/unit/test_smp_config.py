@@ -143,6 +143,13 @@ def test_microbatch_split_rules() -> None:
     assert mbs[2][0][2]["y"].tolist() == [4, 5] and mbs[0][0][3].shape == (6,)
     cols = split_arguments(body, (None, x, {}, torch.tensor(0.1)), {}, 2, None, {"x": 1})
     assert cols[1][0][1].tolist() == [[1], [3], [5], [7], [9], [11]]
+    class Sliceable:
+        def smp_slice(self, num_mb: int, mb: int, axis: int) -> tuple[int, int]:
+            return (mb, num_mb)
+
+    prev = StepOutput([torch.zeros(1), torch.ones(1)])
+    own = split_arguments(body, (None, prev, {"s": Sliceable()}, torch.tensor(0.1)), {}, 2, None, None)
+    assert own[1][0][1].item() == 1.0 and own[1][0][2]["s"] == (1, 2)
     with pytest.raises(TensorSplitError, match="divisible by the number of microbatches"):
         split_arguments(body, (None, torch.ones(10, 2), {}, torch.tensor(0.1)), {}, 4, None, None)
 

@@ -234,7 +234,9 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
     """Recompute ``module``'s activations in backward (torch.utils.checkpoint, non-reentrant).
 
     For an ``nn.Sequential``: ``each`` checkpoints every child, ``contiguous`` the whole sequence,
-    ``group_N`` runs of N children; other modules are checkpointed as a whole.
+    ``group_N`` runs of N children; other modules are checkpointed as a whole. On the top-level model
+    that the pipeline splits, only ``each`` applies (stages call the blocks, not the model's forward);
+    apply the others to a block.
     """
     if isinstance(module, nn.Sequential):
         children = list(module)
@@ -256,12 +258,14 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
         if strategy == "contiguous":
             module.forward = _checkpointed(module.forward, preserve_rng_state)  # type: ignore[method-assign]
             return
-        for g in groups:
-            seq = nn.Sequential(*g)
-            run = _checkpointed(seq.forward, preserve_rng_state)
-            g[0].forward = run  # type: ignore[method-assign]
-            for c in g[1:]:
-                c.forward = lambda x: x  # type: ignore[method-assign]
+        runners = [_checkpointed(nn.Sequential(*g).forward, preserve_rng_state) for g in groups]
+
+        def grouped_forward(x: Any) -> Any:
+            for run in runners:
+                x = run(x)
+            return x
+
+        module.forward = grouped_forward  # type: ignore[method-assign]
         return
     module.forward = _checkpointed(module.forward, preserve_rng_state)  # type: ignore[method-assign]
 

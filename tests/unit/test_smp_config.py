@@ -190,3 +190,22 @@ def test_custom_module_chains_are_discovered_and_other_graphs_rejected() -> None
                       ("post", "does not return the output")]:
         with pytest.raises(SMPValidationError, match=why):
             part.blocks_of(_Chain(mode), x)
+
+
+@pytest.mark.parametrize("strategy", ["each", "contiguous", "group_2"])
+def test_activation_checkpointing_strategies_keep_outputs_and_gradients(strategy: str) -> None:
+    from runtime.parallel.api import set_activation_checkpointing
+
+    def net() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+
+    a, b = net(), net()
+    set_activation_checkpointing(a, strategy=strategy)
+    x = torch.randn(4, 3)
+    a(x).sum().backward()
+    b(x).sum().backward()
+    assert torch.allclose(a(x), b(x))
+    assert all(torch.allclose(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    with pytest.raises(SMPValidationError, match="strategy"):
+        set_activation_checkpointing(net(), strategy="group_x")

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,18 @@ def main(argv: list[str] | None = None) -> None:
         engine.close()
         fresh.close()
 
+        # What the server allows: the same tiny request sequentially and from many threads. The
+        # ratio bounds every speed-up above (a request-bound workload cannot beat it).
+        client.put_object(Bucket="bench", Key="probe", Body=b"x")
+        probes = 200
+
+        def head(_: int) -> None:
+            client.head_object(Bucket="bench", Key="probe")
+
+        one_by_one = _timed(lambda: [head(i) for i in range(probes)])
+        with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+            parallel = _timed(lambda: list(pool.map(head, range(probes))))
+
         print(f"moto server 127.0.0.1:{port}, scale {args.scale}, concurrency {args.concurrency}, "
               f"{os.cpu_count()} CPUs")
         print(f"{'workload':40s} {'sequential s':>13s} {'smlaunch s':>11s} {'speed-up':>9s}")
@@ -152,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
               f"{first / second_cold:8.1f}x")
         print(f"{'  same engine (hash cache warm)':40s} {first:13.2f} {second_warm:11.3f} "
               f"{first / second_warm:8.1f}x")
+        print(f"server ceiling: HEAD {1000 * one_by_one / probes:.1f} ms sequential, "
+              f"{1000 * parallel / probes:.1f} ms/request with {args.concurrency} threads: at most "
+              f"{one_by_one / parallel:.1f}x for request-bound work on this machine")
     finally:
         server.terminate()
         try:

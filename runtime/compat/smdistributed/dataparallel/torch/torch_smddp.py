@@ -8,6 +8,7 @@ or importing where a real ``smddp`` backend is already registered, changes nothi
 
 from __future__ import annotations
 
+import atexit
 from datetime import timedelta
 from typing import Any
 
@@ -21,8 +22,26 @@ def _uses_nccl() -> bool:
     return torch.cuda.is_available() and dist.is_nccl_available()
 
 
+_shutdown_registered = False
+
+
+def _shutdown() -> None:
+    """At interpreter exit, destroy the process group the script left open (smddp samples never
+    call ``destroy_process_group``); with gloo, a group still alive at exit can abort the rank
+    ("terminate called without an active exception", exit 134) after training succeeded."""
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
 def _create_backend(store: Any, rank: int, world_size: int, timeout: timedelta) -> Any:
     """Backend factory torch calls for every process group created with ``backend="smddp"``."""
+    global _shutdown_registered
+    if not _shutdown_registered:
+        atexit.register(_shutdown)
+        _shutdown_registered = True
     if _uses_nccl():
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout

@@ -138,7 +138,10 @@ class RankRegistry(SupervisorHook):
     def dir(self) -> Path:
         """Created on first use (a host that starts no process leaves nothing behind)."""
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-", dir=self._parent))
+            try:
+                self._dir = Path(tempfile.mkdtemp(prefix=".smlaunch-ranks-", dir=self._parent))
+            except OSError:  # an unwritable parent: the system's temp dir will do
+                self._dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
         return self._dir
 
     def prepare(self, spec: ProcessSpec) -> ProcessSpec:
@@ -441,7 +444,9 @@ def hooks_from_environ(host: str, environ: Mapping[str, str], log: Log) -> list[
     ``SMLAUNCH_FAULTS`` is set. Raises ``HostConfigurationError`` naming the variable on a bad value."""
     from runtime.environment import HostConfigurationError
 
-    registry = RankRegistry(host=host)
+    # Under the host's base dir (not /tmp): even a host that is SIGKILLed leaves nothing outside its
+    # own tree, which the local backend removes with the job. Nothing below it is uploaded.
+    registry = RankRegistry(environ.get(contract.BASE_DIR_ENV) or contract.DEFAULT_BASE_DIR, host=host)
     hooks: list[SupervisorHook] = [registry]
     try:
         raw = environ.get(contract.SMLAUNCH_STALL_TIMEOUT_SECONDS, "").strip()

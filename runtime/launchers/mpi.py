@@ -192,7 +192,7 @@ class LocalRendezvous:
         os.replace(tmp, path)
 
     def publish(self, host: str, env: Mapping[str, str], cwd: str) -> None:
-        self._write(self.env_file(host), {"env": dict(env), "cwd": cwd})
+        self._write(self.env_file(host), {"env": dict(env), "cwd": cwd, "pid": os.getpid()})
 
     def announce_master(self) -> None:
         self._write(self.master_file, {"pid": os.getpid()})
@@ -215,9 +215,16 @@ class LocalRendezvous:
         """Tell the waiting hosts the job is over, give them a moment to read it, clean up."""
         self._write(self.done_file, {"exit_code": exit_code})
         deadline = time.monotonic() + 5.0
-        while any(self.env_file(h).exists() for h in hosts) and time.monotonic() < deadline:
+        while any(self._waiting(h) for h in hosts) and time.monotonic() < deadline:
             time.sleep(self.poll)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _waiting(self, host: str) -> bool:
+        """Whether ``host`` is still alive and has not yet read ``done.json``."""
+        try:
+            return _pid_alive(int(json.loads(self.env_file(host).read_text(encoding="utf-8"))["pid"]))
+        except (OSError, ValueError, KeyError):
+            return False
 
     def wait_for_master(self, host: str) -> int:
         """Block until the master's job ends; its exit code. Bounded: the master must announce itself
@@ -241,6 +248,14 @@ class LocalRendezvous:
                 time.sleep(self.poll)
         finally:
             self.env_file(host).unlink(missing_ok=True)
+            if not any(self.directory.glob("env-*.json")) and not self._master_alive():
+                shutil.rmtree(self.directory, ignore_errors=True)  # the master cannot clean up any more
+
+    def _master_alive(self) -> bool:
+        try:
+            return _pid_alive(int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"]))
+        except (OSError, ValueError, KeyError):
+            return False
 
 
 def _pid_alive(pid: int) -> bool:

@@ -324,3 +324,31 @@ def test_worker_gives_up_on_an_unreachable_master_when_asked_to_watch_it() -> No
     with pytest.raises(RuntimeError, match="unreachable for 30 s"):
         role.run()
     assert 35 <= clock.now <= 36
+
+
+def test_local_rendezvous_waits_are_bounded(tmp_path: Path) -> None:
+    import json as _json
+    import subprocess
+    import sys
+
+    from runtime.launchers.mpi import LocalRendezvous
+
+    meeting = LocalRendezvous(tmp_path / "meet", timeout=0.3, poll=0.05)
+    with pytest.raises(TimeoutError, match=r"hosts \['algo-2'\] did not start within 0.3 s"):
+        meeting.gather(["algo-2"])
+    meeting.publish("algo-2", {"SM_CURRENT_HOST": "algo-2"}, "/code")
+    with pytest.raises(TimeoutError, match="master host did not start"):
+        meeting.wait_for_master("algo-2")
+    assert not meeting.env_file("algo-2").exists()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(30)
+    meeting.publish("algo-2", {}, "/code")
+    meeting.master_file.write_text(_json.dumps({"pid": dead.pid}))
+    with pytest.raises(RuntimeError, match="ended without finishing"):
+        meeting.wait_for_master("algo-2")
+    assert not meeting.directory.exists()  # the last host out cleans up for a dead master
+    meeting.publish("algo-2", {"A": "1"}, "/code")
+    assert meeting.gather(["algo-2"])["algo-2"]["env"] == {"A": "1"}
+    meeting.env_file("algo-2").write_text(_json.dumps({"env": {}, "cwd": "/code", "pid": dead.pid}))
+    meeting.finish(0, ["algo-2"])  # a dead host is not waited for
+    assert not meeting.directory.exists()

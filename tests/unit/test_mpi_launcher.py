@@ -352,3 +352,17 @@ def test_local_rendezvous_waits_are_bounded(tmp_path: Path) -> None:
     meeting.env_file("algo-2").write_text(_json.dumps({"env": {}, "cwd": "/code", "pid": dead.pid}))
     meeting.finish(0, ["algo-2"])  # a dead host is not waited for
     assert not meeting.directory.exists()
+
+
+def test_real_probes() -> None:
+    import socket
+
+    from runtime.mpi_roles import orted_running, tcp_probe
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        assert tcp_probe("127.0.0.1", port) is True
+    assert tcp_probe("127.0.0.1", port) is False
+    assert orted_running() is False

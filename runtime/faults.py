@@ -21,7 +21,8 @@ Kinds:
   vanished). Expect the local backend to fail the job and end the other hosts.
 
 Fields: ``kind`` (required); ``rank``: the global rank as shown in ``[algo-N/rank R]`` (required for
-``crash``, ``hang``, ``kill``); ``host``: ``algo-N`` (required for ``kill_host``; optional for the
+``crash``, ``hang``, ``kill``; without a distribution every host's one process is rank 0, so name
+the host too); ``host``: ``algo-N`` (required for ``kill_host``; optional for the
 others, where it must be the rank's host); ``after_seconds`` (default 0): counted from the moment
 the host started its processes; or instead ``after_lines``: when the rank has printed that many
 lines (a script printing once per step faults at a given step; rank faults only);

@@ -113,7 +113,9 @@ def parse(text: str, ranks: int, label: str) -> tuple[float, dict[int, tuple[str
         raise RuntimeError(f"{label}: world size {found.group(2)}, expected {ranks}")
     settings = {int(m.group(1)): (m.group(2), int(m.group(3))) for m in RANK_ENV.finditer(text)}
     if sorted(settings) != list(range(ranks)):
-        raise RuntimeError(f"{label}: DDP_RANK_ENV lines for ranks {sorted(settings)}, expected 0..{ranks - 1}")
+        raise RuntimeError(
+            f"{label}: DDP_RANK_ENV lines for ranks {sorted(settings)}, expected 0..{ranks - 1}"
+        )
     return float(found.group(1)), settings
 
 
@@ -122,7 +124,9 @@ def run_torchrun(script_dir: Path, ranks: int, script_args: list[str], env: dict
             "script.py", *script_args]
     result = subprocess.run(argv, cwd=script_dir, env=env, capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
-        raise RuntimeError(f"torchrun failed ({result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+        raise RuntimeError(
+            f"torchrun failed ({result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
     return result.stdout + result.stderr
 
 
@@ -151,7 +155,7 @@ def run_smlaunch(script_dir: Path, ranks: int, hyperparameters: dict[str, object
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=2, help="ranks on the one host (both sides)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (one run of each side per round)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, each side once per round")
     parser.add_argument("--steps", type=int, default=200, help="timed training steps per run")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps before the timed ones")
     parser.add_argument("--batch-size", type=int, default=64, help="samples per rank per step")
@@ -173,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"DDP throughput: {args.ranks} ranks (gloo, CPU), MLP width {args.width}, batch {args.batch_size}/rank, "
+    print(f"DDP throughput: {args.ranks} ranks (gloo, CPU), MLP width {args.width}, "
+          f"batch {args.batch_size}/rank, "
           f"{args.steps} timed steps after {args.warmup} warm-up; {args.rounds} alternating rounds; "
           f"{os.cpu_count()} CPUs, load average {load}", flush=True)
     rates: dict[str, list[float]] = {"torchrun": [], "smlaunch": []}
@@ -191,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  round {round_index + 1} {side:<9} {rate:10.1f} samples/s", flush=True)
 
     for side, settings in seen.items():
-        described = ", ".join(f"rank {r}: OMP_NUM_THREADS={o} threads={t}" for r, (o, t) in sorted(settings.items()))
+        described = ", ".join(
+            f"rank {r}: OMP_NUM_THREADS={o} threads={t}" for r, (o, t) in sorted(settings.items())
+        )
         print(f"  {side:<9} {described}")
     if seen["torchrun"] != seen["smlaunch"]:
-        print("thread settings differ between the launchers: the comparison is not like for like", file=sys.stderr)
+        print("thread settings differ between the launchers: not like for like", file=sys.stderr)
         return 1
     torchrun_rate = statistics.median(rates["torchrun"])
     ours_rate = statistics.median(rates["smlaunch"])

@@ -109,5 +109,10 @@ def safe_extract(archive: Path, dest: Path) -> list[str]:
         members = tar.getmembers()
         for member in members:
             _check_member(member, dest)
-        tar.extractall(dest, members=members, filter="tar")
+        # Every member was checked above; the "tar" filter (Python >= 3.10.12 / 3.11.4) adds its own
+        # checks where it exists. Debian bookworm's python3 (3.11.2, our image's) predates it.
+        if hasattr(tarfile, "tar_filter"):
+            tar.extractall(dest, members=members, filter="tar")
+        else:
+            tar.extractall(dest, members=members)
     return [m.name for m in members]

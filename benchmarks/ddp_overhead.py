@@ -97,6 +97,7 @@ if rank == 0:
     rate = args.steps * args.batch_size * world / elapsed
     print(f"DDP_THROUGHPUT samples_per_s={rate:.1f} world={world} steps={args.steps} "
           f"batch={args.batch_size} loss={loss.item():.4f}", flush=True)
+dist.barrier()  # no rank tears gloo down while a peer is still printing (gloo may abort it)
 dist.destroy_process_group()
 '''
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict
 
+from estimator import hyperparameters as hp
+from estimator.distribution import Distribution, Strategy
 from estimator.errors import UnsupportedByBackendError
 from estimator.spec import TrainingJobSpec
 
@@ -42,9 +44,8 @@ class Capabilities(BaseModel):
     uri_schemes: frozenset[str]
     """URI schemes accepted for code, inputs, output and checkpoints (``s3``, ``file``)."""
     input_modes: frozenset[str] = frozenset({"File"})
-    distributions: frozenset[str] = frozenset(
-        {"none", "torch_distributed", "pytorchddp", "smddp", "mpi", "modelparallel"}
-    )
+    distributions: frozenset[str] = frozenset(get_args(Strategy))
+    """Launch strategies (:attr:`Distribution.strategy` names; ``none`` is a plain process)."""
     max_instance_count: int | None = None
     spot: bool = False
     checkpoints: bool = False
@@ -76,6 +77,14 @@ class Backend(ABC):
                 f"at most {caps.max_instance_count} supported",
                 f"use instance_count <= {caps.max_instance_count} or another backend",
             )
+        strategy = Distribution.from_hyperparameters(hp.decode(spec.HyperParameters)).strategy
+        if strategy not in caps.distributions:
+            refuse("distribution", strategy, "distribution strategy not supported",
+                   f"use one of {sorted(caps.distributions)} or another backend")
+        job_mode = spec.AlgorithmSpecification.TrainingInputMode
+        if job_mode not in caps.input_modes:
+            refuse("input_mode", job_mode, "input mode not supported",
+                   f"use one of {sorted(caps.input_modes)}")
         uris: list[tuple[str, str]] = [("output_path", spec.OutputDataConfig.S3OutputPath)]
         for channel in spec.InputDataConfig or []:
             if channel.DataSource.S3DataSource is not None:

@@ -1,0 +1,148 @@
+"""``Backend.check``: distribution strategies and input modes against a backend's Capabilities.
+
+The hyperparameters of each spec are the wire encoding of a parsed ``distribution`` (what the
+estimator sends), so the strategy ``check`` derives is the one the runtime would launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, get_args
+
+import pytest
+
+from estimator import hyperparameters as hp
+from estimator.backends.base import Backend, Capabilities
+from estimator.backends.docker import DockerBackend
+from estimator.backends.local import LocalBackend
+from estimator.backends.sagemaker import SageMakerBackend
+from estimator.distribution import Distribution, Strategy
+from estimator.errors import UnsupportedByBackendError
+from estimator.session import LocalSession
+from estimator.spec import TrainingJobSpec
+
+DISTRIBUTIONS: dict[str, dict[str, Any] | None] = {
+    "none": None,
+    "torch_distributed": {"torch_distributed": {"enabled": True}},
+    "pytorchddp": {"pytorchddp": {"enabled": True}},
+    "smddp": {"smdistributed": {"dataparallel": {"enabled": True}}},
+    "mpi": {"mpi": {"enabled": True, "processes_per_host": 2}},
+    "modelparallel": {
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 2}}},
+        "mpi": {"enabled": True, "processes_per_host": 8},
+    },
+}
+
+
+class NarrowBackend(Backend):
+    """A backend that runs plain processes and torchrun-style DDP only, from File-mode inputs."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="narrow",
+        uri_schemes=frozenset({"s3"}),
+        input_modes=frozenset({"File"}),
+        distributions=frozenset({"none", "torch_distributed"}),
+    )
+
+    def submit(self, spec: TrainingJobSpec) -> None:
+        raise AssertionError("check only")
+
+    def describe(self, job_name: str) -> dict[str, Any]:
+        raise AssertionError("check only")
+
+    def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        raise AssertionError("check only")
+
+    def stop(self, job_name: str) -> None:
+        raise AssertionError("check only")
+
+
+def make_spec(
+    distribution: Mapping[str, Any] | None = None,
+    input_mode: str = "File",
+    channels: list[dict[str, Any]] | None = None,
+) -> TrainingJobSpec:
+    hyperparameters = {"epochs": 2, **Distribution.parse(distribution).to_hyperparameters("ml.p4d.24xlarge")}
+    return TrainingJobSpec(
+        TrainingJobName="check-2026-11-22-03-50-00-000",
+        AlgorithmSpecification={"TrainingInputMode": input_mode},
+        RoleArn="arn:aws:iam::111122223333:role/check",
+        OutputDataConfig={"S3OutputPath": "s3://out/prefix/"},
+        ResourceConfig={"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
+        HyperParameters=hp.encode(hyperparameters),
+        InputDataConfig=channels,
+    )
+
+
+def s3_channel(name: str, mode: str | None = None) -> dict[str, Any]:
+    channel: dict[str, Any] = {"ChannelName": name, "DataSource": {"S3DataSource": {"S3Uri": f"s3://data/{name}/"}}}
+    if mode is not None:
+        channel["InputMode"] = mode
+    return channel
+
+
+def test_distribution_table_covers_every_strategy() -> None:
+    assert {Distribution.parse(d).strategy for d in DISTRIBUTIONS.values()} == set(get_args(Strategy))
+    for name, distribution in DISTRIBUTIONS.items():
+        assert Distribution.parse(distribution).strategy == name
+
+
+@pytest.mark.parametrize("backend", [LocalBackend, SageMakerBackend, DockerBackend], ids=lambda b: b.__name__)
+def test_every_backend_declares_the_strategy_names_distribution_uses(backend: type[Backend]) -> None:
+    assert backend.capabilities.distributions == frozenset(get_args(Strategy))
+
+
+@pytest.mark.parametrize("strategy", list(DISTRIBUTIONS))
+def test_local_backend_accepts_every_strategy(strategy: str, tmp_path: Path) -> None:
+    LocalBackend(LocalSession(tmp_path)).check(make_spec(DISTRIBUTIONS[strategy]))
+
+
+@pytest.mark.parametrize("strategy", ["none", "torch_distributed"])
+def test_declared_strategies_pass(strategy: str) -> None:
+    NarrowBackend().check(make_spec(DISTRIBUTIONS[strategy]))
+
+
+@pytest.mark.parametrize("strategy", ["pytorchddp", "smddp", "mpi", "modelparallel"])
+def test_undeclared_strategy_is_refused_by_name(strategy: str) -> None:
+    with pytest.raises(UnsupportedByBackendError) as caught:
+        NarrowBackend().check(make_spec(DISTRIBUTIONS[strategy]))
+    assert caught.value.field == "distribution"
+    assert caught.value.value == strategy
+    assert str(caught.value) == (
+        f"distribution={strategy!r}: distribution strategy not supported on the narrow backend. "
+        "Fix: use one of ['none', 'torch_distributed'] or another backend"
+    )
+
+
+def test_disabled_strategy_is_none() -> None:
+    NarrowBackend().check(make_spec({"mpi": {"enabled": False}}))
+
+
+def test_job_input_mode_is_checked_without_any_channel() -> None:
+    with pytest.raises(UnsupportedByBackendError) as caught:
+        NarrowBackend().check(make_spec(input_mode="Pipe"))
+    assert caught.value.field == "input_mode"
+    assert str(caught.value) == (
+        "input_mode='Pipe': input mode not supported on the narrow backend. Fix: use one of ['File']"
+    )
+
+
+def test_job_input_mode_is_checked_when_channels_override_it() -> None:
+    with pytest.raises(UnsupportedByBackendError, match=r"^input_mode='FastFile': input mode not supported"):
+        NarrowBackend().check(make_spec(input_mode="FastFile", channels=[s3_channel("train", "File")]))
+
+
+def test_channel_input_mode_is_still_checked() -> None:
+    with pytest.raises(UnsupportedByBackendError) as caught:
+        NarrowBackend().check(make_spec(channels=[s3_channel("train"), s3_channel("eval", "Pipe")]))
+    assert caught.value.field == "inputs['eval'].input_mode"
+    assert str(caught.value) == (
+        "inputs['eval'].input_mode='Pipe': input mode not supported on the narrow backend. "
+        "Fix: use one of ['File']"
+    )
+
+
+def test_supported_modes_pass(tmp_path: Path) -> None:
+    NarrowBackend().check(make_spec(channels=[s3_channel("train"), s3_channel("eval", "File")]))
+    LocalBackend(LocalSession(tmp_path)).check(make_spec(input_mode="Pipe"))

@@ -17,9 +17,10 @@ Contracts:
   the destination is written under a temporary name and renamed only once verified, so a reader
   never sees a partial file under its final name.
 - **Incremental.** Before uploading a directory the engine lists the destination once (1 request per
-  1,000 keys) and skips every file whose size and content hash match: the ETag S3 computes (MD5, or
-  MD5-of-part-MD5s for multipart objects) is compared with the local file's; when the ETag is not an
-  MD5 (SSE-KMS), one ``head_object`` compares ``smlaunch-sha256``. Local hashes are cached per
+  1,000 keys) and skips every file whose size and content hash match: for files below the
+  multipart threshold the ETag S3 computes (their MD5) is compared with the local file's; for
+  larger files, or when the ETag is not an MD5 (SSE-KMS), one ``head_object`` compares
+  ``smlaunch-sha256``. Local hashes are cached per
   ``(path, size, mtime_ns, inode)``, as git and rsync do, so an unchanged tree is not re-read.
   Downloads skip local files whose size and hash already match.
 - **file://** sources and destinations behave the same way (copy to a temporary name, verify, rename).
@@ -115,56 +116,44 @@ def _client_error() -> type[Exception]:
 
 @dataclass(frozen=True)
 class FileDigest:
-    """Content hashes of one file: SHA-256, and the ETag S3 computes for it when this engine uploads
-    it (MD5 below the multipart threshold, else MD5 of the part MD5s, ``-<parts>``)."""
+    """Content hashes of one file: SHA-256, and for files below the multipart threshold the ETag S3
+    computes for them (their MD5). Multipart-sized files get no ETag: an extra MD5 pass over
+    gigabytes costs more than the one ``head_object`` that compares ``smlaunch-sha256`` instead."""
 
     size: int
     sha256: str
-    etag: str
+    etag: str | None
 
 
-def digest_file(path: Path, chunksize: int, multipart_threshold: int) -> FileDigest:
-    """Read ``path`` once; compute its SHA-256 and its ETag for the given multipart settings."""
+def digest_file(path: Path, multipart_threshold: int) -> FileDigest:
+    """Read ``path`` once; compute its SHA-256, and its MD5 ETag when it is uploaded in one part."""
     sha = hashlib.sha256()
-    single_part = path.stat().st_size < multipart_threshold
-    parts: list[bytes] = []
-    part = hashlib.md5(usedforsecurity=False)
-    in_part = 0
+    md5 = hashlib.md5(usedforsecurity=False) if path.stat().st_size < multipart_threshold else None
     size = 0
-    limit = chunksize if not single_part else 1 << 62
     with open(path, "rb") as handle:
-        while data := handle.read(min(MiB, limit - in_part)):
+        while data := handle.read(MiB):
             sha.update(data)
-            part.update(data)
+            if md5 is not None:
+                md5.update(data)
             size += len(data)
-            in_part += len(data)
-            if in_part == limit:
-                parts.append(part.digest())
-                part = hashlib.md5(usedforsecurity=False)
-                in_part = 0
-    if single_part:
-        return FileDigest(size, sha.hexdigest(), part.hexdigest())
-    if in_part or not parts:
-        parts.append(part.digest())
-    combined = hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest()
-    return FileDigest(size, sha.hexdigest(), f"{combined}-{len(parts)}")
+    return FileDigest(size, sha.hexdigest(), md5.hexdigest() if md5 is not None else None)
 
 
 class HashCache:
     """``(path, size, mtime_ns, inode) -> FileDigest``; a changed file changes its key. Thread-safe."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, int, int, int, int, int], FileDigest] = {}
+        self._entries: dict[tuple[str, int, int, int, int], FileDigest] = {}
         self._lock = threading.Lock()
 
-    def digest(self, path: Path, chunksize: int, multipart_threshold: int) -> FileDigest:
+    def digest(self, path: Path, multipart_threshold: int) -> FileDigest:
         st = path.stat()
-        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, chunksize, multipart_threshold)
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, multipart_threshold)
         with self._lock:
             hit = self._entries.get(key)
         if hit is not None:
             return hit
-        result = digest_file(path, chunksize, multipart_threshold)
+        result = digest_file(path, multipart_threshold)
         with self._lock:
             self._entries[key] = result
         return result
@@ -334,7 +323,7 @@ class TransferEngine:
         self.close()
 
     def _digest(self, path: Path) -> FileDigest:
-        return self.hashes.digest(path, self.multipart_chunksize, self.multipart_threshold)
+        return self.hashes.digest(path, self.multipart_threshold)
 
     def _progress(self, total: int, label: str) -> _Progress:
         enabled = self.progress if self.progress is not None else sys.stderr.isatty()
@@ -424,12 +413,16 @@ class TransferEngine:
             return False
         if remote.etag and remote.etag == digest.etag:
             return True
-        # Not an MD5 ETag (SSE-KMS, other part size): ask for the hash we stored at upload.
+        # Multipart-sized, or not an MD5 ETag (SSE-KMS): compare the hash stored at upload.
+        return self._remote_sha256(bucket, key) == digest.sha256
+
+    def _remote_sha256(self, bucket: str, key: str) -> str | None:
         try:
             head = self.client.head_object(Bucket=bucket, Key=key)
         except _client_error():
-            return False
-        return head.get("Metadata", {}).get(SHA256_METADATA_KEY) == digest.sha256
+            return None
+        sha: str | None = head.get("Metadata", {}).get(SHA256_METADATA_KEY)
+        return sha
 
     def _upload_many(self, jobs: list[tuple[Path, str, str]], remote: dict[str, ObjectInfo],
                      skip_unchanged: bool, extra_args: dict[str, Any] | None,
@@ -532,8 +525,10 @@ class TransferEngine:
         remote = [(o, d) for o, d in zip(objects, dests, strict=True) if is_s3(o.uri)]
         todo: list[tuple[ObjectInfo, Path]] = []
         for info, dest in remote:
-            if skip_unchanged and dest.is_file() and dest.stat().st_size == info.size and info.etag:
-                if info.etag == self._digest(dest).etag:
+            if skip_unchanged and dest.is_file() and dest.stat().st_size == info.size:
+                local = self._digest(dest)
+                if (info.etag and info.etag == local.etag) or (
+                        local.etag is None and self._remote_sha256(*split_s3_uri(info.uri)) == local.sha256):
                     summary.skipped.append(info.uri)
                     if on_done is not None:
                         on_done(info, dest)
@@ -621,7 +616,7 @@ class TransferEngine:
             got = sha256_file(path)
             return None if got == sha256 else f"sha256 {got} != {sha256} (corrupt)"
         if etag and "-" not in etag and len(etag) == 32:
-            got = digest_file(path, self.multipart_chunksize, actual + 1).etag
+            got = digest_file(path, actual + 1).etag
             return None if got == etag else f"md5 {got} != ETag {etag} (corrupt)"
         return None  # no checksum declared (foreign multipart object): the size check is all we have
 

@@ -89,7 +89,7 @@ def test_multipart_objects_round_trip_and_skip(s3: Any, tmp_path: Path) -> None:
     engine.upload_dir(tmp_path / "src", "s3://bucket/big")
     head = s3.head_object(Bucket="bucket", Key="big/big.bin")
     assert head["ETag"].strip('"').endswith("-3")
-    assert head["ETag"].strip('"') == digest_file(big, 5 * MiB, 5 * MiB).etag
+    assert digest_file(big, 5 * MiB).etag is None  # no MD5 pass over multipart-sized files
     assert head["Metadata"][SHA256_METADATA_KEY] == hashlib.sha256(big.read_bytes()).hexdigest()
     engine.download_file("s3://bucket/big/big.bin", tmp_path / "out.bin")
     assert (tmp_path / "out.bin").read_bytes() == big.read_bytes()

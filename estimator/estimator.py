@@ -335,6 +335,16 @@ class Estimator:
             if not isinstance(value, str) or len(value) > 512:
                 raise ConfigurationError(f"environment[{key!r}]", value, "must be a string of at most 512 "
                                          "characters", f"pass str(value), e.g. {{{key!r}: '1'}}")
+        if contract.SMLAUNCH_FAULTS in environment:
+            # Checked here, not when a host starts: a typo in a fault rehearsal fails before staging.
+            from runtime.environment import HostConfigurationError
+            from runtime.faults import parse_faults
+
+            try:
+                parse_faults(environment[contract.SMLAUNCH_FAULTS])
+            except HostConfigurationError as exc:
+                raise ConfigurationError(f"environment[{contract.SMLAUNCH_FAULTS!r}]", exc.value, exc.problem,
+                                         exc.fix) from None
         return dict(environment)
 
     @staticmethod

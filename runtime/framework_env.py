@@ -15,8 +15,11 @@ wrapper) sets the same values the same way:
   port + 1 + i>``: emulated hosts share 127.0.0.1, so ports must differ per rank, and offsetting from
   the job's own (per-job, collision-free) master port keeps concurrent local jobs apart.
 
-Contract: pure (no I/O, no ``os.environ``), returns strings only, and never sets ``TORCHELASTIC_*``
-(Lightning would then expect the torchelastic agent, which we are not).
+Contract: pure (no I/O, no ``os.environ``), returns strings only, and sets no ``TORCHELASTIC_*``:
+those belong to torchrun's agent, so only the torchrun-style launcher adds them
+(:mod:`runtime.launchers.torchrun`, deliberately: Lightning then picks ``TorchElasticEnvironment``,
+which reads the rank variables and spawns nothing). The smddp and MPI launchers, which do not
+emulate torchrun, leave them unset.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ wrapper) sets the same values the same way:
 Contract: pure (no I/O, no ``os.environ``), returns strings only, and sets no ``TORCHELASTIC_*``:
 those belong to torchrun's agent, so only the torchrun-style launcher adds them
 (:mod:`runtime.launchers.torchrun`, deliberately: Lightning then picks ``TorchElasticEnvironment``,
-which reads the rank variables and spawns nothing). The smddp and MPI launchers, which do not
-emulate torchrun, leave them unset.
+which reads the rank variables and spawns nothing) and the launchers built on it (smddp, smp)
+inherit them; ranks started by ``mpirun`` (the MPI launcher) get none.
 """
 
 from __future__ import annotations

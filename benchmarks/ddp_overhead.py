@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"best run of each side: torchrun {max(rates['torchrun']):.1f}, "
           f"smlaunch {max(rates['smlaunch']):.1f}, ratio {best_ratio:.3f} (the least disturbed run of each)")
     print(f"samples per CPU second (all ranks), ratio smlaunch/torchrun {cpu_ratio:.3f} "
-          "(insensitive to other load on the machine)")
+          "(less sensitive to other load on the machine)")
     return 0
 
 

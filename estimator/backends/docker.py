@@ -87,10 +87,18 @@ _NO_ENGINE_FIX = (
 _TRAIN_CHECKED: dict[str, bool] = {}
 
 
-def docker_client(timeout: float | None = 60.0) -> Any:
+API_TIMEOUT_SECONDS = 900.0
+"""Creating a container can take minutes: with the vfs storage driver (the only one in some CI and
+rootless setups) the engine copies the image's whole file system (about 1.4 GB) per container."""
+PING_TIMEOUT_SECONDS = 30.0
+
+
+def docker_client(timeout: float | None = API_TIMEOUT_SECONDS) -> Any:
     """A Docker SDK client from the environment (DOCKER_HOST, ...) that answers a ping.
 
-    Raises ConfigurationError saying how to start an engine, or to use the process executor.
+    ``timeout`` bounds each API request once the engine answered (``None``: unbounded, for log
+    streams and waits). Raises ConfigurationError saying how to start an engine, or to use the
+    process executor.
     """
     try:
         import docker
@@ -100,8 +108,9 @@ def docker_client(timeout: float | None = 60.0) -> Any:
             "pip install 'smlaunch[docker]' (or docker>=7), or use LocalSession(executor='process')",
         ) from None
     try:
-        client = docker.from_env(timeout=timeout)  # type: ignore[arg-type]
+        client = docker.from_env(timeout=int(PING_TIMEOUT_SECONDS))
         client.ping()
+        client.api.timeout = timeout
     except Exception as exc:
         raise ConfigurationError(
             "executor", "docker", f"no Docker engine answers ({type(exc).__name__}: {exc})", _NO_ENGINE_FIX

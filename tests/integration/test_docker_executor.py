@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from estimator.backends.docker import LABEL_JOB, DockerBackend, docker_client
-from estimator.errors import ConfigurationError, JobFailedError
+from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
 from runtime import contract
 from tests.functional._local_helpers import (
@@ -346,19 +346,3 @@ def test_an_image_without_train_is_refused_before_anything_starts(
     with pytest.raises(ConfigurationError, match="never pulls"):
         backend.submit(_spec(tmp_path, "smlaunch-no-such-image:latest", "noimage", CRASH_SCRIPT))
     assert not (root / "notrain" / "spec.json").exists()
-
-
-def test_fit_raises_with_the_root_cause(root: Path, engine: Any, image: str, tmp_path: Path) -> None:
-    from estimator import PyTorch
-
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "train.py").write_text(CRASH_SCRIPT)
-    estimator = PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/R",
-        instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
-        image_uri=image, sagemaker_session=LocalSession(root=root, executor="docker", docker_client=engine),
-    )
-    with pytest.raises(JobFailedError) as err:
-        estimator.fit(logs=False)
-    assert err.value.exit_code == 3 and "algo-2" in str(err.value)

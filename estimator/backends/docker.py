@@ -635,7 +635,11 @@ def _agent_class() -> type[_AgentBase]:
             try:
                 container = self.client.containers.run(**kwargs)
             except Exception as exc:
-                return FailedStart(host, f"cannot start {host} from image {self.image}: {_api_message(exc)}")
+                message = f"cannot start {host} from image {self.image}: {_api_message(exc)}"
+                if getattr(exc, "status_code", None) == 409:
+                    message += (f" (a container named {kwargs['name']} already exists, left by an earlier "
+                                f"job of that name: `docker rm -f {kwargs['name']}`)")
+                return FailedStart(host, message)
             self.containers[host] = container
             streaming = container
             if self.stream_client is not self.client:

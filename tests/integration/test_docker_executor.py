@@ -21,6 +21,7 @@ import os
 import subprocess
 import tarfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,10 @@ def _backend(root: Path, engine: Any, **kwargs: Any) -> DockerBackend:
     backend = LocalSession(root=root, executor="docker", docker_client=engine, **kwargs).backend()
     assert isinstance(backend, DockerBackend)
     return backend
+
+
+RUN_ID = uuid.uuid4().hex[:6]
+"""Job names carry it: containers of an earlier, interrupted test run can never collide."""
 
 
 def _spec(tmp_path: Path, image: str, name: str, script: str, **kwargs: Any) -> Any:
@@ -252,7 +257,7 @@ def test_mpi_job_across_two_containers_matches_the_process_executor(
     for executor in ("docker", "process"):
         session = LocalSession(root=root / executor, executor=executor, docker_client=engine)  # type: ignore[arg-type]
         backend = session.backend()
-        name = f"mpi-{executor}"
+        name = f"mpi-{executor}-{RUN_ID}"
         backend.submit(_mpi_spec(tmp_path / executor, image, name))
         described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
         log = "\n".join(backend.log_lines(name))
@@ -285,12 +290,13 @@ time.sleep(600)
 
 def test_a_crash_in_one_container_ends_the_other(tmp_path: Path, root: Path, engine: Any, image: str) -> None:
     backend = _backend(root, engine)
-    backend.submit(_spec(tmp_path, image, "crash", CRASH_SCRIPT))
-    described = wait_terminal(backend, "crash", timeout=JOB_TIMEOUT)
+    name = f"crash-{RUN_ID}"
+    backend.submit(_spec(tmp_path, image, name, CRASH_SCRIPT))
+    described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_FAILED
     assert described["ExitCode"] == 3
     assert "algo-2" in described["FailureReason"] and "crashes now" in described["FailureReason"]
-    _wait_containers_gone(engine, "crash")
+    _wait_containers_gone(engine, name)
 
 
 STOP_SCRIPT = """
@@ -308,31 +314,33 @@ def test_stop_reaches_the_script_and_removes_both_containers(
     tmp_path: Path, root: Path, engine: Any, image: str
 ) -> None:
     backend = _backend(root, engine, stop_grace_seconds=20)
-    backend.submit(_spec(tmp_path, image, "stopme", STOP_SCRIPT))
-    wait_for_line(backend, "stopme", "algo-1 ready", timeout=JOB_TIMEOUT)
-    wait_for_line(backend, "stopme", "algo-2 ready", timeout=JOB_TIMEOUT)
-    assert {c.name for c in _containers(engine, "stopme")} == {"stopme-algo-1", "stopme-algo-2"}
-    assert engine.containers.get("stopme-algo-2").attrs["Config"]["Hostname"] == "algo-2"
-    backend.stop("stopme")
-    described = wait_terminal(backend, "stopme", timeout=120)
+    name = f"stopme-{RUN_ID}"
+    backend.submit(_spec(tmp_path, image, name, STOP_SCRIPT))
+    wait_for_line(backend, name, "algo-1 ready", timeout=JOB_TIMEOUT)
+    wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
+    assert {c.name for c in _containers(engine, name)} == {f"{name}-algo-1", f"{name}-algo-2"}
+    assert engine.containers.get(f"{name}-algo-2").attrs["Config"]["Hostname"] == "algo-2"
+    backend.stop(name)
+    described = wait_terminal(backend, name, timeout=120)
     assert described["TrainingJobStatus"] == contract.STATUS_STOPPED
-    log = "\n".join(backend.log_lines("stopme"))
+    log = "\n".join(backend.log_lines(name))
     assert log.count("got SIGTERM, saving") == 2, log[-3000:]  # tini -> runtime -> rank, on both hosts
-    _wait_containers_gone(engine, "stopme")
+    _wait_containers_gone(engine, name)
 
 
 def test_a_container_killed_from_outside_fails_the_job_naming_it(
     tmp_path: Path, root: Path, engine: Any, image: str
 ) -> None:
     backend = _backend(root, engine)
-    backend.submit(_spec(tmp_path, image, "killed", STOP_SCRIPT))
-    wait_for_line(backend, "killed", "algo-2 ready", timeout=JOB_TIMEOUT)
-    engine.containers.get("killed-algo-2").kill()
-    described = wait_terminal(backend, "killed", timeout=120)
+    name = f"killed-{RUN_ID}"
+    backend.submit(_spec(tmp_path, image, name, STOP_SCRIPT))
+    wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
+    engine.containers.get(f"{name}-algo-2").kill()
+    described = wait_terminal(backend, name, timeout=120)
     assert described["TrainingJobStatus"] == contract.STATUS_FAILED
-    assert "killed-algo-2 was killed from outside smlaunch" in described["FailureReason"]
+    assert f"{name}-algo-2 was killed from outside smlaunch" in described["FailureReason"]
     assert described["ExitCode"] == 137
-    _wait_containers_gone(engine, "killed")
+    _wait_containers_gone(engine, name)
 
 
 def test_an_image_without_train_is_refused_before_anything_starts(

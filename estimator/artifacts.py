@@ -8,7 +8,9 @@ backends that keep the hosts' trees on this machine (local processes, Docker).
 Merge rule: files are unioned across hosts. Two hosts writing the same path with identical bytes is
 fine (one copy is kept). With different bytes the first host in host order (``algo-1`` first, the
 master) wins and a warning naming both hosts and the path goes to the job log: never a silent
-overwrite (SageMaker's local mode silently lets the last host win).
+overwrite (SageMaker's local mode silently lets the last host win). With ``conflicts="error"``
+(``LocalSession(artifact_conflicts="error")``) a clash raises :class:`ArtifactConflictError` instead,
+before anything is delivered, and the job ends Failed naming every clashing path.
 
 Destinations: ``file://`` (the directory is created) or ``s3://`` (through the injected boto3 client).
 """
@@ -25,6 +27,10 @@ from estimator.backends._local_layout import file_uri_path, list_files
 from runtime import contract
 from runtime.archive import create_tarball, sha256_file
 from runtime.transfer import TransferEngine
+
+
+class ArtifactConflictError(RuntimeError):
+    """Two hosts wrote the same artifact path with different bytes, and the session asked for errors."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ def package_artifacts(
     s3_client: Callable[[], Any],
     log: Callable[[str], None],
     compress: bool = True,
+    conflicts: str = "warn",
 ) -> dict[str, str]:
     """Build and deliver ``model.tar.gz`` and ``output.tar.gz`` from every host's ``/opt/ml`` tree.
 
@@ -99,17 +106,27 @@ def package_artifacts(
     are reported through ``log``. Returns ``{"model": uri, "output": uri}``. ``compress=False``
     (``disable_output_compression``, ``CompressionType="NONE"``) uploads the merged model files
     uncompressed under ``<output_path>/<job>/output/model/`` instead of ``model.tar.gz``.
+    ``conflicts``: ``"warn"`` (log and keep the first host's copy) or ``"error"`` (raise
+    :class:`ArtifactConflictError` before delivering anything).
     """
     paths = {host: contract.Paths(base) for host, base in host_bases.items()}
     prefix = output_prefix(output_path, job_name)
     delivered: dict[str, str] = {}
+    merged = []
     for key, what, tarball, tree in (
         ("model", "model", contract.MODEL_TARBALL, lambda p: p.model_dir),
         ("output", "output/data", contract.OUTPUT_TARBALL, lambda p: p.output_data_dir),
     ):
-        entries, conflicts = merge_entries({host: tree(p) for host, p in paths.items()})
-        for conflict in conflicts:
-            log(conflict.message(what))
+        entries, clashes = merge_entries({host: tree(p) for host, p in paths.items()})
+        merged.append((key, tarball, entries))
+        for clash in clashes:
+            log(clash.message(what))
+            if conflicts == "error":
+                raise ArtifactConflictError(
+                    f"{what} file {clash.path!r} differs between {clash.kept_host} and {clash.other_host} "
+                    "(artifact_conflicts='error'); write host-specific names or save on one host only"
+                )
+    for key, tarball, entries in merged:
         if key == "model" and not compress:
             local = staging_dir / "model"
             for source, arcname in entries:  # the merged tree, as links to the hosts' files

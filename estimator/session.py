@@ -53,6 +53,9 @@ class LocalSession:
     ``executor``: ``process`` (default) or ``docker`` (one container per host); the
     ``SMLAUNCH_EXECUTOR`` environment variable sets the default.
     ``s3_client``: boto3 S3 client for ``s3://`` code, inputs and outputs (created on first use).
+    ``artifact_conflicts``: what happens when two hosts write the same model/output path with
+    different bytes: ``"warn"`` (default: the first host's copy is kept and the job log says so) or
+    ``"error"`` (the job ends Failed naming the path and both hosts).
     """
 
     is_local = True
@@ -66,6 +69,7 @@ class LocalSession:
         s3_client: Any | None = None,
         stop_grace_seconds: float | None = None,
         docker_client: Any | None = None,
+        artifact_conflicts: Literal["warn", "error"] = "warn",
     ) -> None:
         executor = executor or os.environ.get(LOCAL_EXECUTOR_ENV, "process")  # type: ignore[assignment]
         if executor not in ("process", "docker"):
@@ -83,6 +87,12 @@ class LocalSession:
             raise ConfigurationError(
                 "stop_grace_seconds", stop_grace_seconds, "must be >= 0", "pass a number of seconds, e.g. 120"
             )
+        if artifact_conflicts not in ("warn", "error"):
+            raise ConfigurationError(
+                "artifact_conflicts", artifact_conflicts, "unknown policy",
+                "use artifact_conflicts='warn' or artifact_conflicts='error'",
+            )
+        self.artifact_conflicts = artifact_conflicts
         self.root = Path(root).expanduser().resolve() if root is not None else default_local_root()
         self.processes_per_host = processes_per_host
         self.executor: Executor = executor  # type: ignore[assignment]

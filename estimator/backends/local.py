@@ -126,6 +126,7 @@ class LocalBackend(Backend):
         settings: dict[str, Any] = {
             "processes_per_host": max(1, int(ranks)),
             "stop_grace_seconds": contract.DEFAULT_STOP_GRACE_SECONDS if grace is None else float(grace),
+            "artifact_conflicts": self.session.artifact_conflicts,
             "num_gpus": 0 if machine_gpu_count() == 0 else None,
             "python": sys.executable,
             "s3_endpoint_url": None,

@@ -254,6 +254,7 @@ class Agent:
                 self._s3_client,
                 self.say,
                 compress=self.spec.OutputDataConfig.CompressionType != "NONE",
+                conflicts=str(self.settings.get("artifact_conflicts", "warn")),
             )
         except Exception as exc:
             self.say(f"ERROR packaging artifacts: {type(exc).__name__}: {exc}")
@@ -261,7 +262,7 @@ class Agent:
                 return (
                     contract.STATUS_FAILED,
                     contract.SECONDARY_FAILED,
-                    {"FailureReason": f"ClientError: uploading the model artifacts failed: {exc}"},
+                    {"FailureReason": f"ClientError: packaging the model artifacts failed: {exc}"},
                 )
             return outcome
         self.say(f"Model artifacts: {uris['model']}")

@@ -175,3 +175,28 @@ def test_concurrent_jobs_get_their_own_ports_and_directories(tmp_path: Path) -> 
         ports |= {line.rsplit(" ", 1)[1] for line in lines}
         assert_no_job_processes(name, backend.job_dir(name).path)
     assert len(ports) == 2
+
+
+# Each host saves a different model under the same name.
+SAME_NAME_DIFFERENT_BYTES = """
+import os
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w") as f:
+    f.write(os.environ["SM_CURRENT_HOST"])
+"""
+
+
+def test_artifact_clash_warns_by_default_and_fails_when_asked(tmp_path: Path) -> None:
+    warn = _session(tmp_path).backend()
+    warn.submit(make_spec(tmp_path, "clash-warn", SAME_NAME_DIFFERENT_BYTES))
+    description = wait_terminal(warn, "clash-warn")
+    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED
+    log = "\n".join(warn.log_lines("clash-warn"))
+    assert "'model.txt' differs between algo-1 and algo-2" in log
+
+    strict = _session(tmp_path, artifact_conflicts="error").backend()
+    strict.submit(make_spec(tmp_path, "clash-error", SAME_NAME_DIFFERENT_BYTES))
+    description = wait_terminal(strict, "clash-error")
+    assert description["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert "'model.txt' differs between algo-1 and algo-2" in description["FailureReason"]
+    assert "ModelArtifacts" not in description
+    assert_no_job_processes("clash-error", strict.job_dir("clash-error").path)

@@ -9,7 +9,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.artifacts import merge_entries, output_prefix, package_artifacts
+from estimator.artifacts import ArtifactConflictError, merge_entries, output_prefix, package_artifacts
+from estimator.errors import ConfigurationError
+from estimator.session import LocalSession
 from runtime import contract
 
 
@@ -63,6 +65,26 @@ def test_package_to_file_uri(tmp_path: Path) -> None:
     assert _read(out / "job-1" / "output" / "model.tar.gz") == {"clash": b"x", "m1.pt": b"1", "m2.pt": b"2"}
     assert _read(out / "job-1" / "output" / "output.tar.gz") == {"d1.txt": b"d"}
     assert len(logged) == 1 and "'clash'" in logged[0] and "keeping algo-1's" in logged[0]
+
+
+def test_conflicts_error_policy_raises_before_delivering(tmp_path: Path) -> None:
+    bases = {
+        "algo-1": _host(tmp_path, "algo-1", {"clash": "x"}),
+        "algo-2": _host(tmp_path, "algo-2", {"clash": "y"}),
+    }
+    out = tmp_path / "out"
+    with pytest.raises(ArtifactConflictError, match=r"'clash' differs between algo-1 and algo-2"):
+        package_artifacts(
+            bases, "job-1", out.as_uri() + "/", tmp_path / "staging",
+            s3_client=lambda: pytest.fail("no S3"), log=lambda _: None, conflicts="error",
+        )
+    assert not out.exists()  # nothing delivered
+
+
+def test_local_session_refuses_unknown_conflict_policy(tmp_path: Path) -> None:
+    expected = r"artifact_conflicts='ignore'.*Fix: use artifact_conflicts='warn'"
+    with pytest.raises(ConfigurationError, match=expected):
+        LocalSession(root=tmp_path, artifact_conflicts="ignore")  # type: ignore[arg-type]
 
 
 def test_package_to_s3(tmp_path: Path) -> None:

@@ -496,3 +496,41 @@ def test_dockerfiles_share_the_sagemaker_contract(kind: str) -> None:
     assert lines[-2:] == ["COPY --from=install /staging/ /", "COPY --from=install /staging-app/ /"]
     if kind == "cuda":
         assert any("libnccl2=${NCCL_VERSION}" in line for line in lines)
+
+
+# --- the local backend's policy, applied to containers --------------------------------------------
+
+
+def test_max_run_sigterms_every_container_and_removes_them(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.exit_code = None  # the containers run until signalled
+    spec = _spec(tmp_path, max_run=1)
+    agent = _agent(tmp_path, client, spec, stop_grace_seconds=5)
+    agent.run()
+    state = agent.job.read_state()
+    assert state["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert state["SecondaryStatus"] == contract.SECONDARY_MAX_RUNTIME_EXCEEDED
+    containers = client.containers.all
+    assert len(containers) == 2
+    assert all(c.signals[0] == signal.SIGTERM and c.removed for c in containers)
+
+
+def test_stop_request_ends_the_job_stopped_with_containers_removed(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.exit_code = None
+    agent = _agent(tmp_path, client, _spec(tmp_path), stop_grace_seconds=5)
+
+    def stop_once_running() -> None:
+        while len(client.containers.all) < 2:
+            threading.Event().wait(0.01)
+        agent.job.stop_file.touch()
+
+    stopper = threading.Thread(target=stop_once_running, daemon=True)
+    stopper.start()
+    agent.run()
+    stopper.join(10)
+    state = agent.job.read_state()
+    assert state["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert len(client.containers.all) == 2
+    assert all(c.signals[0] == signal.SIGTERM and c.removed for c in client.containers.all)
+    assert sweep(client, "job-1") == []

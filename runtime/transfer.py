@@ -82,11 +82,12 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 
 
 def local_path(uri_or_path: str | Path) -> Path:
-    """A ``file://`` URI or a plain path -> :class:`Path`."""
+    """A ``file://`` URI or a plain path -> absolute :class:`Path` (relative paths are taken from the
+    working directory, so ``Path.as_uri`` works on every result)."""
     text = str(uri_or_path)
     if text.startswith("file://"):
         return Path(unquote(urlparse(text).path))
-    return Path(text)
+    return Path(text).absolute()
 
 
 def is_s3(uri: str | Path) -> bool:

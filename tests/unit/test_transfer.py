@@ -191,3 +191,12 @@ def test_cancelled_download_starts_nothing_more(s3: Any, tmp_path: Path) -> None
     cancel.set()
     summary = engine.download_objects(engine.list("s3://bucket/c"), tmp_path / "dst", cancel=cancel)
     assert not summary.transferred and not (tmp_path / "dst").exists()
+
+
+def test_upload_dir_accepts_a_relative_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("a")
+    monkeypatch.chdir(tmp_path)
+    dest = tmp_path / "dest"
+    TransferEngine(progress=False).upload_dir("data", dest.as_uri())
+    assert (dest / "a.txt").read_text() == "a"

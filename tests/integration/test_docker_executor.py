@@ -108,6 +108,7 @@ RUN_ID = uuid.uuid4().hex[:6]
 
 
 def _spec(tmp_path: Path, image: str, name: str, script: str, **kwargs: Any) -> Any:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     spec = make_spec(tmp_path, name, script, **kwargs)
     spec.AlgorithmSpecification.TrainingImage = image
     return spec

@@ -14,9 +14,9 @@ Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
 - image: the spec's ``TrainingImage`` (``image_uri``), else ``$SMLAUNCH_DOCKER_IMAGE``; it must be
   present in the local engine (smlaunch never pulls) and provide ``train`` (SageMaker's contract:
   ``docker run IMAGE train``); ``container/build.sh cpu`` builds one;
-- hostname ``algo-N``, host networking, every ``algo-i`` resolving to 127.0.0.1 (``extra_hosts``), so
-  ranks meet over loopback on the free ports the agent picks (nothing is published, no bridge);
-  the hosts' ``network_interface_name`` is therefore ``lo``;
+- hostname ``algo-N``, host networking, ``algo-i`` resolving to its own loopback address
+  ``127.0.0.<i>`` (``extra_hosts``; see :func:`host_address`), so ranks meet over loopback on the free
+  ports the agent picks (nothing is published, no bridge); ``network_interface_name`` is ``lo``;
 - its own host tree bind-mounted at ``/opt/ml``; the job's ``file://`` code and channel originals
   (the channel views are symlinks to them) and the ``s3://`` download cache read-only at the same
   absolute paths;
@@ -72,7 +72,22 @@ CONTAINER_BASE_DIR = "/opt/ml"
 CONTAINER_SSH_DIR = "/etc/smlaunch-ssh"
 CONTAINER_SSH_CLIENT_CONFIG = "/etc/ssh/ssh_config.d/smlaunch-job.conf"
 SSH_DIR_NAME = "ssh"
-LOOPBACK = "127.0.0.1"
+
+
+def host_address(host: str, names: list[str]) -> str:
+    """Host ``i`` (0-based) of the job resolves to ``127.0.0.<i+1>``: a loopback address of its own.
+
+    Every container shares this machine's network, so all of 127.0.0.0/8 reaches every container
+    over ``lo``; distinct addresses keep the hosts distinct for software that decides "local or
+    remote" by address: OpenMPI's ``mpirun`` would otherwise take every host resolving to
+    127.0.0.1 for itself and start all ranks in the master's container instead of over ssh.
+    """
+    return f"127.0.0.{names.index(host) + 1}"
+
+
+def host_addresses(names: list[str]) -> dict[str, str]:
+    return {name: host_address(name, names) for name in names}
+
 # Variables of the caller's environment a container inherits (credentials, endpoints, smlaunch's
 # knobs such as fault injection); everything else of this machine stays out of the container.
 INHERITED_PREFIXES = ("AWS_", "SMLAUNCH_")
@@ -435,8 +450,8 @@ def write_ssh_material(
 
     Files are the caller's and 0600 (the containers run as the caller, and ssh refuses keys others
     can read): ``id_ed25519`` (+ ``.pub`` = ``authorized_keys``), ``ssh_host_ed25519_key``,
-    ``sshd_config-<host>`` (listens on 127.0.0.1:<port of host>), ``ssh_config`` (every host ->
-    127.0.0.1:<its port>, no host-key prompts).
+    ``sshd_config-<host>`` (listens on the host's address and port), ``ssh_config`` (every host ->
+    its address and port, no host-key prompts).
     """
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     (keygen or _ssh_keygen)(directory)
@@ -446,7 +461,7 @@ def write_ssh_material(
             "\n".join(
                 [
                     f"Port {port}",
-                    f"ListenAddress {LOOPBACK}",
+                    f"ListenAddress {host_address(host, sorted(ports))}",
                     f"HostKey {CONTAINER_SSH_DIR}/ssh_host_ed25519_key",
                     f"AuthorizedKeysFile {CONTAINER_SSH_DIR}/authorized_keys",
                     "PubkeyAuthentication yes",
@@ -465,7 +480,7 @@ def write_ssh_material(
     for host, port in sorted(ports.items()):
         lines += [
             f"Host {host}",
-            f"    HostName {LOOPBACK}",
+            f"    HostName {host_address(host, sorted(ports))}",
             f"    Port {port}",
             f"    IdentityFile {CONTAINER_SSH_DIR}/id_ed25519",
             "    StrictHostKeyChecking no",
@@ -553,7 +568,8 @@ def _agent_class() -> type[_AgentBase]:
             self.say(
                 f"Job {self.spec.TrainingJobName}: {len(self.hosts)} container(s) {names} from image "
                 f"{self.image}, emulating {self.spec.ResourceConfig.InstanceType}, {ranks} process(es) per "
-                f"host for per-GPU launchers, master {names[0]}={LOOPBACK}:{port} (host network), "
+                f"host for per-GPU launchers, master {names[0]}={host_address(names[0], names)}:{port} "
+                f"(host network, hosts {host_addresses(names)}), "
                 f"stop grace {self.grace:g} s, max run {self.spec.StoppingCondition.MaxRuntimeInSeconds} s"
                 + (f", sshd ports {ssh_ports}" if ssh_ports else "")
             )
@@ -608,7 +624,7 @@ def _agent_class() -> type[_AgentBase]:
                 "name": f"{self.spec.TrainingJobName}-{host}",
                 "hostname": host,
                 "network_mode": "host",
-                "extra_hosts": {name: LOOPBACK for name in names},
+                "extra_hosts": host_addresses(names),
                 "environment": env,
                 "volumes": mounts,
                 "labels": {LABEL_JOB: self.spec.TrainingJobName, LABEL_HOST: host},

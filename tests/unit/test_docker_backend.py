@@ -278,7 +278,7 @@ def test_container_arguments_per_host(tmp_path: Path) -> None:
     assert kwargs["name"] == "job-1-algo-2" and kwargs["hostname"] == "algo-2"
     assert kwargs["command"] == ["train"] and kwargs["image"] == "smlaunch-cpu:test"
     assert kwargs["network_mode"] == "host"
-    assert kwargs["extra_hosts"] == {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"}
+    assert kwargs["extra_hosts"] == {"algo-1": "127.0.0.1", "algo-2": "127.0.0.2"}
     assert kwargs["user"] == "1234:5678" and kwargs["group_add"] == ["0"]
     assert kwargs["labels"] == {LABEL_JOB: "job-1", docker_backend.LABEL_HOST: "algo-2"}
     [request] = kwargs["device_requests"]
@@ -414,10 +414,11 @@ def test_ssh_material_gives_each_host_its_own_sshd_port(tmp_path: Path) -> None:
     directory = tmp_path / "ssh"
     write_ssh_material(directory, {"algo-1": 40001, "algo-2": 40002}, keygen=_fake_keygen)
     config = (directory / "ssh_config").read_text()
-    assert "Host algo-2\n    HostName 127.0.0.1\n    Port 40002\n" in config
+    assert "Host algo-2\n    HostName 127.0.0.2\n    Port 40002\n" in config
     assert f"IdentityFile {CONTAINER_SSH_DIR}/id_ed25519" in config
     sshd = (directory / "sshd_config-algo-2").read_text()
-    assert "Port 40002" in sshd and "ListenAddress 127.0.0.1" in sshd
+    assert "Port 40002" in sshd and "ListenAddress 127.0.0.2" in sshd
+    assert "ListenAddress 127.0.0.1" in (directory / "sshd_config-algo-1").read_text()
     assert f"AuthorizedKeysFile {CONTAINER_SSH_DIR}/authorized_keys" in sshd
     assert (directory / "authorized_keys").read_text() == "ssh-ed25519 AAAA id_ed25519\n"
     assert all((p.stat().st_mode & 0o077) == 0 for p in directory.iterdir())

@@ -176,8 +176,8 @@ class DockerBackend(LocalBackend):
         return image
 
     def check(self, spec: TrainingJobSpec) -> None:
-        """The local backend's checks, then: an engine answers, the image is present locally and
-        has ``train``, and every path the containers mount exists. Raises before anything starts."""
+        """The local backend's checks (``file://`` inputs exist...), then: an engine answers, the
+        image is present locally and has ``train``. Raises before anything starts."""
         super().check(spec)
         client = self.client()
         image = self.image(spec)
@@ -190,12 +190,9 @@ class DockerBackend(LocalBackend):
                 "build it (container/build.sh cpu --tag <name>), or `docker pull` / `docker load` it first",
             ) from None
         _require_train(client, image, found)
-        for source in read_only_sources(spec, None):
-            if not source.exists():
-                raise ConfigurationError(
-                    "mounts", str(source), "does not exist, so it cannot be mounted into the containers",
-                    "point code and file:// inputs at existing paths",
-                )
+        # file:// channels that do not exist were refused above (LocalBackend.check). The code is
+        # staged after this check, so a mount source that vanishes later (code or data) fails the
+        # job at launch with a ClientError naming it (DockerAgent._start).
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         settings = super().settings(spec)

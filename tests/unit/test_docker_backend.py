@@ -237,12 +237,10 @@ def test_our_labelled_image_is_not_probed(tmp_path: Path) -> None:
 
 def test_mount_path_that_does_not_exist_is_refused(tmp_path: Path) -> None:
     backend = _backend(tmp_path, FakeClient())
-    spec = _spec(tmp_path)
-    missing = tmp_path / "gone" / contract.SOURCEDIR_TARBALL
-    spec.HyperParameters[contract.HP_SUBMIT_DIRECTORY] = json.dumps(missing.as_uri())
+    missing = tmp_path / "no-such-data"
     with pytest.raises(ConfigurationError) as err:
-        backend.check(spec)
-    assert err.value.field == "mounts" and str(missing.parent) in str(err.value)
+        backend.check(_spec(tmp_path, inputs={"train": missing.as_uri()}))
+    assert err.value.field == "inputs['train']" and f"{missing} does not exist" in str(err.value)
 
 
 def test_read_only_sources_are_code_channels_and_the_s3_cache(tmp_path: Path) -> None:

@@ -130,7 +130,11 @@ def main() -> None:
                 },
                 handle,
             )
+    # Every rank leaves together, then closes its process group explicitly: gloo can abort a rank
+    # (SIGABRT, "terminate called without an active exception") when its group is torn down at
+    # interpreter exit while peers are still closing their connections.
     dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

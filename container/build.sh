@@ -74,7 +74,9 @@ cp -r "$REPO/pyproject.toml" "$REPO/estimator" "$REPO/runtime" "$CTX/src/"
 [ -f "$REPO/README.md" ] && cp "$REPO/README.md" "$CTX/src/" || echo "# smlaunch" > "$CTX/src/README.md"
 find "$CTX/src" -name '__pycache__' -prune -exec rm -rf {} + -o -name '.*.tmp' -exec rm -f {} +
 log "building the smlaunch wheel"
-"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$CTX/wheels/app" "$CTX/src" >&2
+# Without build isolation when this Python has setuptools (no index needed), else with it.
+"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$CTX/wheels/app" "$CTX/src" >&2 2>/dev/null \
+  || "$PYTHON" -m pip wheel -q --no-deps -w "$CTX/wheels/app" "$CTX/src" >&2
 rm -rf "$CTX/src"
 
 if [ "$KIND" = cpu ]; then

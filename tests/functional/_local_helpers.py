@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +142,33 @@ def kill_leftover_jobs(root: Path) -> None:
         for proc in job_processes(job_dir.name, job_dir):
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+
+
+@contextlib.contextmanager
+def moto_s3_server(monkeypatch: Any, bucket: str) -> Iterator[Any]:
+    """A real S3 API on 127.0.0.1 (moto server), reachable from a job's own processes.
+
+    Sets dummy credentials and a region in the environment (through ``monkeypatch``) and yields a
+    boto3 client for the server with ``bucket`` created; the server stops on exit.
+    """
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        yield client
+    finally:
+        server.stop()

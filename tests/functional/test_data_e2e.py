@@ -5,19 +5,17 @@ ManifestFile channel in File mode, each read by the real training script."""
 from __future__ import annotations
 
 import json
-import socket
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from estimator import PyTorch, TrainingInput
 from estimator.session import LocalSession
 from runtime import contract
-from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs
+from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs, moto_s3_server
 
 N_OBJECTS = 9
 
@@ -41,26 +39,12 @@ def _body(i: int) -> bytes:
 
 @pytest.fixture
 def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from moto.server import ThreadedMotoServer
-
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(var, value)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-        client.create_bucket(Bucket="data")
+    with moto_s3_server(monkeypatch, "data") as client:
         for i in range(N_OBJECTS):
             client.put_object(Bucket="data", Key=f"train/part-{i}.txt", Body=_body(i))
         manifest = [{"prefix": "s3://data/train/"}, "part-1.txt", "part-4.txt"]
         client.put_object(Bucket="data", Key="val.manifest", Body=json.dumps(manifest).encode())
         yield client
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -27,6 +26,7 @@ from tests.functional._local_helpers import (
     assert_no_job_processes,
     kill_leftover_jobs,
     make_spec,
+    moto_s3_server,
     wait_for_line,
     wait_terminal,
 )
@@ -303,27 +303,8 @@ def test_fit_wait_false_returns_at_once_and_ctrl_c_in_wait_stops_the_job(tmp_pat
 @pytest.fixture
 def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A real S3 API on 127.0.0.1 (moto server), reachable from the job's own processes."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    for var, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(var, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-        client.create_bucket(Bucket="models")
+    with moto_s3_server(monkeypatch, "models") as client:
         yield client
-    finally:
-        server.stop()
 
 
 def test_s3_code_and_output_path(tmp_path: Path, moto_s3: Any) -> None:

@@ -5,14 +5,12 @@ right epoch and ends with exactly the result of an uninterrupted run."""
 from __future__ import annotations
 
 import json
-import socket
 import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from estimator.errors import ConfigurationError
@@ -23,6 +21,7 @@ from tests.functional._local_helpers import (
     assert_no_job_processes,
     kill_leftover_jobs,
     make_spec,
+    moto_s3_server,
     wait_for_line,
     wait_terminal,
 )
@@ -77,22 +76,8 @@ def _uninterrupted() -> str:
 
 @pytest.fixture
 def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from moto.server import ThreadedMotoServer
-
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(var, value)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-        client.create_bucket(Bucket="ckpt")
+    with moto_s3_server(monkeypatch, "ckpt") as client:
         yield client
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)

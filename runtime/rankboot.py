@@ -12,6 +12,15 @@ raise, and change nothing the script can observe except two signal handlers:
 - **Stacks.** ``faulthandler`` is registered on SIGUSR1, writing every thread's Python stack to
   ``<dir>/<pid>.stack``: the dump used when ``py-spy`` is not installed. faulthandler works at the C
   level, so it answers even when the rank is stuck in a collective.
+- **Process-group teardown.** An ``atexit`` handler (registered first, so it runs after the script's
+  own) destroys a ``torch.distributed`` process group the script left open and collects garbage
+  while the interpreter is still whole. Without it a gloo group is freed during interpreter
+  finalization, typically when the final garbage collection frees a DDP model's reference cycle;
+  a gloo worker thread then releasing a tensor owned by Python must take the GIL, which finalization
+  refuses by ending the thread, and that unwind through a C++ destructor aborts the process
+  (SIGABRT, "terminate called without an active exception", exit 134) after training succeeded.
+  This happens on SageMaker too (it is torch's bug, pytorch/pytorch#179291); smlaunch fixes it
+  because a finished job must not be reported as failed.
 - **Faults.** Only when ``SMLAUNCH_FAULTS`` is set: a SIGUSR2 handler that performs the action the
   supervisor wrote to ``<dir>/<pid>.fault`` (``{"kind": "crash", "exit_code": 7}`` exits the rank
   with that code after printing where it was; ``{"kind": "hang"}`` blocks the main thread forever at
@@ -92,16 +101,35 @@ def _on_fault(signum: int, frame: Any) -> None:
             time.sleep(3600)
 
 
+def close_process_groups() -> None:
+    """Destroy the default process group if the script left it open, then free unreachable objects
+    (a DDP model's reference cycle holds its group), so each gloo group's worker threads are joined
+    while they can still take the GIL. Never raises: it runs at exit, after the script's outcome."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    import gc
+
+    try:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # a group that cannot be closed cleanly is left to the interpreter, as before
+        pass
+    gc.collect()
+
+
 def boot() -> None:
     """Called once at interpreter start in every rank. A no-op outside smlaunch's supervisor."""
     global _stack_file
     rank_dir = os.environ.get(RANK_DIR_ENV)
     if not rank_dir or not os.path.isdir(rank_dir):
         return
+    import atexit
     import faulthandler
     import signal
 
-    if _stack_file is None:
+    if _stack_file is None:  # first call in this process
+        atexit.register(close_process_groups)
         _stack_file = open(os.path.join(rank_dir, f"{os.getpid()}.stack"), "w")
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
     if os.environ.get(FAULTS_ENV):

@@ -655,6 +655,31 @@ class TransferEngine:
         summary.seconds = time.monotonic() - started
         return summary
 
+    # -- deletions
+
+    def delete(self, uri: str | Path, rels: Iterable[str]) -> list[str]:
+        """Delete the objects ``rels`` (relative paths) under an S3 prefix or local directory;
+        return the ones deleted. An object already absent is not an error."""
+        rels = sorted(set(rels))
+        if not rels:
+            return []
+        if is_s3(uri):
+            bucket, prefix = split_s3_uri(str(uri))
+            for start in range(0, len(rels), 1000):  # DeleteObjects takes at most 1000 keys
+                batch = rels[start:start + 1000]
+                response = self.client.delete_objects(Bucket=bucket, Delete={
+                    "Objects": [{"Key": join_key(prefix, rel)} for rel in batch], "Quiet": True})
+                errors = response.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise TransferError(f"deleting s3://{bucket}/{first.get('Key')} failed: "
+                                        f"{first.get('Code')} {first.get('Message')}")
+            return rels
+        root = local_path(uri)
+        for rel in rels:
+            (root / rel).unlink(missing_ok=True)
+        return rels
+
     # -- sync
 
     def sync(self, source: str | Path, destination: str | Path) -> TransferSummary:

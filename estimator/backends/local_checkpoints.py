@@ -14,9 +14,12 @@ SageMaker platform handles them:
   not been modified for ``settle`` seconds, so a checkpoint being written is not sent half-written.
   At the end of each attempt (success, failure, stop or interruption) a final sync sends everything,
   settled or not.
-- **Deletions**: a file deleted locally is *not* deleted from ``S3Uri`` (SageMaker's sync only
-  adds and overwrites; it never deletes), so it comes back on the next restore. Scripts that prune
-  old checkpoints should pick the newest by name, not assume the directory holds only one.
+- **Deletions**: "If a checkpoint is deleted in the SageMaker container, it will also be deleted
+  in the S3 folder" (AWS, *Checkpoints in Amazon SageMaker*). A file this sync knew on a host
+  (restored there, or uploaded from there) and that is gone from that host at the next tick is
+  deleted from ``S3Uri``; so a script that prunes old checkpoints finds only the kept ones after a
+  restart. Objects the job never saw on that host (added to ``S3Uri`` after the start, or written
+  by another host only) are never deleted by it. Intermediate output is upload-only.
 - **Several hosts** sync to the same ``S3Uri``, as on SageMaker: if two hosts write the same file
   name, the later upload wins. Save checkpoints from one host (or use host-specific names).
 
@@ -58,14 +61,16 @@ class DirectorySync:
     directories, and (upload only) their ``output/intermediate`` directories."""
 
     def __init__(self, engine: TransferEngine, uri: str, host_dirs: Mapping[str, Path], log: Log,
-                 interval: float = 0.5, settle: float = 0.5) -> None:
+                 interval: float = 0.5, settle: float = 0.5, deletions: bool = False) -> None:
         self.engine = engine
         self.uri = uri.rstrip("/") + "/"
         self.host_dirs = dict(host_dirs)
         self.log = log
         self.interval = interval
         self.settle = settle
+        self.deletions = deletions
         self.uploaded: list[str] = []
+        self.deleted: list[str] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -96,12 +101,15 @@ class DirectorySync:
 
     def sync(self, final: bool = False) -> TransferSummary:
         """Upload the files of every host created or modified since the restore (or their last
-        upload); only those unmodified for ``settle`` seconds unless ``final``."""
+        upload); only those unmodified for ``settle`` seconds unless ``final``. With
+        ``deletions``, first delete the known files a host no longer has."""
         total = TransferSummary()
         with self._lock:
             for host, directory in self.host_dirs.items():
                 if not directory.is_dir():
                     continue
+                if self.deletions:
+                    self._delete_gone(host, directory)
                 cutoff = time.time() - self.settle
                 seen: dict[str, tuple[int, int]] = {}
 
@@ -124,6 +132,16 @@ class DirectorySync:
                     self._baseline[(host, rel)] = print_
         self.uploaded += total.transferred
         return total
+
+    def _delete_gone(self, host: str, directory: Path) -> None:
+        gone = [rel for (known_host, rel) in self._baseline
+                if known_host == host and not (directory / rel).is_file()]
+        if not gone:
+            return
+        self.deleted += self.engine.delete(self.uri, gone)
+        for rel in gone:
+            del self._baseline[(host, rel)]
+        self.log(f"Sync: deleted {len(gone)} file(s) from {self.uri} (deleted on {host})")
 
     def start(self) -> None:
         """Start the background sync thread (daemon; :meth:`stop` ends it)."""
@@ -195,7 +213,8 @@ def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engin
     syncs: list[DirectorySync] = []
     if spec.CheckpointConfig is not None:
         checkpoints = DirectorySync(engine, spec.CheckpointConfig.S3Uri,
-                                    {name: p.checkpoints_dir for name, p in hosts.items()}, log)
+                                    {name: p.checkpoints_dir for name, p in hosts.items()}, log,
+                                    deletions=True)
         checkpoints.restore()
         syncs.append(checkpoints)
     intermediate = output_prefix(spec.OutputDataConfig.S3OutputPath, spec.TrainingJobName) + "/intermediate"

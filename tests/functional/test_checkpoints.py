@@ -42,7 +42,8 @@ def test_restore_into_every_host_then_sync_new_and_changed(s3: Any, tmp_path: Pa
     s3.put_object(Bucket="ckpt", Key="run/sub/state.json", Body=b"{}")
     hosts = {"algo-1": tmp_path / "h1" / "checkpoints", "algo-2": tmp_path / "h2" / "checkpoints"}
     logs: list[str] = []
-    sync = DirectorySync(TransferEngine(s3, progress=False), "s3://ckpt/run", hosts, logs.append, settle=5.0)
+    sync = DirectorySync(TransferEngine(s3, progress=False), "s3://ckpt/run", hosts, logs.append, settle=5.0,
+                         deletions=True)
     assert sync.restore() == 2
     for directory in hosts.values():
         assert (directory / "epoch-1.pt").read_bytes() == b"one"
@@ -54,15 +55,18 @@ def test_restore_into_every_host_then_sync_new_and_changed(s3: Any, tmp_path: Pa
     (h1 / "sub" / "state.json").write_bytes(b'{"e": 2}')  # changed, settled
     _age(h1 / "sub" / "state.json", 10)
     (h1 / "epoch-3.pt").write_bytes(b"being written")  # too fresh: debounced
-    (h1 / "epoch-1.pt").unlink()                      # deleted locally
+    (h1 / "epoch-1.pt").unlink()                      # deleted on one host
+    s3.put_object(Bucket="ckpt", Key="run/late.pt", Body=b"late")  # added after the start
     summary = sync.sync()
     assert sorted(summary.transferred) == ["s3://ckpt/run/epoch-2.pt", "s3://ckpt/run/sub/state.json"]
+    assert sync.deleted == ["epoch-1.pt"]
     assert "run/epoch-3.pt" not in _keys(s3)
+    assert "run/epoch-1.pt" not in _keys(s3)
 
     sync.stop()  # the final sync sends everything, settled or not
-    assert _keys(s3) == {
-        "run/epoch-1.pt": b"one",          # SageMaker never deletes from S3 on a local delete
+    assert _keys(s3) == {                  # deleted in a container, so deleted in S3, as SageMaker does
         "run/epoch-2.pt": b"two",
+        "run/late.pt": b"late",            # no host ever had it: never deleted by this job
         "run/epoch-3.pt": b"being written",
         "run/sub/state.json": b'{"e": 2}',
     }
@@ -85,14 +89,21 @@ def test_background_sync_uploads_while_running(s3: Any, tmp_path: Path) -> None:
     assert not sync.errors
 
 
-def test_file_uri_checkpoints(tmp_path: Path) -> None:
+def test_deletions_after_upload_and_on_a_file_uri(tmp_path: Path) -> None:
     store = tmp_path / "store"
     (store / "a").mkdir(parents=True)
     (store / "a" / "x.bin").write_bytes(b"x")
     local = tmp_path / "host" / "checkpoints"
-    sync = DirectorySync(TransferEngine(progress=False), store.as_uri(), {"algo-1": local}, lambda m: None)
+    sync = DirectorySync(TransferEngine(progress=False), store.as_uri(), {"algo-1": local}, lambda m: None,
+                         deletions=True)
     sync.restore()
     assert (local / "a" / "x.bin").read_bytes() == b"x"
     (local / "y.bin").write_bytes(b"y")
-    sync.stop()
+    sync.sync(final=True)
     assert (store / "y.bin").read_bytes() == b"y"
+    (local / "y.bin").unlink()       # uploaded by this job, then deleted
+    (local / "a" / "x.bin").unlink()  # restored, then deleted
+    sync.stop()
+    assert not (store / "y.bin").exists()
+    assert not (store / "a" / "x.bin").exists()
+    assert sync.deleted == ["a/x.bin", "y.bin"]

@@ -654,9 +654,10 @@ class Estimator:
         """Print the latest job's logs, following them until it ends."""
         self._require_job().logs(follow=True)
 
-    def stop(self) -> None:
-        """Stop the latest job (returns without waiting)."""
-        self._require_job().stop()
+    def stop(self, reason: str | None = None) -> None:
+        """Stop the latest job (returns without waiting). ``reason="spot"`` emulates a spot
+        interruption of a local managed-spot job instead: it resumes on fresh hosts."""
+        self._require_job().stop(reason=reason)
 
     # --- attach ---------------------------------------------------------------------------------
 

@@ -45,8 +45,10 @@ class TrainingJob:
         artifacts = self.describe().get("ModelArtifacts") or {}
         return artifacts.get("S3ModelArtifacts")
 
-    def stop(self) -> None:
-        self.backend.stop(self.name)
+    def stop(self, reason: str | None = None) -> None:
+        """Stop the job; ``reason="spot"`` emulates a spot interruption instead (local backends,
+        managed-spot jobs: the job resumes on fresh hosts from its checkpoints)."""
+        self.backend.stop(self.name, reason=reason)
 
     def metrics(self) -> dict[str, list[float]]:
         """Values of the job's ``MetricDefinitions`` found in its logs so far, per metric, in log order."""

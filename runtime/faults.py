@@ -6,7 +6,8 @@ Set ``SMLAUNCH_FAULTS`` (in a local job: ``LocalSession(..., environment=...)`` 
     [{"kind": "crash", "rank": 1, "after_seconds": 3, "exit_code": 7},
      {"kind": "hang", "host": "algo-2", "rank": 3, "after_seconds": 5},
      {"kind": "kill", "rank": 2, "after_seconds": 4},
-     {"kind": "kill_host", "host": "algo-2", "after_seconds": 10}]
+     {"kind": "kill_host", "host": "algo-2", "after_seconds": 10},
+     {"kind": "spot", "rank": 0, "after_lines": 40}]
 
 Kinds:
 
@@ -19,6 +20,11 @@ Kinds:
 - ``kill``: SIGKILL to the rank (the kernel's OOM killer). Expect exit code 137.
 - ``kill_host``: SIGKILL to every process of the host, its runtime included (an instance that
   vanished). Expect the local backend to fail the job and end the other hosts.
+- ``spot``: a spot interruption of the whole job (managed-spot jobs only), carried out by the local
+  backend's agent, not by a host: the same as ``stop(reason="spot")`` at that moment. Expect every
+  host SIGTERMed (the script may checkpoint within the stop grace), then a new attempt on fresh
+  hosts with the checkpoints restored. ``attempt`` (default 1) is the attempt it interrupts, so a
+  rehearsal can interrupt the first attempt, or the first and the second, and still finish.
 
 Fields: ``kind`` (required); ``rank``: the global rank as shown in ``[algo-N/rank R]`` (required for
 ``crash``, ``hang``, ``kill``; without a distribution every host's one process is rank 0, so name
@@ -26,7 +32,7 @@ the host too); ``host``: ``algo-N`` (required for ``kill_host``; optional for th
 others, where it must be the rank's host); ``after_seconds`` (default 0): counted from the moment
 the host started its processes; or instead ``after_lines``: when the rank has printed that many
 lines (a script printing once per step faults at a given step; rank faults only);
-``exit_code`` (``crash`` only, 1..255). Unknown fields are errors.
+``exit_code`` (``crash`` only, 1..255); ``attempt`` (``spot`` only, >= 1). Unknown fields are errors.
 
 ``crash`` and ``hang`` are carried out inside the rank by :mod:`runtime.rankboot` (a SIGUSR2 handler
 that reads the action the supervisor wrote), so the stack shows the user's code at that moment; a
@@ -49,9 +55,11 @@ from runtime import contract
 from runtime.environment import HostConfigurationError
 from runtime.watchdog import Log, RankInfo, RankRegistry, StartedProcess, SupervisorHook
 
-FAULT_KINDS = ("crash", "hang", "kill", "kill_host")
+FAULT_KINDS = ("crash", "hang", "kill", "kill_host", "spot")
 RANK_KINDS = ("crash", "hang", "kill")
-_FIELDS = {"kind", "host", "rank", "after_seconds", "after_lines", "exit_code"}
+JOB_KINDS = ("spot",)
+"""Faults the local backend's agent carries out for the whole job; host supervisors skip them."""
+_FIELDS = {"kind", "host", "rank", "after_seconds", "after_lines", "exit_code", "attempt"}
 _RANK_LABEL = re.compile(r"rank (\d+)$")
 REGISTRATION_WAIT_SECONDS = 10.0
 
@@ -64,9 +72,13 @@ class Fault:
     after_seconds: float = 0.0
     exit_code: int = 1
     after_lines: int | None = None
+    attempt: int = 1
 
     def describe(self) -> str:
-        who = f"host {self.host}" if self.kind == "kill_host" else f"rank {self.rank}"
+        if self.kind == "spot":
+            who = f"attempt {self.attempt}" + (f", rank {self.rank}" if self.rank is not None else "")
+        else:
+            who = f"host {self.host}" if self.kind == "kill_host" else f"rank {self.rank}"
         if self.kind != "kill_host" and self.host:
             who += f" on {self.host}"
         extra = f" with exit code {self.exit_code}" if self.kind == "crash" else ""
@@ -105,6 +117,12 @@ def parse_faults(raw: str) -> list[Fault]:
         if kind in RANK_KINDS:
             if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
                 raise _bad(raw, f"{where}: {kind} needs rank >= 0, got {rank!r}", 'add "rank": 0')
+        elif kind == "spot":
+            if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 0):
+                raise _bad(raw, f"{where}: rank={rank!r} must be an integer >= 0", 'e.g. "rank": 0')
+            if (rank is None) != (item.get("after_lines") is None):
+                raise _bad(raw, f"{where}: spot counts a rank's lines: give rank and after_lines together",
+                           'e.g. {"kind": "spot", "rank": 0, "after_lines": 40}, or only after_seconds')
         elif rank is not None:
             raise _bad(raw, f"{where}: kill_host takes no rank", 'drop "rank" or use kind "kill"')
         if kind == "kill_host" and host is None:
@@ -127,7 +145,12 @@ def parse_faults(raw: str) -> list[Fault]:
             raise _bad(raw, f"{where}: exit_code applies to kind crash only", 'drop "exit_code"')
         if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= 255:
             raise _bad(raw, f"{where}: exit_code={code!r} must be in 1..255", '"exit_code": 7')
-        faults.append(Fault(kind, host, rank, float(after), code, lines))
+        attempt = item.get("attempt", 1)
+        if "attempt" in item and kind != "spot":
+            raise _bad(raw, f"{where}: attempt applies to kind spot only", 'drop "attempt"')
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+            raise _bad(raw, f"{where}: attempt={attempt!r} must be an integer >= 1", '"attempt": 1')
+        faults.append(Fault(kind, host, rank, float(after), code, lines, attempt))
     return faults
 
 
@@ -144,7 +167,7 @@ class FaultInjector(SupervisorHook):
         kill_self: Callable[[], None] | None = None,
     ) -> None:
         self.host = host
-        self.faults = list(faults)
+        self.faults = [f for f in faults if f.kind not in JOB_KINDS]
         self.registry = registry
         self.log = log
         self._kill = kill

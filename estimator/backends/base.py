@@ -52,6 +52,8 @@ class Capabilities(BaseModel):
     vpc: bool = False
     network_isolation: bool = False
     retry_strategy: bool = False
+    spot_interruptions: bool = False
+    """``stop(job, reason="spot")`` interrupts the job, which then resumes on fresh hosts."""
     interrupt_stops_job: bool = True
     """Ctrl-C while waiting stops the job (local backends) or only the waiting (SageMaker)."""
 
@@ -132,5 +134,6 @@ class Backend(ABC):
         """The job's log lines, host-prefixed; with ``follow``, until the job has ended."""
 
     @abstractmethod
-    def stop(self, job_name: str) -> None:
-        """Ask the job to stop; the job ends Stopped."""
+    def stop(self, job_name: str, reason: str | None = None) -> None:
+        """Ask the job to stop; the job ends Stopped. ``reason="spot"`` instead emulates a spot
+        interruption where the backend emulates managed spot (``capabilities.spot_interruptions``)."""

@@ -31,7 +31,7 @@ import psutil
 from estimator.backends._local_layout import file_uri_path, instance_gpu_count, machine_gpu_count
 from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities
-from estimator.backends.local_checkpoints import request_interruption
+from estimator.backends.local_checkpoints import request_interruption, spot_faults
 from estimator.errors import ConfigurationError, SmlaunchError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -55,6 +55,7 @@ class LocalBackend(Backend):
         uri_schemes=frozenset({"file", "s3"}),
         input_modes=frozenset({"File", "FastFile", "Pipe"}),
         spot=True,
+        spot_interruptions=True,
         checkpoints=True,
         interrupt_stops_job=True,
     )
@@ -110,6 +111,13 @@ class LocalBackend(Backend):
                         "manifest files are not supported for file:// channels",
                         "use S3Prefix",
                     )
+        if spot_faults(spec.Environment) and not spec.EnableManagedSpotTraining:
+            raise ConfigurationError(
+                f"environment[{contract.SMLAUNCH_FAULTS!r}]",
+                (spec.Environment or {})[contract.SMLAUNCH_FAULTS],
+                "a spot fault interrupts a managed-spot job, and this job does not use managed spot",
+                "pass use_spot_instances=True (and max_wait), or drop the spot fault",
+            )
         # The directory itself may exist already: the estimator stages code to <root>/<job>/source.
         if self.job_dir(spec.TrainingJobName).spec_file.exists():
             raise ConfigurationError(

@@ -62,7 +62,9 @@ from estimator.backends.local_checkpoints import (
     INTERRUPTED,
     Attempts,
     DirectorySync,
+    SpotFaults,
     host_syncs,
+    spot_faults,
 )
 from estimator.backends.local_data import JobData
 from estimator.spec import TrainingJobSpec
@@ -139,6 +141,7 @@ class Agent:
         self._data: JobData | None = None
         self._syncs: list[DirectorySync] = []
         self._attempts = Attempts()
+        self._spot = SpotFaults(spot_faults(self.spec.Environment), job.path, self.say)
         self._transfer: TransferEngine | None = None
 
     # --- logging and state --------------------------------------------------------------------
@@ -231,10 +234,12 @@ class Agent:
                 return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
             self._attempts.begin()
             self._launch()
+            self._spot.arm(len(self._attempts.records))
             for sync in self._syncs:
                 sync.start()
             self.transition(contract.SECONDARY_TRAINING)
             outcome = self._supervise()
+            self._spot.disarm()
             if self._data is not None:
                 self._data.close()
             for sync in self._syncs:
@@ -374,6 +379,7 @@ class Agent:
                 if not text.startswith(own):
                     text = f"[{host.name}] {text}"
                 self._write_line(text, host_log)
+                self._spot.on_line(text)
 
     def _supervise(self) -> tuple[str, str, dict[str, Any]]:
         max_run = self.spec.StoppingCondition.MaxRuntimeInSeconds

@@ -24,7 +24,8 @@ SageMaker platform handles them:
   name, the later upload wins. Save checkpoints from one host (or use host-specific names).
 
 Managed spot (``EnableManagedSpotTraining``, ``MaxWaitTimeInSeconds``): SageMaker's local mode
-refuses it. Here an interruption (``LocalBackend.stop(job, reason="spot")``) SIGTERMs every host
+refuses it. Here an interruption (``estimator.stop(reason="spot")``, or a ``spot`` fault in
+``SMLAUNCH_FAULTS``, see :mod:`runtime.faults` and :class:`SpotFaults`) SIGTERMs every host
 (the script may save a checkpoint within the stop grace), syncs the checkpoints, discards the hosts,
 and starts a new attempt on fresh hosts (new ``/opt/ml`` trees, data staged again, checkpoints
 restored). :class:`Attempts` keeps each attempt's timing for ``describe()``:
@@ -36,6 +37,7 @@ for); there is no spot price locally, so no further discount is modelled.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +49,7 @@ from estimator.artifacts import output_prefix
 from estimator.errors import ConfigurationError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
+from runtime.faults import Fault, parse_faults
 from runtime.transfer import TransferEngine, TransferSummary
 
 Log = Callable[[str], None]
@@ -229,3 +232,65 @@ def request_interruption(job_path: Path, spec: TrainingJobSpec) -> None:
         raise ConfigurationError("reason", "spot", f"job {spec.TrainingJobName} does not use managed spot",
                                  "submit it with use_spot_instances=True, or call stop() without a reason")
     (job_path / INTERRUPT_FILE).touch()
+
+
+def spot_faults(environment: Mapping[str, str] | None) -> list[Fault]:
+    """The ``spot`` faults of a job's ``SMLAUNCH_FAULTS`` (already validated at ``fit()``)."""
+    raw = (environment or {}).get(contract.SMLAUNCH_FAULTS, "")
+    return [f for f in parse_faults(raw) if f.kind == "spot"] if raw.strip() else []
+
+
+_RANK_LINE = re.compile(r"^\[(algo-\d+)/rank (\d+)\] ")
+
+
+class SpotFaults:
+    """Carries out the ``spot`` faults of one job in the agent: each interrupts its attempt, exactly
+    as ``stop(reason="spot")`` would, after ``after_seconds`` from the hosts' start or when
+    ``rank`` has printed ``after_lines`` lines (counted on the job log's ``[algo-N/rank R]`` lines)."""
+
+    def __init__(self, faults: list[Fault], job_path: Path, log: Log) -> None:
+        self.faults = faults
+        self.job_path = job_path
+        self.log = log
+        self._armed: list[Fault] = []
+        self._lines: dict[int, int] = {}
+        self._timers: list[threading.Timer] = []
+        self._lock = threading.Lock()
+
+    def arm(self, attempt: int) -> None:
+        """The hosts of ``attempt`` (1-based) have started: start its faults' clocks and counters."""
+        self.disarm()
+        with self._lock:
+            self._armed = [f for f in self.faults if f.attempt == attempt]
+            self._lines = {}
+        for fault in self._armed:
+            if fault.after_lines is None:
+                timer = threading.Timer(fault.after_seconds, self._interrupt, args=(fault,))
+                timer.daemon = True
+                timer.start()
+                self._timers.append(timer)
+
+    def on_line(self, text: str) -> None:
+        if not self._armed:
+            return
+        found = _RANK_LINE.match(text)
+        if found is None:
+            return
+        host, rank = found.group(1), int(found.group(2))
+        with self._lock:
+            count = self._lines[rank] = self._lines.get(rank, 0) + 1
+            due = [f for f in self._armed if f.rank == rank and f.after_lines == count
+                   and f.host in (None, host)]
+        for fault in due:
+            self._interrupt(fault)
+
+    def disarm(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers = []
+        with self._lock:
+            self._armed = []
+
+    def _interrupt(self, fault: Fault) -> None:
+        self.log(f"fault injection: {fault.describe()}: interrupting the job")
+        (self.job_path / INTERRUPT_FILE).touch()

@@ -226,7 +226,11 @@ class SageMakerBackend(Backend):
             response.pop("ResponseMetadata", None)
             return dict(response)
 
-    def stop(self, job_name: str) -> None:
+    def stop(self, job_name: str, reason: str | None = None) -> None:
+        if reason is not None:
+            raise ConfigurationError("reason", reason, "SageMaker interrupts spot instances itself; a job "
+                                     "on it cannot be interrupted on request",
+                                     "call stop() without a reason, or rehearse the interruption locally")
         try:
             with aws_errors(f"stop the training job {job_name}"):
                 self.session.sagemaker_client().stop_training_job(TrainingJobName=job_name)

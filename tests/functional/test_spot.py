@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from estimator.errors import ConfigurationError
+from estimator.job import TrainingJob
 from estimator.session import LocalSession
 from estimator.spec import CheckpointConfig, StoppingCondition
 from runtime import contract
@@ -90,18 +91,46 @@ def _keys(client: Any, prefix: str) -> list[str]:
     return sorted(o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix=prefix).get("Contents", []))
 
 
+def _spot_spec(tmp_path: Path, name: str, environment: dict[str, str] | None = None) -> Any:
+    spec = make_spec(tmp_path, name, CHECKPOINTING_SCRIPT, instance_count=1,
+                     hyperparameters={"epochs": EPOCHS}, max_run=120)
+    return spec.model_copy(update={
+        "EnableManagedSpotTraining": True,
+        "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
+        "CheckpointConfig": CheckpointConfig(S3Uri=f"s3://ckpt/{name}"),
+        "Environment": environment,
+    })
+
+
+def _assert_resumed(tmp_path: Path, name: str, description: dict[str, Any], log: str) -> int:
+    """The job completed in two attempts, the second resuming after the first's last checkpoint
+    with exactly the uninterrupted result; returns that last checkpoint's epoch."""
+    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
+    # The first attempt's last local checkpoint decides where the second attempt resumes.
+    first_attempt = tmp_path / "jobs" / name / "hosts-attempt-1" / "algo-1" / "checkpoints"
+    last_saved = max(int(p.name[5:8]) for p in first_attempt.glob("ckpt-*.json"))
+    assert last_saved < EPOCHS - 1, log
+    model = Path(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as tar:
+        result = json.loads(tar.extractfile("result.json").read())  # type: ignore[union-attr]
+    assert result == {"state": _uninterrupted(), "start": last_saved + 1}
+    assert f"resuming at epoch {last_saved + 1} with " in log
+
+    statuses = [t["Status"] for t in description["SecondaryStatusTransitions"]]
+    assert statuses.index("Interrupted") < statuses.index("Training", statuses.index("Interrupted"))
+    attempts = description["Attempts"]
+    assert [a["Outcome"] for a in attempts] == ["Interrupted", "Completed"]
+    assert all(a["EndTime"] >= a["StartTime"] for a in attempts)
+    assert 0 < description["BillableTimeInSeconds"] <= description["TrainingTimeInSeconds"]
+    assert_no_job_processes(name, tmp_path / "jobs" / name)
+    return last_saved
+
+
 @pytest.mark.timeout(150)
 def test_spot_interruption_resumes_from_checkpoint(tmp_path: Path, moto_s3: Any) -> None:
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=10)
     backend = session.backend()
-    spec = make_spec(tmp_path, "spot-job", CHECKPOINTING_SCRIPT, instance_count=1,
-                     hyperparameters={"epochs": EPOCHS}, max_run=120)
-    spec = spec.model_copy(update={
-        "EnableManagedSpotTraining": True,
-        "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
-        "CheckpointConfig": CheckpointConfig(S3Uri="s3://ckpt/spot-job"),
-    })
-    backend.submit(spec)
+    backend.submit(_spot_spec(tmp_path, "spot-job"))
 
     # Sync while training: checkpoints reach S3 before the job ends.
     wait_for_line(backend, "spot-job", "saved epoch 2")
@@ -110,21 +139,12 @@ def test_spot_interruption_resumes_from_checkpoint(tmp_path: Path, moto_s3: Any)
         assert time.monotonic() < deadline, "no checkpoint synced to S3 while training"
         time.sleep(0.1)
     assert backend.describe("spot-job")["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS
-    backend.stop("spot-job", reason="spot")
+    TrainingJob(backend, "spot-job").stop(reason="spot")
 
     description = wait_terminal(backend, "spot-job", timeout=120)
     log = "\n".join(backend.log_lines("spot-job"))
-    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
-
-    # The first attempt's last local checkpoint decides where the second attempt resumes.
-    first_attempt = tmp_path / "jobs" / "spot-job" / "hosts-attempt-1" / "algo-1" / "checkpoints"
-    last_saved = max(int(p.name[5:8]) for p in first_attempt.glob("ckpt-*.json"))
-    assert 2 <= last_saved < EPOCHS - 1, log
-    model = Path(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
-    with tarfile.open(model) as tar:
-        result = json.loads(tar.extractfile("result.json").read())  # type: ignore[union-attr]
-    assert result == {"state": _uninterrupted(), "start": last_saved + 1}
-    assert f"resuming at epoch {last_saved + 1} with " in log
+    last_saved = _assert_resumed(tmp_path, "spot-job", description, log)
+    assert last_saved >= 2, log
 
     # Pruned locally, so deleted in S3 (as SageMaker does): the second attempt restored only what
     # the first kept, and S3 ends with the two newest checkpoints.
@@ -132,18 +152,30 @@ def test_spot_interruption_resumes_from_checkpoint(tmp_path: Path, moto_s3: Any)
     assert 1 <= restored <= 3, log
     assert _keys(moto_s3, "spot-job/") == [f"spot-job/ckpt-{e:03d}.json" for e in (EPOCHS - 2, EPOCHS - 1)]
 
-    statuses = [t["Status"] for t in description["SecondaryStatusTransitions"]]
-    assert statuses.index("Interrupted") < statuses.index("Training", statuses.index("Interrupted"))
-    attempts = description["Attempts"]
-    assert [a["Outcome"] for a in attempts] == ["Interrupted", "Completed"]
-    assert all(a["EndTime"] >= a["StartTime"] for a in attempts)
-    assert 0 < description["BillableTimeInSeconds"] <= description["TrainingTimeInSeconds"]
-    assert_no_job_processes("spot-job", tmp_path / "jobs" / "spot-job")
+
+@pytest.mark.timeout(150)
+def test_spot_fault_interrupts_the_first_attempt_at_a_given_line(tmp_path: Path, moto_s3: Any) -> None:
+    """The fault-injection route: ``{"kind": "spot", "rank": 0, "after_lines": 3}`` interrupts
+    attempt 1 when rank 0 has printed its third line ("saved epoch 1"); attempt 2 runs to the end."""
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=10)
+    backend = session.backend()
+    faults = json.dumps([{"kind": "spot", "rank": 0, "after_lines": 3}])
+    backend.submit(_spot_spec(tmp_path, "spot-fault", {contract.SMLAUNCH_FAULTS: faults}))
+
+    description = wait_terminal(backend, "spot-fault", timeout=120)
+    log = "\n".join(backend.log_lines("spot-fault"))
+    assert "fault injection: spot of attempt 1, rank 0 after 3 lines: interrupting the job" in log
+    last_saved = _assert_resumed(tmp_path, "spot-fault", description, log)
+    assert last_saved >= 1, log  # the interruption came after "saved epoch 1"
 
 
 def test_spot_stop_reason_needs_a_spot_job(tmp_path: Path) -> None:
     session = LocalSession(tmp_path / "jobs", stop_grace_seconds=2)
     backend = session.backend()
+    faulty = make_spec(tmp_path, "spot-fault-not-spot", "pass", instance_count=1).model_copy(
+        update={"Environment": {contract.SMLAUNCH_FAULTS: '[{"kind": "spot", "after_seconds": 1}]'}})
+    with pytest.raises(ConfigurationError, match="use_spot_instances=True"):
+        backend.check(faulty)
     spec = make_spec(tmp_path, "not-spot", "import time; time.sleep(30)", instance_count=1)
     backend.submit(spec)
     try:

@@ -54,7 +54,7 @@ class NarrowBackend(Backend):
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
         raise AssertionError("check only")
 
-    def stop(self, job_name: str) -> None:
+    def stop(self, job_name: str, reason: str | None = None) -> None:
         raise AssertionError("check only")
 
 

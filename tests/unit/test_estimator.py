@@ -27,7 +27,7 @@ class RecordingBackend(Backend):
 
     def __init__(self) -> None:
         self.jobs: dict[str, TrainingJobSpec] = {}
-        self.stopped: list[str] = []
+        self.stopped: list[tuple[str, str | None]] = []
         self.status = "Completed"
         self.failure_reason = ""
 
@@ -46,8 +46,8 @@ class RecordingBackend(Backend):
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
         yield f"[algo-1] training {job_name}"
 
-    def stop(self, job_name: str) -> None:
-        self.stopped.append(job_name)
+    def stop(self, job_name: str, reason: str | None = None) -> None:
+        self.stopped.append((job_name, reason))
 
 
 class TestLocalSession(LocalSession):
@@ -152,7 +152,8 @@ def test_local_fit_stages_code_and_submits(src: Path, tmp_path: Path, capsys: py
     assert "[algo-1] training job-1" in capsys.readouterr().out
     assert est.model_data == (tmp_path / "jobs").as_uri() + "/job-1/output/model.tar.gz"
     est.stop()
-    assert session.recording.stopped == ["job-1"]
+    est.stop(reason="spot")
+    assert session.recording.stopped == [("job-1", None), ("job-1", "spot")]
     est.logs()
     assert "training job-1" in capsys.readouterr().out
 

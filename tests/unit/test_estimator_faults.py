@@ -65,7 +65,7 @@ def test_unknown_kind_names_the_entry_and_the_choices(tmp_path: Path) -> None:
     assert caught.value.value == value
     assert str(caught.value) == (
         f"{FIELD}={value!r}: entry 0 ({json.dumps({'kind': 'explode', 'rank': 1})}): kind='explode' is "
-        "not one of ('crash', 'hang', 'kill', 'kill_host'). Fix: pick one of them"
+        "not one of ('crash', 'hang', 'kill', 'kill_host', 'spot'). Fix: pick one of them"
     )
 
 
@@ -75,7 +75,7 @@ def test_unknown_kind_names_the_entry_and_the_choices(tmp_path: Path) -> None:
         ({"kind": "crash"}, "crash needs rank >= 0, got None", 'add "rank": 0'),
         ({"kind": "kill_host"}, "kill_host needs a host", 'add "host": "algo-2"'),
         ({"kind": "hang", "rank": 0, "after": 3}, "has unknown field(s) ['after']",
-         "use only ['after_lines', 'after_seconds', 'exit_code', 'host', 'kind', 'rank']"),
+         "use only ['after_lines', 'after_seconds', 'attempt', 'exit_code', 'host', 'kind', 'rank']"),
         ({"kind": "kill", "rank": 1, "exit_code": 9}, "exit_code applies to kind crash only",
          'drop "exit_code"'),
     ],

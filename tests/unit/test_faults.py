@@ -39,6 +39,8 @@ def test_parse_accepts_the_documented_forms() -> None:
                 {"kind": "hang", "host": "algo-2", "rank": 3, "after_seconds": 5.5},
                 {"kind": "kill", "rank": 2},
                 {"kind": "kill_host", "host": "algo-2", "after_seconds": 10},
+                {"kind": "spot", "rank": 0, "after_lines": 40},
+                {"kind": "spot", "after_seconds": 60, "attempt": 2},
             ]
         )
     )
@@ -47,8 +49,11 @@ def test_parse_accepts_the_documented_forms() -> None:
         Fault("hang", "algo-2", 3, 5.5, 1),
         Fault("kill", None, 2, 0.0, 1),
         Fault("kill_host", "algo-2", None, 10.0, 1),
+        Fault("spot", None, 0, 0.0, 1, 40, 1),
+        Fault("spot", None, None, 60.0, 1, None, 2),
     ]
     assert faults[0].describe() == "crash of rank 1 with exit code 7 after 3 s"
+    assert faults[4].describe() == "spot of attempt 1, rank 0 after 40 lines"
 
 
 @pytest.mark.parametrize(
@@ -68,6 +73,10 @@ def test_parse_accepts_the_documented_forms() -> None:
         ('[{"kind": "crash", "rank": 0, "after_lines": 0}]', "after_lines"),
         ('[{"kind": "crash", "rank": 0, "after_lines": 5, "after_seconds": 1}]', "one trigger"),
         ('[{"kind": "kill_host", "host": "algo-1", "after_lines": 5}]', "rank faults"),
+        ('[{"kind": "spot", "rank": 0}]', "rank and after_lines together"),
+        ('[{"kind": "spot", "after_lines": 3}]', "rank and after_lines together"),
+        ('[{"kind": "spot", "attempt": 0}]', "attempt=0"),
+        ('[{"kind": "crash", "rank": 0, "attempt": 2}]', "spot only"),
     ],
 )
 def test_parse_names_the_variable_the_entry_and_the_fix(raw: str, problem: str) -> None:
@@ -180,6 +189,7 @@ def test_faults_for_other_hosts_or_ranks_do_nothing(registry: RankRegistry, tmp_
     procs = [start(registry, tmp_path, 0)]
     try:
         injectors = [
+            inject(registry, procs, Fault("spot", None, 0, 0.0)),  # the agent's, not the host's
             inject(registry, procs, Fault("kill_host", "algo-2", None, 0.0)),
             inject(registry, procs, Fault("kill", "algo-2", 0, 0.0)),
             inject(registry, procs, Fault("kill", None, 5, 0.0)),

@@ -235,6 +235,9 @@ def test_ctrl_c_stops_waiting_not_the_job(aws: FakeSageMaker, backend: SageMaker
 def test_stop_running_job_and_stop_of_finished_job(aws: FakeSageMaker, backend: SageMakerBackend) -> None:
     backend.submit(make_spec())
     job = TrainingJob(backend, JOB)
+    with pytest.raises(ConfigurationError, match=r"reason.*SageMaker interrupts spot instances itself"):
+        job.stop(reason="spot")
+    assert job.status == "InProgress"
     job.stop()
     assert job.status == "Stopping"
     aws.transition(JOB, "Stopped", "The job was stopped", status="Stopped")

@@ -93,10 +93,13 @@ def blocks_of(model: nn.Module,
               example: tuple[torch.Tensor, ...] | None = None) -> list[tuple[str, nn.Module]]:
     """The block sequence of a pipelinable model, or a clear error for any other model.
 
-    An ``nn.Sequential`` is its children. Any other module is probed once with ``example`` (in
-    ``eval()`` mode, without gradients): its top-level children must each be called once, the first with
-    the model's input, every other with exactly the previous child's output, and the model must return
-    the last child's output; the children then form the chain in call order.
+    An ``nn.Sequential`` is its children. Any other module is probed with ``example`` (without
+    gradients, its children in ``eval()`` mode so no statistics move): its top-level children must
+    each be called once, the first with the model's input, every other with exactly the previous
+    child's output, and the model must return the last child's output; the children then form the
+    chain in call order. The probe runs twice, with the model itself in eval and in training mode,
+    because the pipeline calls the children directly: code of the model's own ``forward`` between
+    children that runs only in training (``if self.training: ...``) would otherwise be dropped.
     """
     if isinstance(model, nn.Sequential):
         return list(model.named_children())
@@ -104,6 +107,15 @@ def blocks_of(model: nn.Module,
         raise _not_a_chain(model, "no example input to trace it with")
     if any(True for _ in model.parameters(recurse=False)) or any(True for _ in model.buffers(recurse=False)):
         raise _not_a_chain(model, "it holds parameters or buffers outside its children")
+    order = _probe_chain(model, example, training=False)
+    if _probe_chain(model, example, training=True) != order:
+        raise _not_a_chain(model, "forward calls its children differently in training and in eval mode")
+    children = dict(model.named_children())
+    return [(n, children[n]) for n in order]
+
+
+def _probe_chain(model: nn.Module, example: tuple[torch.Tensor, ...], training: bool) -> list[str]:
+    """One probe of :func:`blocks_of`: the children's names in call order, or a clear error."""
     names = {id(m): n for n, m in model.named_children()}
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any], Any]] = []
 
@@ -113,6 +125,7 @@ def blocks_of(model: nn.Module,
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in model.children()]
     modes = {m: m.training for m in model.modules()}
     model.eval()
+    model.training = training  # the model's own flag only: its children stay in eval mode
     try:
         with torch.no_grad():
             result = model(*example)
@@ -121,25 +134,28 @@ def blocks_of(model: nn.Module,
             h.remove()
         for m, mode in modes.items():
             m.training = mode
+    mode = "training" if training else "eval"
     if not calls:
-        raise _not_a_chain(model, "forward calls none of its children")
+        raise _not_a_chain(model, f"forward calls none of its children (in {mode} mode)")
     order = [c[0] for c in calls]
     if len(set(order)) != len(order):
         raise _not_a_chain(model, f"children are called more than once ({order})")
     first_args = calls[0][1]
     if len(first_args) != len(example) or any(a is not e for a, e in zip(first_args, example, strict=False)):
-        raise _not_a_chain(model, f"child {order[0]!r} does not receive the model's input unchanged")
+        raise _not_a_chain(model, f"child {order[0]!r} does not receive the model's input unchanged "
+                                  f"(in {mode} mode)")
     for (prev, _, _, out), (name, args, kwargs, _) in itertools.pairwise(calls):
         passed = args[0] if len(args) == 1 else args
         if kwargs or passed is not out:
-            raise _not_a_chain(model, f"child {name!r} does not receive exactly the output of {prev!r}")
+            raise _not_a_chain(model, f"child {name!r} does not receive exactly the output of {prev!r} "
+                                      f"(in {mode} mode)")
     if result is not calls[-1][3]:
-        raise _not_a_chain(model, f"forward does not return the output of its last child {order[-1]!r}")
+        raise _not_a_chain(model, f"forward does not return the output of its last child {order[-1]!r} "
+                                  f"(in {mode} mode)")
     unused = [n for n, m in model.named_children() if n not in order and any(True for _ in m.parameters())]
     if unused:
-        raise _not_a_chain(model, f"children {unused} with parameters are never called")
-    children = dict(model.named_children())
-    return [(n, children[n]) for n in order]
+        raise _not_a_chain(model, f"children {unused} with parameters are never called (in {mode} mode)")
+    return order
 
 
 def manual_partition(

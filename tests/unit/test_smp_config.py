@@ -174,7 +174,7 @@ class _Chain(nn.Module):
         if self.mode == "reorder":
             return self.a(self.b(x))
         y = self.a(x)
-        if self.mode == "python_between":
+        if self.mode == "python_between" or (self.mode == "train_only_between" and self.training):
             y = y * 2
         if self.mode == "twice":
             y = self.a(y)
@@ -187,9 +187,15 @@ def test_custom_module_chains_are_discovered_and_other_graphs_rejected() -> None
     assert [n for n, _ in part.blocks_of(_Chain("plain"), x)] == ["a", "b"]
     assert [n for n, _ in part.blocks_of(_Chain("reorder"), x)] == ["b", "a"]
     for mode, why in [("python_between", "exactly the output of 'a'"), ("twice", "more than once"),
-                      ("post", "does not return the output")]:
+                      ("post", "does not return the output"),
+                      ("train_only_between", r"exactly the output of 'a' \(in training mode\)")]:
         with pytest.raises(SMPValidationError, match=why):
             part.blocks_of(_Chain(mode), x)
+    # The probe leaves every mode as it found it, and moves no statistics.
+    model = _Chain("plain").train()
+    model.b.eval()
+    part.blocks_of(model, x)
+    assert model.training and model.a.training and not model.b.training
 
 
 @pytest.mark.parametrize("strategy", ["each", "contiguous", "group_2"])

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from estimator.errors import ConfigurationError, JobFailedError, UnsupportedByBackendError
 
 if TYPE_CHECKING:
+    from estimator.debugger import TensorBoardOutputConfig
     from estimator.estimator import Estimator, PyTorch
     from estimator.inputs import ShuffleConfig, TrainingInput
     from estimator.job import TrainingJob
@@ -25,6 +26,7 @@ _LAZY = {
     "Estimator": "estimator.estimator",
     "PyTorch": "estimator.estimator",
     "ShuffleConfig": "estimator.inputs",
+    "TensorBoardOutputConfig": "estimator.debugger",
     "TrainingInput": "estimator.inputs",
     "TrainingJob": "estimator.job",
     "LocalSession": "estimator.session",
@@ -40,6 +42,7 @@ __all__ = [
     "PyTorch",
     "Session",
     "ShuffleConfig",
+    "TensorBoardOutputConfig",
     "TrainingInput",
     "TrainingJob",
     "TrainingJobSpec",

@@ -29,6 +29,9 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | ``attach()`` waiting             | blocks until the job ends   | only with ``wait=True``                 |
 | ``set_hyperparameters``          | encodes values twice        | encodes once                            |
 
+``tensorboard_output_config`` is sent to SageMaker as given and emulated locally (event files synced
+to its ``s3_output_path`` while the job runs, see :mod:`estimator.backends.local_checkpoints`).
+
 Not supported: ``model_uri``, ``rules``, debugger/profiler config objects, ``instance_groups``,
 ``training_recipe``, ``git_config``, pipeline variables.
 """
@@ -46,6 +49,7 @@ from urllib.parse import urlparse
 from estimator import catalog, image_uris, naming
 from estimator import hyperparameters as hp
 from estimator import inputs as channel_inputs
+from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
 from estimator.errors import ConfigurationError
 from estimator.job import TrainingJob
@@ -65,6 +69,7 @@ from estimator.spec import (
     TrainingJobSpec,
     VpcConfig,
 )
+from estimator.spec import TensorBoardOutputConfig as TensorBoardOutputSpec
 from runtime import contract
 
 logger = logging.getLogger(__name__)
@@ -162,6 +167,7 @@ class Estimator:
         enable_sagemaker_metrics: bool | None = None,
         disable_profiler: bool = False,
         debugger_hook_config: bool | None = None,
+        tensorboard_output_config: TensorBoardOutputConfig | None = None,
     ) -> None:
         self.instance = catalog.lookup(instance_type, "instance_type")
         self.instance_type: str = self.instance.name
@@ -244,6 +250,7 @@ class Estimator:
         self.enable_sagemaker_metrics = enable_sagemaker_metrics
         self.disable_profiler = bool(disable_profiler)
         self.debugger_hook_config = debugger_hook_config
+        self.tensorboard_output_config = self._check_tensorboard(tensorboard_output_config)
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
 
@@ -405,6 +412,18 @@ class Estimator:
                                      "pass e.g. /opt/ml/checkpoints")
         return s3_uri, local_path
 
+    def _check_tensorboard(self, config: Any) -> TensorBoardOutputConfig | None:
+        """The config with its ``s3_output_path`` checked as an output location (``file://`` and
+        local paths only for local runs). Where ``LocalPath`` may point is the backend's check."""
+        if config is None:
+            return None
+        if not isinstance(config, TensorBoardOutputConfig):
+            raise ConfigurationError("tensorboard_output_config", config, "must be a TensorBoardOutputConfig",
+                                     "pass TensorBoardOutputConfig('s3://my-bucket/my-job/tensorboard')")
+        field = "tensorboard_output_config.s3_output_path"
+        uri = self._check_location(config.s3_output_path, field) or config.s3_output_path
+        return TensorBoardOutputConfig(uri, config.container_local_output_path)
+
     # --- what subclasses define -----------------------------------------------------------------
 
     def hyperparameters(self) -> dict[str, Any]:
@@ -544,6 +563,10 @@ class Estimator:
             Tags=[Tag(**t) for t in self.tags] if self.tags else None,
             DebugHookConfig=self._debug_hook_config(region, output_path),
             ProfilerConfig=self._profiler_config(region, output_path),
+            TensorBoardOutputConfig=(
+                TensorBoardOutputSpec(**self.tensorboard_output_config._to_request_dict())
+                if self.tensorboard_output_config is not None else None
+            ),
         )
         return spec, uploads
 
@@ -718,6 +741,10 @@ class Estimator:
         if desc.get("CheckpointConfig"):
             kwargs["checkpoint_s3_uri"] = desc["CheckpointConfig"].get("S3Uri")
             kwargs["checkpoint_local_path"] = desc["CheckpointConfig"].get("LocalPath")
+        if desc.get("TensorBoardOutputConfig"):
+            tensorboard = desc["TensorBoardOutputConfig"]
+            kwargs["tensorboard_output_config"] = TensorBoardOutputConfig(
+                tensorboard["S3OutputPath"], tensorboard.get("LocalPath"))
 
         decoded = hp.decode(desc.get("HyperParameters") or {})
         if contract.HP_PROGRAM in decoded:

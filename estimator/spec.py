@@ -135,6 +135,13 @@ class DebugHookConfig(_Wire):
 _DebugHookConfig = DebugHookConfig
 
 
+class TensorBoardOutputConfig(_Wire):
+    S3OutputPath: str
+    LocalPath: str | None = None
+
+_TensorBoardOutputConfig = TensorBoardOutputConfig
+
+
 class ProfilerConfig(_Wire):
     S3OutputPath: str | None = None
     DisableProfiler: bool = False
@@ -163,6 +170,7 @@ class TrainingJobSpec(_Wire):
     Tags: list[Tag] | None = None
     DebugHookConfig: _DebugHookConfig | None = None
     ProfilerConfig: _ProfilerConfig | None = None
+    TensorBoardOutputConfig: _TensorBoardOutputConfig | None = None
 
     def to_request(self) -> dict[str, Any]:
         """The keyword arguments of ``create_training_job``: unset (None) fields are left out."""

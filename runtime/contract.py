@@ -86,6 +86,15 @@ class Paths:
     def checkpoint_config_file(self) -> Path:
         return self.input_config_dir / CHECKPOINT_CONFIG_FILE
 
+    @property
+    def tensorboard_config_file(self) -> Path:
+        return self.input_config_dir / TENSORBOARD_CONFIG_FILE
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        """``/opt/ml/output/tensorboard``: TensorBoardOutputConfig's default ``LocalPath``."""
+        return self.output_dir / "tensorboard"
+
     def channel_dir(self, channel: str) -> Path:
         return self.input_data_dir / channel
 
@@ -110,6 +119,9 @@ HYPERPARAMETERS_FILE = "hyperparameters.json"
 RESOURCE_CONFIG_FILE = "resourceconfig.json"
 INPUT_DATA_CONFIG_FILE = "inputdataconfig.json"
 CHECKPOINT_CONFIG_FILE = "checkpointconfig.json"
+# {"LocalPath", "S3OutputPath"} when TensorBoardOutputConfig is set (smdebug reads LocalPath from it).
+TENSORBOARD_CONFIG_FILE = "tensorboardoutputconfig.json"
+DEFAULT_TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 SUCCESS_FILE = "success"
 FAILURE_FILE = "failure"
 # Machine-readable companion of the failure file, written by the runtime: {"host", "rank",

@@ -4,7 +4,10 @@ Shared by every backend that emulates hosts on this machine (local processes, Do
 they differ in how they start a host, not in what the host finds on disk. This module owns:
 
 - the config files (``hyperparameters.json`` verbatim from the spec, ``resourceconfig.json`` with
-  ``instance_groups`` and sorted hosts, ``inputdataconfig.json``, ``checkpointconfig.json``);
+  ``instance_groups`` and sorted hosts, ``inputdataconfig.json``, ``checkpointconfig.json``,
+  ``tensorboardoutputconfig.json``);
+- where a container path under ``/opt/ml`` (TensorBoard's ``LocalPath``) lies in a host's tree
+  (:func:`tensorboard_dir`);
 - the channel views under ``input/data/<channel>`` (:func:`link_view`);
 - the environment a host runtime starts with.
 
@@ -32,8 +35,9 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 from urllib.request import url2pathname
@@ -93,6 +97,38 @@ def checkpoint_config(spec: TrainingJobSpec, local_path: str) -> dict[str, str] 
     return {"LocalPath": local_path, "S3Uri": spec.CheckpointConfig.S3Uri}
 
 
+def below_opt_ml(container_path: str) -> PurePosixPath | None:
+    """``container_path`` relative to ``/opt/ml`` when it lies strictly below it, else ``None``.
+
+    Normalised first, so ``/opt/ml/../etc`` is not below ``/opt/ml``.
+    """
+    path = PurePosixPath(posixpath.normpath(container_path))
+    base = PurePosixPath(contract.DEFAULT_BASE_DIR)
+    return path.relative_to(base) if base in path.parents else None
+
+
+def tensorboard_local_path(spec: TrainingJobSpec) -> str | None:
+    """TensorBoard's ``LocalPath`` inside a host (SageMaker's default when unset); None when off."""
+    config = spec.TensorBoardOutputConfig
+    if config is None:
+        return None
+    return config.LocalPath or contract.DEFAULT_TENSORBOARD_LOCAL_PATH
+
+
+def tensorboard_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
+    """Where one host's TensorBoard ``LocalPath`` is on this machine, or None when not configured.
+
+    A ``LocalPath`` under ``/opt/ml`` is the same path in the host's tree; any other one (accepted
+    only by the Docker executor, which bind-mounts this directory there) is the tree's
+    ``output/tensorboard``.
+    """
+    local_path = tensorboard_local_path(spec)
+    if local_path is None:
+        return None
+    relative = below_opt_ml(local_path)
+    return paths.base / relative if relative is not None else paths.tensorboard_dir
+
+
 def _distribution(channel: Channel) -> str:
     s3 = channel.DataSource.S3DataSource
     return s3.S3DataDistributionType if s3 is not None else "FullyReplicated"
@@ -109,6 +145,8 @@ def write_host_tree(
 
     ``checkpoint_local_path`` is what ``checkpointconfig.json`` says (``/opt/ml/checkpoints`` inside
     a container; the host tree's own ``checkpoints/`` for processes, the default).
+    ``tensorboardoutputconfig.json`` (where smdebug looks for ``LocalPath``) names the host tree's
+    directory; the Docker executor rewrites it to the container path.
     """
     paths = contract.Paths(base_dir)
     for directory in paths.directories():
@@ -119,6 +157,11 @@ def write_host_tree(
     checkpoints = checkpoint_config(spec, checkpoint_local_path or str(paths.checkpoints_dir))
     if checkpoints is not None:
         _write(paths.checkpoint_config_file, checkpoints)
+    tensorboard = tensorboard_dir(spec, paths)
+    if tensorboard is not None and spec.TensorBoardOutputConfig is not None:
+        tensorboard.mkdir(parents=True, exist_ok=True)
+        _write(paths.tensorboard_config_file,
+               {"LocalPath": str(tensorboard), "S3OutputPath": spec.TensorBoardOutputConfig.S3OutputPath})
     return paths
 
 

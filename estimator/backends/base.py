@@ -104,6 +104,9 @@ class Backend(ABC):
                 refuse("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri, "checkpoints not supported",
                        "drop checkpoint_s3_uri or use another backend")
             uris.append(("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri))
+        if spec.TensorBoardOutputConfig is not None:
+            tensorboard = spec.TensorBoardOutputConfig.S3OutputPath
+            uris.append(("tensorboard_output_config.s3_output_path", tensorboard))
         for field, uri in uris:
             scheme = urlparse(uri).scheme
             if scheme not in caps.uri_schemes:

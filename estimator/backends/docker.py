@@ -144,6 +144,7 @@ class DockerBackend(LocalBackend):
 
     capabilities: ClassVar[Capabilities] = LocalBackend.capabilities.model_copy(update={"name": "docker"})
     agent_module = "estimator.backends.docker"
+    mounts_container_paths = True
 
     def __init__(self, session: LocalSession, client: Any | None = None) -> None:
         super().__init__(session)
@@ -551,6 +552,11 @@ def _agent_class() -> type[_AgentBase]:
                     checkpoints = json.loads(host.paths.checkpoint_config_file.read_text())
                     checkpoints["LocalPath"] = str(contract.Paths(CONTAINER_BASE_DIR).checkpoints_dir)
                     host.paths.checkpoint_config_file.write_text(json.dumps(checkpoints))
+                tensorboard_path = layout.tensorboard_local_path(self.spec)
+                if tensorboard_path is not None:  # the path inside the container, as the user gave it
+                    tensorboard = json.loads(host.paths.tensorboard_config_file.read_text())
+                    tensorboard["LocalPath"] = tensorboard_path
+                    host.paths.tensorboard_config_file.write_text(json.dumps(tensorboard))
 
         def _launch(self) -> None:
             port = free_port()
@@ -588,6 +594,7 @@ def _agent_class() -> type[_AgentBase]:
                 env["HOME"] = "/home/smlaunch" if int(self.settings.get("uid", 0)) != 0 else "/root"
                 host_mounts = dict(mounts)
                 host_mounts[str(host.base.resolve())] = {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
+                host_mounts.update(self._tensorboard_mount(host.paths))
                 if ssh_ports:
                     ssh_dir = self.job.path / SSH_DIR_NAME
                     host_mounts[str(ssh_dir.resolve())] = {"bind": CONTAINER_SSH_DIR, "mode": "ro"}
@@ -609,6 +616,15 @@ def _agent_class() -> type[_AgentBase]:
 
         def _mounts(self) -> dict[str, dict[str, str]]:
             return {str(p): {"bind": str(p), "mode": "ro"} for p in read_only_sources(self.spec, self.job)}
+
+        def _tensorboard_mount(self, paths: contract.Paths) -> dict[str, dict[str, str]]:
+            """A TensorBoard ``LocalPath`` outside ``/opt/ml``: the host tree's directory (which the
+            agent syncs) bind-mounted there. Under ``/opt/ml`` it is in the tree's mount already."""
+            local_path = layout.tensorboard_local_path(self.spec)
+            directory = layout.tensorboard_dir(self.spec, paths)
+            if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
+                return {}
+            return {str(directory.resolve()): {"bind": local_path, "mode": "rw"}}
 
         def container_kwargs(
             self, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]], names: list[str]

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import psutil
 
+from estimator.backends import _local_layout as layout
 from estimator.backends._local_layout import file_uri_path, instance_gpu_count, machine_gpu_count
 from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities
@@ -61,6 +63,9 @@ class LocalBackend(Backend):
     )
     agent_module: str = "estimator.backends.local_agent"
     """The module run as ``python -m <agent_module> <job dir>``; the Docker backend runs its own."""
+    mounts_container_paths: bool = False
+    """Hosts see paths outside ``/opt/ml`` that the backend provides (containers: bind mounts).
+    Processes see this machine's file system, so only ``/opt/ml`` (their tree) is theirs."""
 
     def __init__(self, session: LocalSession) -> None:
         self.session = session
@@ -111,6 +116,7 @@ class LocalBackend(Backend):
                         "manifest files are not supported for file:// channels",
                         "use S3Prefix",
                     )
+        self._check_tensorboard(spec)
         if spot_faults(spec.Environment) and not spec.EnableManagedSpotTraining:
             raise ConfigurationError(
                 f"environment[{contract.SMLAUNCH_FAULTS!r}]",
@@ -125,6 +131,31 @@ class LocalBackend(Backend):
                 spec.TrainingJobName,
                 f"a job of that name already exists under {self.session.root}",
                 "pass another job_name, or leave it unset for a fresh timestamped name",
+            )
+
+    def _check_tensorboard(self, spec: TrainingJobSpec) -> None:
+        """TensorBoard's ``LocalPath`` must be an absolute path each host can have to itself: under
+        ``/opt/ml`` (mapped into every host's tree), or anywhere with containers (mounted there)."""
+        config = spec.TensorBoardOutputConfig
+        if config is None or config.LocalPath is None:
+            return
+        field = "tensorboard_output_config.container_local_output_path"
+        if not config.LocalPath.startswith("/"):
+            raise ConfigurationError(field, config.LocalPath, "must be an absolute path",
+                                     f"pass e.g. {contract.DEFAULT_TENSORBOARD_LOCAL_PATH!r}")
+        local_path = PurePosixPath(posixpath.normpath(config.LocalPath))
+        base = PurePosixPath(contract.DEFAULT_BASE_DIR)
+        if local_path == base or local_path in base.parents:
+            raise ConfigurationError(
+                field, config.LocalPath, "is /opt/ml itself or above it",
+                f"pass a directory of its own, e.g. {contract.DEFAULT_TENSORBOARD_LOCAL_PATH!r}")
+        if layout.below_opt_ml(config.LocalPath) is None and not self.mounts_container_paths:
+            raise ConfigurationError(
+                field, config.LocalPath,
+                "hosts run as processes on this machine, each with its own emulated /opt/ml tree; a "
+                "path outside /opt/ml would be one directory shared by every host (and outside the job)",
+                f"use a path under /opt/ml (e.g. {contract.DEFAULT_TENSORBOARD_LOCAL_PATH!r}), or "
+                "LocalSession(executor='docker'), which mounts each host's directory at that path",
             )
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
@@ -263,6 +294,8 @@ def _uses_s3(spec: TrainingJobSpec) -> bool:
     uris += [c.DataSource.S3DataSource.S3Uri for c in spec.InputDataConfig or [] if c.DataSource.S3DataSource]
     if spec.CheckpointConfig is not None:
         uris.append(spec.CheckpointConfig.S3Uri)
+    if spec.TensorBoardOutputConfig is not None:
+        uris.append(spec.TensorBoardOutputConfig.S3OutputPath)
     return any(urlparse(uri).scheme == "s3" for uri in uris)
 
 

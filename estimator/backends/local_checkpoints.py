@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.artifacts import output_prefix
+from estimator.backends import _local_layout as layout
 from estimator.errors import ConfigurationError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -61,7 +62,7 @@ INTERRUPT_FILE = "interrupt"
 
 class DirectorySync:
     """Restore, then keep syncing, one directory per host with ``uri``: the hosts' checkpoint
-    directories, and (upload only) their ``output/intermediate`` directories."""
+    directories, and (upload only) their ``output/intermediate`` and TensorBoard directories."""
 
     def __init__(self, engine: TransferEngine, uri: str, host_dirs: Mapping[str, Path], log: Log,
                  interval: float = 0.5, settle: float = 0.5, deletions: bool = False) -> None:
@@ -208,10 +209,17 @@ class Attempts:
 
 def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engine: TransferEngine,
            log: Log) -> list[DirectorySync]:
-    """The syncs one attempt runs: checkpoints (restored now) and intermediate output.
+    """The syncs one attempt runs: checkpoints (restored now), intermediate and TensorBoard output.
 
     Intermediate output (``/opt/ml/output/intermediate``) goes to
     ``<output_path>/<job>/output/intermediate/`` while the job runs, as the platform does.
+
+    TensorBoard output (``TensorBoardOutputConfig``): every host's ``LocalPath`` (see
+    :func:`estimator.backends._local_layout.tensorboard_dir`) is uploaded to ``S3OutputPath``
+    exactly as given (SageMaker appends no job name: see :mod:`estimator.debugger`), upload only,
+    all hosts into the one prefix (TensorBoard writers put host and pid in their file names). No
+    debounce: event files are append-only and TensorBoard reads a partly written last record as
+    not yet written, so each tick sends what the hosts have flushed so far.
     """
     syncs: list[DirectorySync] = []
     if spec.CheckpointConfig is not None:
@@ -223,6 +231,11 @@ def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engin
     intermediate = output_prefix(spec.OutputDataConfig.S3OutputPath, spec.TrainingJobName) + "/intermediate"
     syncs.append(DirectorySync(engine, intermediate,
                                {name: p.output_intermediate_dir for name, p in hosts.items()}, log))
+    if spec.TensorBoardOutputConfig is not None:
+        tensorboard = {name: layout.tensorboard_dir(spec, p) for name, p in hosts.items()}
+        syncs.append(DirectorySync(engine, spec.TensorBoardOutputConfig.S3OutputPath,
+                                   {name: d for name, d in tensorboard.items() if d is not None}, log,
+                                   settle=0.0))
     return syncs
 
 

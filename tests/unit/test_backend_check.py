@@ -18,9 +18,9 @@ from estimator.backends.docker import DockerBackend
 from estimator.backends.local import LocalBackend
 from estimator.backends.sagemaker import SageMakerBackend
 from estimator.distribution import Distribution, Strategy
-from estimator.errors import UnsupportedByBackendError
+from estimator.errors import ConfigurationError, UnsupportedByBackendError
 from estimator.session import LocalSession
-from estimator.spec import TrainingJobSpec
+from estimator.spec import TensorBoardOutputConfig, TrainingJobSpec
 
 DISTRIBUTIONS: dict[str, dict[str, Any] | None] = {
     "none": None,
@@ -146,3 +146,33 @@ def test_channel_input_mode_is_still_checked() -> None:
 def test_supported_modes_pass(tmp_path: Path) -> None:
     NarrowBackend().check(make_spec(channels=[s3_channel("train"), s3_channel("eval", "File")]))
     LocalBackend(LocalSession(tmp_path)).check(make_spec(input_mode="Pipe"))
+
+
+@pytest.mark.parametrize(
+    ("local_path", "problem"),
+    [
+        ("/tmp/tensorboard", "outside /opt/ml"),
+        ("/opt/ml/../tmp/tb", "outside /opt/ml"),
+        ("/opt/ml", "is /opt/ml itself or above it"),
+        ("/opt/", "is /opt/ml itself or above it"),
+        ("logs/tb", "must be an absolute path"),
+    ],
+)
+def test_local_processes_refuse_a_tensorboard_path_outside_opt_ml(
+    tmp_path: Path, local_path: str, problem: str
+) -> None:
+    spec = make_spec().model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
+        S3OutputPath="s3://out/tb", LocalPath=local_path)})
+    with pytest.raises(ConfigurationError) as caught:
+        LocalBackend(LocalSession(tmp_path)).check(spec)
+    assert caught.value.field == "tensorboard_output_config.container_local_output_path"
+    assert problem in str(caught.value) and caught.value.fix
+    if problem == "outside /opt/ml":
+        assert "executor='docker'" in caught.value.fix
+
+
+def test_local_processes_accept_tensorboard_paths_under_opt_ml(tmp_path: Path) -> None:
+    for local_path in (None, "/opt/ml/output/tensorboard", "/opt/ml/logs/tb"):
+        spec = make_spec().model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
+            S3OutputPath="s3://out/tb", LocalPath=local_path)})
+        LocalBackend(LocalSession(tmp_path)).check(spec)

@@ -37,6 +37,7 @@ from estimator.backends.docker import (
 )
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
+from estimator.spec import TensorBoardOutputConfig
 from runtime import contract
 from tests.functional._local_helpers import make_spec
 
@@ -533,3 +534,35 @@ def test_stop_request_ends_the_job_stopped_with_containers_removed(tmp_path: Pat
     assert len(client.containers.all) == 2
     assert all(c.signals[0] == signal.SIGTERM and c.removed for c in client.containers.all)
     assert sweep(client, "job-1") == []
+
+
+def test_tensorboard_path_outside_opt_ml_is_mounted_from_each_host_tree(tmp_path: Path) -> None:
+    client = FakeClient()
+    spec = _spec(tmp_path)
+    spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb", LocalPath="/logs/tb")
+    _backend(tmp_path, client).check(spec)  # refused by the process executor, mounted here
+    agent = _agent(tmp_path, client, spec)
+    agent._prepare()
+    agent._launch()
+    for host in agent.hosts:
+        assert host.proc.wait(10) == 0
+        host.pump.join(10)
+    created = [c for c in client.containers.created if c.get("name")]
+    for kwargs, host in zip(created, agent.hosts, strict=True):
+        mount = kwargs["volumes"][str(host.paths.tensorboard_dir.resolve())]
+        assert mount == {"bind": "/logs/tb", "mode": "rw"}
+        config = json.loads(host.paths.tensorboard_config_file.read_text())
+        assert config == {"LocalPath": "/logs/tb", "S3OutputPath": "s3://out/tb"}  # the container's path
+
+
+def test_tensorboard_path_under_opt_ml_needs_no_mount_of_its_own(tmp_path: Path) -> None:
+    client = FakeClient()
+    spec = _spec(tmp_path)
+    spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb")
+    agent = _agent(tmp_path, client, spec)
+    agent._prepare()
+    host = agent.hosts[0]
+    assert agent._tensorboard_mount(host.paths) == {}
+    config = json.loads(host.paths.tensorboard_config_file.read_text())
+    assert config["LocalPath"] == "/opt/ml/output/tensorboard"
+    assert host.paths.tensorboard_dir.is_dir()

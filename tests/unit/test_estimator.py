@@ -427,3 +427,53 @@ def test_output_path_not_writable(src: Path, tmp_path: Path) -> None:
     spec = est.plan(job_name="j")
     assert json.loads(spec.HyperParameters["sagemaker_submit_directory"]) == \
         (tmp_path / "new" / "out").as_uri() + "/j/source/sourcedir.tar.gz"
+
+
+# --- TensorBoard output ------------------------------------------------------------------------------
+
+
+def test_tensorboard_output_config_is_sent_as_the_sdk_sends_it(src: Path) -> None:
+    from estimator import TensorBoardOutputConfig
+
+    spec = remote(src, tensorboard_output_config=TensorBoardOutputConfig("s3://b-1/run/tb")).plan(job_name="j")
+    assert spec.to_request()["TensorBoardOutputConfig"] == {"S3OutputPath": "s3://b-1/run/tb"}  # no LocalPath
+    spec = remote(src, tensorboard_output_config=TensorBoardOutputConfig(
+        "s3://b-1/run/tb", "/opt/ml/output/tb")).plan(job_name="j")
+    assert spec.to_request()["TensorBoardOutputConfig"] == {"S3OutputPath": "s3://b-1/run/tb",
+                                                            "LocalPath": "/opt/ml/output/tb"}
+    assert "TensorBoardOutputConfig" not in remote(src).plan(job_name="j").to_request()
+
+
+def test_tensorboard_output_config_local_paths_and_attach(src: Path, tmp_path: Path) -> None:
+    from estimator import TensorBoardOutputConfig
+
+    est = local(src, tmp_path, tensorboard_output_config=TensorBoardOutputConfig(str(tmp_path / "tb")))
+    spec = est.plan(job_name="tb-1")
+    assert spec.TensorBoardOutputConfig is not None
+    assert spec.TensorBoardOutputConfig.S3OutputPath == (tmp_path / "tb").as_uri()  # a path becomes file://
+    est.fit(job_name="tb-1", wait=False)
+    attached = PyTorch.attach("tb-1", sagemaker_session=est.sagemaker_session)
+    assert attached.plan(job_name="tb-1").TensorBoardOutputConfig == spec.TensorBoardOutputConfig
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "problem"),
+    [
+        (lambda: "s3://b-1/tb", "tensorboard_output_config", "must be a TensorBoardOutputConfig"),
+        (lambda: _tensorboard("file:///tmp/tb"), "tensorboard_output_config.s3_output_path",
+         "only for local runs"),
+        (lambda: _tensorboard("b-1/tb"), "tensorboard_output_config.s3_output_path", "must start with s3://"),
+        (lambda: _tensorboard(""), "tensorboard_output_config.s3_output_path", "must be a URI string"),
+        (lambda: _tensorboard("s3://b-1/tb", "tb"), "tensorboard_output_config.container_local_output_path",
+         "must be an absolute path"),
+    ],
+)
+def test_tensorboard_output_config_errors(src: Path, build: Any, field: str, problem: str) -> None:
+    err = config_error(lambda: remote(src, tensorboard_output_config=build()))
+    assert err.field == field and problem in str(err)
+
+
+def _tensorboard(uri: str, local_path: str | None = None) -> Any:
+    from estimator import TensorBoardOutputConfig
+
+    return TensorBoardOutputConfig(uri, local_path)

@@ -94,6 +94,27 @@ def test_no_checkpoint_config_without_checkpoints(tmp_path: Path) -> None:
     assert not paths.checkpoint_config_file.exists()
 
 
+def test_tensorboard_local_path_maps_into_each_host_tree(tmp_path: Path) -> None:
+    paths = layout.write_host_tree(_spec(), tmp_path / "a", "algo-1", ["algo-1"])
+    assert not paths.tensorboard_config_file.exists() and not paths.tensorboard_dir.exists()
+    default = _spec(TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/tb"})
+    paths = layout.write_host_tree(default, tmp_path / "b", "algo-1", ["algo-1"])
+    assert paths.tensorboard_dir == tmp_path / "b" / "output" / "tensorboard"
+    assert paths.tensorboard_dir.is_dir()
+    assert json.loads(paths.tensorboard_config_file.read_text()) == {
+        "LocalPath": str(paths.tensorboard_dir), "S3OutputPath": "s3://bucket/tb"}
+    custom = _spec(TensorBoardOutputConfig={"S3OutputPath": "s3://b/tb", "LocalPath": "/opt/ml/logs/tb/"})
+    paths = layout.write_host_tree(custom, tmp_path / "c", "algo-1", ["algo-1"])
+    host_dir = tmp_path / "c" / "logs" / "tb"
+    assert layout.tensorboard_dir(custom, paths) == host_dir and host_dir.is_dir()
+    assert json.loads(paths.tensorboard_config_file.read_text())["LocalPath"] == str(host_dir)
+    # Outside /opt/ml (containers mount it there): the tree's default directory holds it.
+    outside = _spec(TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/tb", "LocalPath": "/tmp/tb"})
+    assert layout.tensorboard_dir(outside, paths) == paths.tensorboard_dir
+    assert layout.below_opt_ml("/opt/ml/../etc/tb") is None and layout.below_opt_ml("/opt/ml") is None
+    assert layout.below_opt_ml("/opt/mlx/tb") is None
+
+
 def test_link_view_isolates_structure_and_detects_in_place_writes(tmp_path: Path) -> None:
     source = tmp_path / "data"
     (source / "a" / "empty").mkdir(parents=True)

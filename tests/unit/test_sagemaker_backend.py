@@ -99,6 +99,21 @@ def test_submit_sends_the_spec_as_the_request(aws: FakeSageMaker, backend: SageM
     assert error.value.field == "job_name"
 
 
+def test_tensorboard_output_config_reaches_the_service(aws: FakeSageMaker, backend: SageMakerBackend) -> None:
+    bodies: list[dict[str, Any]] = []
+    backend.session.sagemaker_client().meta.events.register(
+        "request-created.sagemaker.CreateTrainingJob",
+        lambda request, **_: bodies.append(json.loads(request.body)),
+    )
+    tensorboard = {"S3OutputPath": "s3://out-bucket/bert/tensorboard", "LocalPath": "/opt/ml/output/tb"}
+    backend.check(make_spec(TensorBoardOutputConfig=tensorboard))
+    backend.submit(make_spec(TensorBoardOutputConfig=tensorboard))
+    assert bodies[0]["TensorBoardOutputConfig"] == tensorboard  # accepted by boto3's model, sent as is
+    with pytest.raises(UnsupportedByBackendError) as error:
+        backend.check(make_spec(TensorBoardOutputConfig={"S3OutputPath": "file:///tmp/tb"}))
+    assert error.value.field == "tensorboard_output_config.s3_output_path"
+
+
 def test_describe_retries_throttling_with_growing_backoff(
     aws: FakeSageMaker, backend: SageMakerBackend
 ) -> None:

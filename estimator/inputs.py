@@ -54,7 +54,12 @@ class ShuffleConfig:
 
 
 class TrainingInput:
-    """One S3 (or local ``file://``) data channel, with SageMaker's fields and ``.config``."""
+    """One S3 (or local ``file://``) data channel, with SageMaker's fields and ``.config``.
+
+    ``compression="Gzip"`` works in Pipe mode only, as on SageMaker: the objects are streamed
+    decompressed. In File or FastFile mode it is refused when the job is checked, before anything
+    is staged (SageMaker's CreateTrainingJob refuses it too).
+    """
 
     def __init__(
         self,

@@ -28,11 +28,17 @@ order every epoch, the same order for the same seed in every run. (SageMaker als
 host gets which shard between epochs when ``ShuffleConfig`` is combined with ``ShardedByS3Key``;
 smlaunch keeps shards fixed, so a host's data never changes mid-job.)
 
+Compression
+-----------
+``CompressionType="Gzip"`` (Pipe mode only; SageMaker refuses it in File mode): each object is a gzip
+stream (several concatenated members are one stream, as ``gzip -d`` reads them) and the pipe carries
+its decompressed bytes. An object that is not gzip, or is cut short, fails the channel.
+
 RecordIO
 --------
 ``RecordWrapperType="RecordIO"`` frames each object as one MXNet RecordIO record in the pipe: magic
 ``0xced7230a`` (little-endian uint32), the length (uint32, upper 3 bits zero), the bytes, zero
-padding to a multiple of 4.
+padding to a multiple of 4. With Gzip, the record is the decompressed object.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from __future__ import annotations
 import json
 import random
 import struct
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
@@ -123,6 +130,33 @@ def epoch_order(items: Sequence[T], epoch: int, shuffle_seed: int | None) -> lis
     if shuffle_seed is not None:
         random.Random(f"{shuffle_seed}:{epoch}").shuffle(ordered)
     return ordered
+
+
+def gunzip(chunks: Iterable[bytes], name: str = "<object>") -> Iterator[bytes]:
+    """The decompressed bytes of a gzip stream given in ``chunks`` (any chunking; several members
+    are read one after another). Raises :class:`ChannelError` naming ``name`` on bad or cut data."""
+    decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    started = False
+    for chunk in chunks:
+        while chunk:
+            started = True
+            try:
+                out = decoder.decompress(chunk)
+            except zlib.error as exc:
+                raise ChannelError(f"{name}: not valid gzip data ({exc}); CompressionType is Gzip") from exc
+            if out:
+                yield out
+            if not decoder.eof:
+                break
+            # A member ended: what follows is the next member (or trailing bytes to decode as one).
+            chunk = decoder.unused_data
+            decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            started = False
+    tail = decoder.flush()
+    if tail:
+        yield tail
+    if started and not decoder.eof:
+        raise ChannelError(f"{name}: gzip data ends before its end marker (truncated object?)")
 
 
 def recordio_header(length: int) -> bytes:

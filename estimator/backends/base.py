@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict
 
 from estimator import hyperparameters as hp
 from estimator.distribution import Distribution, Strategy
-from estimator.errors import UnsupportedByBackendError
-from estimator.spec import TrainingJobSpec
+from estimator.errors import ConfigurationError, UnsupportedByBackendError
+from estimator.spec import Channel, TrainingJobSpec
 
 
 class Capabilities(BaseModel):
@@ -56,6 +56,22 @@ class Capabilities(BaseModel):
     """``stop(job, reason="spot")`` interrupts the job, which then resumes on fresh hosts."""
     interrupt_stops_job: bool = True
     """Ctrl-C while waiting stops the job (local backends) or only the waiting (SageMaker)."""
+
+
+def _check_compression(channel: Channel, mode: str) -> None:
+    """``CompressionType: Gzip`` only in Pipe mode, as SageMaker rules: "CompressionType is used only
+    in Pipe input mode. In File mode, leave this field unset or set it to None" (API reference);
+    CreateTrainingJob refuses it otherwise ("File mode only supports NONE, got Gzip instead"). FastFile
+    mounts the objects as stored, so it is refused there too. Not a backend limitation: every backend
+    raises it, before SageMaker would."""
+    if channel.CompressionType in (None, "None") or mode == "Pipe":
+        return
+    raise ConfigurationError(
+        f"inputs[{channel.ChannelName!r}].compression", channel.CompressionType,
+        f"SageMaker decompresses channels in Pipe mode only; this channel is in {mode} mode",
+        "pass input_mode='Pipe' (on the TrainingInput or the estimator) to stream it decompressed, or "
+        "drop compression and have the script read the .gz files itself",
+    )
 
 
 class Backend(ABC):
@@ -99,6 +115,7 @@ class Backend(ABC):
                     "input mode not supported",
                     f"use one of {sorted(caps.input_modes)}",
                 )
+            _check_compression(channel, mode)
         if spec.CheckpointConfig is not None:
             if not caps.checkpoints:
                 refuse("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri, "checkpoints not supported",

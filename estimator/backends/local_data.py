@@ -24,8 +24,10 @@ What each mode guarantees to the training script
   script that lists the directory once at start should read the listing file instead, or wait for
   the completion marker). ``file://`` sources are complete at start (they are symlinked).
 - **Pipe**: for each channel a FIFO ``input/data/<channel>_<epoch>`` per epoch, starting at
-  ``<channel>_0``, streaming the host's share object after object (RecordIO-framed when
-  ``RecordWrapperType="RecordIO"``; order per :func:`runtime.channels.epoch_order`). When the writer
+  ``<channel>_0``, streaming the host's share object after object (decompressed when
+  ``CompressionType="Gzip"``, RecordIO-framed when ``RecordWrapperType="RecordIO"``; order per
+  :func:`runtime.channels.epoch_order`). Gzip in File or FastFile mode is refused before the job
+  starts (``Backend.check``), as SageMaker refuses it. When the writer
   has sent the last byte of epoch ``N`` it first creates ``<channel>_<N+1>``, then closes epoch ``N``
   (the reader sees EOF) and removes its FIFO: so when a reader sees EOF, the next epoch's FIFO exists.
   A reader that closes a FIFO early ends that epoch. Epochs continue until the job ends.
@@ -213,7 +215,8 @@ class JobData:
         wrap = channel.RecordWrapperType == "RecordIO"
         seed = channel.ShuffleConfig.Seed if channel.ShuffleConfig is not None else None
         for index, paths in self.hosts:
-            pipe = PipeFeeder(self.engine, paths, channel.ChannelName, shares[index], wrap, seed, self._stop)
+            pipe = PipeFeeder(self.engine, paths, channel.ChannelName, shares[index], wrap, seed, self._stop,
+                              gzip=channel.CompressionType == "Gzip")
             pipe.create(0)
 
             def feed(pipe: PipeFeeder = pipe) -> None:
@@ -257,8 +260,9 @@ class PipeFeeder:
 
     def __init__(self, engine: TransferEngine, paths: contract.Paths, channel: str,
                  objects: list[ObjectInfo], recordio: bool, shuffle_seed: int | None,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, gzip: bool = False) -> None:
         self.engine = engine
+        self.gzip = gzip
         self.paths = paths
         self.channel = channel
         self.objects = objects
@@ -312,19 +316,55 @@ class PipeFeeder:
                 while chunk := handle.read(PIPE_CHUNK):
                     yield chunk
 
+    def _stored(self, info: ObjectInfo) -> Iterator[bytes]:
+        """The object's bytes as stored; once read to the end, checked against the listed size."""
+        sent = 0
+        for chunk in self._chunks(info):
+            sent += len(chunk)
+            yield chunk
+        if sent != info.size:
+            raise rules.ChannelError(f"{info.uri}: streamed {sent} bytes, expected {info.size}")
+
+    def _record(self, info: ObjectInfo) -> tuple[int | None, Iterator[bytes]]:
+        """What the pipe carries for one object: its bytes (decompressed with Gzip) and their length
+        where it is known before sending (always with RecordIO, whose header comes first).
+
+        With RecordIO and Gzip, the object is decompressed into a spool file (in memory up to a few
+        MiB) before it is sent; otherwise bytes stream straight through.
+        """
+        if not self.gzip:
+            return info.size, self._stored(info)
+        payload = rules.gunzip(self._stored(info), info.uri)
+        if not self.recordio:
+            return None, payload
+        spool = tempfile.SpooledTemporaryFile(max_size=8 * PIPE_CHUNK)
+        try:
+            for chunk in payload:
+                spool.write(chunk)
+        except BaseException:
+            spool.close()
+            raise
+        length = spool.tell()
+        spool.seek(0)
+
+        def replay() -> Iterator[bytes]:
+            with spool:
+                while chunk := spool.read(PIPE_CHUNK):
+                    yield chunk
+
+        return length, replay()
+
     def _write_epoch(self, fd: int, epoch: int) -> None:
         for info in rules.epoch_order(self.objects, epoch, self.shuffle_seed):
+            length, payload = self._record(info)
             if self.recordio:
-                if not self._write(fd, rules.recordio_header(info.size)):
+                assert length is not None  # _record knows the length whenever RecordIO frames it
+                if not self._write(fd, rules.recordio_header(length)):
                     return
-            sent = 0
-            for chunk in self._chunks(info):
+            for chunk in payload:
                 if not self._write(fd, chunk):
                     return
-                sent += len(chunk)
-            if sent != info.size:
-                raise rules.ChannelError(f"{info.uri}: streamed {sent} bytes, expected {info.size}")
-            if self.recordio and not self._write(fd, rules.recordio_padding(info.size)):
+            if self.recordio and length is not None and not self._write(fd, rules.recordio_padding(length)):
                 return
 
     def _write(self, fd: int, data: bytes) -> bool:

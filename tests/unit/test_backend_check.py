@@ -176,3 +176,24 @@ def test_local_processes_accept_tensorboard_paths_under_opt_ml(tmp_path: Path) -
         spec = make_spec().model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
             S3OutputPath="s3://out/tb", LocalPath=local_path)})
         LocalBackend(LocalSession(tmp_path)).check(spec)
+
+
+@pytest.mark.parametrize(("job_mode", "channel_mode"), [("File", None), ("FastFile", None), ("Pipe", "File")])
+def test_gzip_channels_outside_pipe_mode_are_refused_by_every_backend(
+    tmp_path: Path, job_mode: str, channel_mode: str | None
+) -> None:
+    channel = {**s3_channel("train", channel_mode), "CompressionType": "Gzip"}
+    spec = make_spec(input_mode=job_mode, channels=[channel])
+    for backend in (LocalBackend(LocalSession(tmp_path)), SageMakerBackend.__new__(SageMakerBackend)):
+        with pytest.raises(ConfigurationError) as caught:
+            backend.check(spec)
+        assert not isinstance(caught.value, UnsupportedByBackendError)  # SageMaker's rule, not a gap
+        assert caught.value.field == "inputs['train'].compression" and caught.value.value == "Gzip"
+        assert f"in {channel_mode or job_mode} mode" in str(caught.value)
+        assert "input_mode='Pipe'" in caught.value.fix
+
+
+def test_gzip_channels_in_pipe_mode_pass(tmp_path: Path) -> None:
+    gzipped = {**s3_channel("train", "Pipe"), "CompressionType": "Gzip"}
+    plain = {**s3_channel("val"), "CompressionType": "None"}
+    LocalBackend(LocalSession(tmp_path)).check(make_spec(channels=[gzipped, plain]))

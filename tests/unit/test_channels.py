@@ -1,7 +1,9 @@
-"""runtime.channels: ShardedByS3Key assignment, ManifestFile expansion, Pipe order, RecordIO framing."""
+"""runtime.channels: ShardedByS3Key assignment, ManifestFile expansion, Pipe order, RecordIO framing,
+Gzip decompression."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 
@@ -87,3 +89,18 @@ def test_recordio_round_trip() -> None:
     assert rules.read_recordio(stream) == records
     with pytest.raises(rules.ChannelError):
         rules.read_recordio(b"\0" * 8)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 64, 1 << 20])
+def test_gunzip_any_chunking_and_several_members(chunk_size: int) -> None:
+    data = gzip.compress(b"first member, ") + gzip.compress(b"") + gzip.compress(b"second" * 100)
+    chunks = [data[i:i + chunk_size] for i in range(0, len(data), chunk_size)]
+    assert b"".join(rules.gunzip(chunks)) == b"first member, " + b"second" * 100
+    assert b"".join(rules.gunzip([])) == b""  # an empty object stays empty
+
+
+def test_gunzip_refuses_plain_and_truncated_data() -> None:
+    with pytest.raises(rules.ChannelError, match=r"s3://b/x\.gz: not valid gzip data"):
+        b"".join(rules.gunzip([b"plain text"], "s3://b/x.gz"))
+    with pytest.raises(rules.ChannelError, match=r"s3://b/x\.gz: gzip data ends before its end marker"):
+        b"".join(rules.gunzip([gzip.compress(b"abc" * 100)[:-4]], "s3://b/x.gz"))

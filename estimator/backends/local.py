@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 import psutil
 
 from estimator.backends import _local_layout as layout
+from estimator.backends import local_data
 from estimator.backends._local_layout import file_uri_path, instance_gpu_count, machine_gpu_count
 from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities
@@ -37,6 +38,8 @@ from estimator.backends.local_checkpoints import request_interruption, spot_faul
 from estimator.errors import ConfigurationError, SmlaunchError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
+from runtime.channels import ChannelError
+from runtime.transfer import TransferEngine
 
 if TYPE_CHECKING:
     from estimator.session import LocalSession
@@ -85,7 +88,9 @@ class LocalBackend(Backend):
 
     def check(self, spec: TrainingJobSpec) -> None:
         """Capabilities, plus what only this machine can tell: writable output path and job root,
-        ``file://`` inputs that exist, a job name not used yet. Raises before anything starts."""
+        ``file://`` inputs that exist, a TensorBoard path each host can have, a job name not used
+        yet, and ManifestFile channels that parse and name existing objects (AugmentedManifestFile is
+        not emulated). Raises before anything starts."""
         super().check(spec)
         output = spec.OutputDataConfig.S3OutputPath
         if urlparse(output).scheme == "file":
@@ -99,6 +104,13 @@ class LocalBackend(Backend):
                     channel.DataSource.model_dump(exclude_none=True),
                     "only S3DataSource channels (s3:// or file:// URIs) run locally",
                     "pass an s3:// or file:// URI",
+                )
+            if source.S3DataType == "AugmentedManifestFile":
+                raise ConfigurationError(
+                    f"inputs[{channel.ChannelName!r}].s3_data_type", source.S3DataType,
+                    "augmented manifests (JSON Lines records with attribute_names) are not emulated locally",
+                    "run the job on SageMaker, or use s3_data_type='ManifestFile' (a list of object keys) "
+                    "or 'S3Prefix'",
                 )
             if urlparse(source.S3Uri).scheme == "file":
                 path = file_uri_path(source.S3Uri)
@@ -132,6 +144,45 @@ class LocalBackend(Backend):
                 f"a job of that name already exists under {self.session.root}",
                 "pass another job_name, or leave it unset for a fresh timestamped name",
             )
+        self._check_manifests(spec)  # last: the only check that reads data
+
+    def _check_manifests(self, spec: TrainingJobSpec) -> None:
+        """Read every ManifestFile channel and prove each object it names exists, so a bad manifest
+        fails ``fit()`` before any job directory, host or download exists (staging would read it
+        again, after the other channels had been downloaded)."""
+        manifests = [(c.ChannelName, c.DataSource.S3DataSource.S3Uri) for c in spec.InputDataConfig or []
+                     if c.DataSource.S3DataSource and c.DataSource.S3DataSource.S3DataType == "ManifestFile"]
+        if not manifests:
+            return
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        unreachable = (ClientError, BotoCoreError, OSError)
+        engine = TransferEngine(client_factory=self.session.s3_client, progress=False)
+        for name, uri in manifests:
+            field = f"inputs[{name!r}]"
+            try:
+                entries = local_data.read_manifest(engine, uri)
+            except ChannelError as exc:
+                raise ConfigurationError(
+                    field, uri, f"not a valid manifest: {exc}",
+                    'write it as a JSON list [{"prefix": "s3://bucket/prefix/"}, "relative/key", ...]',
+                ) from None
+            except unreachable as exc:
+                raise ConfigurationError(
+                    field, uri, f"the manifest cannot be read ({type(exc).__name__}: {exc})",
+                    "check the manifest's URI, that it exists and that your credentials can read it",
+                ) from None
+            try:
+                local_data.expand_manifest(engine, entries, uri)
+            except ChannelError as exc:
+                raise ConfigurationError(
+                    field, uri, str(exc), "upload the missing object(s), or remove them from the manifest",
+                ) from None
+            except unreachable as exc:
+                raise ConfigurationError(
+                    field, uri, f"the manifest's objects cannot be listed ({type(exc).__name__}: {exc})",
+                    "check the manifest's prefix and that your credentials can list it",
+                ) from None
 
     def _check_tensorboard(self, spec: TrainingJobSpec) -> None:
         """TensorBoard's ``LocalPath`` must be an absolute path each host can have to itself: under

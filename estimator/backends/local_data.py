@@ -75,18 +75,37 @@ def list_channel(engine: TransferEngine, channel: Channel) -> list[ObjectInfo]:
     if source.S3DataType != "ManifestFile":
         raise rules.ChannelError(
             f"channel {channel.ChannelName!r}: S3DataType {source.S3DataType!r} is not supported locally")
-    entries = rules.parse_manifest(_read_text(engine, source.S3Uri), source.S3Uri)
+    return expand_manifest(engine, read_manifest(engine, source.S3Uri), source.S3Uri)
+
+
+def read_manifest(engine: TransferEngine, uri: str) -> list[rules.ManifestEntry]:
+    """The entries of the manifest at ``uri``. :class:`~runtime.channels.ChannelError` when it is
+    not a manifest (not UTF-8, not JSON, wrong shape); errors reading it (S3, OS) propagate."""
+    try:
+        text = _read_text(engine, uri)
+    except UnicodeDecodeError as exc:
+        raise rules.ChannelError(f"manifest {uri} is not UTF-8 text: {exc}") from exc
+    return rules.parse_manifest(text, uri)
+
+
+def expand_manifest(engine: TransferEngine, entries: list[rules.ManifestEntry], uri: str) -> list[ObjectInfo]:
+    """The objects a manifest names, key order, with their sizes (one listing per prefix).
+
+    :class:`~runtime.channels.ChannelError` naming the missing objects when any does not exist.
+    """
     prefixes = {e.uri[: len(e.uri) - len(e.rel)] for e in entries}
     listed: dict[str, ObjectInfo] = {}
     for prefix in prefixes:
         for info in engine.list(prefix):
             listed[info.uri] = info
-    objects: list[ObjectInfo] = []
-    for entry in entries:
-        found = listed.get(entry.uri)
-        if found is None:
-            raise rules.ChannelError(f"manifest {source.S3Uri} names {entry.uri}, which does not exist")
-        objects.append(ObjectInfo(entry.uri, entry.rel, found.size, found.etag))
+    missing = [entry.uri for entry in entries if entry.uri not in listed]
+    if missing:
+        message = f"manifest {uri} names {missing[0]}, which does not exist"
+        if len(missing) > 1:
+            shown = ", ".join(missing[1:4]) + (", ..." if len(missing) > 4 else "")
+            message += f" (and {len(missing) - 1} more missing: {shown})"
+        raise rules.ChannelError(message)
+    objects = [ObjectInfo(e.uri, e.rel, listed[e.uri].size, listed[e.uri].etag) for e in entries]
     return sorted(objects, key=lambda o: o.rel)
 
 

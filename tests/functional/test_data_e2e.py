@@ -1,6 +1,7 @@
 """Data delivery end to end: ``PyTorch(...).fit()`` on the local backend, S3 on a moto server at
 127.0.0.1, two emulated hosts: a ShardedByS3Key channel in Pipe mode and a FullyReplicated
-ManifestFile channel in File mode, each read by the real training script."""
+ManifestFile channel in File mode, each read by the real training script. Bad manifests are refused
+by ``fit()`` before anything of the job exists."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from estimator import PyTorch, TrainingInput
+from estimator import ConfigurationError, PyTorch, TrainingInput
 from estimator.session import LocalSession
 from runtime import contract
 from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs, moto_s3_server
@@ -84,3 +85,66 @@ def test_pipe_sharded_and_manifest_channels_through_fit(tmp_path: Path, moto_s3:
         assert report["streamed"] == "".join(f"<{k[5:-4]}>" for k in share)
         assert report["val"] == ["part-1.txt", "part-4.txt"]
     assert_no_job_processes("pipe-e2e", tmp_path / "jobs" / "pipe-e2e")
+
+
+def _estimator(tmp_path: Path, session: LocalSession) -> PyTorch:
+    source = tmp_path / "src"
+    source.mkdir(exist_ok=True)
+    (source / "train.py").write_text(SCRIPT)
+    return PyTorch(
+        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
+        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "problem", "fix"),
+    [
+        (b'{"prefix": "s3://data/train/"}',
+         "not a valid manifest: manifest {uri} must be a JSON list",
+         "write it as a JSON list"),
+        (b"[{\"prefix\": \"s3://data/train/\"}, \"part-1.txt\"", "not a valid manifest: manifest "
+         "{uri} is not JSON", "write it as a JSON list"),
+        (json.dumps([{"prefix": "s3://data/train/"}, "part-1.txt", "part-77.txt", "gone/x.txt"]).encode(),
+         "manifest {uri} names s3://data/train/part-77.txt, which does not exist "
+         "(and 1 more missing: s3://data/train/gone/x.txt)", "upload the missing object(s), or remove them"),
+        (None, "the manifest cannot be read (NoSuchKey: ", "check the manifest's URI"),
+    ],
+    ids=["not-a-list", "not-json", "missing-objects", "no-manifest"],
+)
+def test_bad_manifest_fails_fit_before_anything_of_the_job_exists(
+    tmp_path: Path, moto_s3: Any, body: bytes | None, problem: str, fix: str
+) -> None:
+    key = f"manifests/{tmp_path.name}.json"  # moto keeps objects between tests of one process
+    uri = f"s3://data/{key}"
+    if body is not None:
+        moto_s3.put_object(Bucket="data", Key=key, Body=body)
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3)
+    estimator = _estimator(tmp_path, session)
+    inputs = {"train": TrainingInput("s3://data/train/"),  # a good channel first: nothing is downloaded
+              "val": TrainingInput(uri, s3_data_type="ManifestFile")}
+    with pytest.raises(ConfigurationError) as caught:
+        estimator.fit(inputs, logs=False, job_name="bad-manifest")
+    error = caught.value
+    assert error.field == "inputs['val']" and error.value == uri
+    assert problem.format(uri=uri) in error.problem and fix in error.fix
+    assert not (tmp_path / "jobs" / "bad-manifest").exists()  # no job directory, no hosts, no code staged
+    assert estimator.latest_training_job is None
+
+    spec = estimator.plan(inputs, job_name="bad-manifest")
+    with pytest.raises(ConfigurationError, match="inputs\\['val'\\]"):
+        session.backend().submit(spec)  # the backend's own submit checks it too
+    assert not (tmp_path / "jobs" / "bad-manifest").exists()
+
+
+def test_augmented_manifest_is_refused_before_anything_starts(tmp_path: Path, moto_s3: Any) -> None:
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3)
+    estimator = _estimator(tmp_path, session)
+    with pytest.raises(ConfigurationError) as caught:
+        estimator.fit({"val": TrainingInput("s3://data/val.manifest", s3_data_type="AugmentedManifestFile",
+                                            attribute_names=["source-ref"], input_mode="Pipe")},
+                      logs=False, job_name="augmented")
+    assert caught.value.field == "inputs['val'].s3_data_type"
+    assert caught.value.value == "AugmentedManifestFile" and "not emulated locally" in caught.value.problem
+    assert not (tmp_path / "jobs" / "augmented").exists()

@@ -3,7 +3,8 @@
 Two launches (2 ranks, then 4) run every scenario of issue 5's test list in sequence inside the same
 processes (tests/functional/_smp_worker.py): pp=2 GPipe m=1, 1F1B m=8 with BatchNorm, a transformer,
 virtual stages, checkpoint save at pp=2 and resume at pp=2; pp=4 1F1B m=8 and m=2 (GPipe fallback),
-pp=2 x dp=2 in cluster and spread (simple and interleaved), virtual stages with dp, pp=1 x dp=4. Every
+pp=2 x dp=2 in cluster and spread, each with simple and interleaved, virtual stages with dp,
+pp=1 x dp=4. Every
 scenario also takes a smaller last batch (shape cache) and an eval step without backward.
 """
 
@@ -57,6 +58,12 @@ WORLD4 = [
          "ddp": True}),
     _sc("pp2_dp2_spread_interleaved_transformer", "transformer", 10, 4, [8, 8],
         {"partitions": 2, "microbatches": 4, "pipeline": "interleaved", "placement_strategy": "spread",
+         "ddp": True}),
+    _sc("pp2_dp2_cluster_interleaved_m8", "mlp", 15, 8, [16, 16, 8],
+        {"partitions": 2, "microbatches": 8, "pipeline": "interleaved", "placement_strategy": "cluster",
+         "ddp": True}),
+    _sc("pp2_dp2_spread_simple_m1", "mlp", 16, 1, [4, 4, 2],
+        {"partitions": 2, "microbatches": 1, "pipeline": "simple", "placement_strategy": "spread",
          "ddp": True}),
     _sc("pp2_virtual2_dp2_spread", "mlp", 11, 4, [8, 8],
         {"partitions": 2, "microbatches": 4, "placement_strategy": "spread", "ddp": True}, virtual_stages=2),

@@ -24,6 +24,10 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
 - **stop()** (and Ctrl-C in ``TrainingJob.wait``, which calls it; or SIGTERM/SIGINT to the agent):
   status ``Stopping``; SIGTERM to every host (user code may checkpoint), SIGKILL of what remains
   after ``stop_grace_seconds`` (default 120); status ``Stopped``.
+- **A FastFile or Pipe channel fails** while the hosts run (an object vanished, a corrupt or
+  non-gzip object in a Gzip channel): the script would wait for data that never comes, or see an
+  epoch end early, so the job ends as for a failed host, ``FailureReason`` ``ClientError: Data
+  download failed: <channel and cause>``.
 - **max_run** (``StoppingCondition.MaxRuntimeInSeconds``, counted from the hosts' start): the same
   SIGTERM / grace / SIGKILL; status ``Stopped``, SecondaryStatus ``MaxRuntimeExceeded``, and a
   FailureReason saying so.
@@ -72,6 +76,7 @@ from runtime import contract
 from runtime.transfer import TransferEngine
 
 FAILURE_GRACE_SECONDS = 2.0
+DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
 POLL_SECONDS = 0.05
 DESCENDANT_SCAN_SECONDS = 1.0
@@ -413,6 +418,17 @@ class Agent:
                     names = ", ".join(h.name for h in failed)
                     self.say(
                         f"Host {names} failed: ending every host (SIGTERM, SIGKILL after "
+                        f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
+                    )
+                    kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))
+                elif self._data is not None and self._data.errors:
+                    outcome = (
+                        contract.STATUS_FAILED,
+                        contract.SECONDARY_FAILED,
+                        {"FailureReason": _clip(f"{DATA_FAILURE_PREFIX}{self._data.errors[0]}")},
+                    )
+                    self.say(
+                        f"Data download failed: ending every host (SIGTERM, SIGKILL after "
                         f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
                     )
                     kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from estimator import ConfigurationError, PyTorch, TrainingInput
+from estimator.errors import JobFailedError
 from estimator.session import LocalSession
 from runtime import contract
 from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs, moto_s3_server
@@ -148,3 +149,43 @@ def test_augmented_manifest_is_refused_before_anything_starts(tmp_path: Path, mo
     assert caught.value.field == "inputs['val'].s3_data_type"
     assert caught.value.value == "AugmentedManifestFile" and "not emulated locally" in caught.value.problem
     assert not (tmp_path / "jobs" / "augmented").exists()
+
+
+WAITING_READER = """
+import os, pathlib, time
+base = pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"])
+with open(base / "input/data/train_0", "rb") as fifo:
+    print(f"epoch 0: {len(fifo.read())} bytes", flush=True)
+time.sleep(120)  # a script that would wait for more data: the job must not
+print("woke up", flush=True)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_failing_pipe_channel_fails_the_job_promptly(tmp_path: Path, moto_s3: Any) -> None:
+    moto_s3.put_object(Bucket="data", Key="notgz/part-0.gz", Body=b"plain text, not gzip")
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(WAITING_READER)
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=30)
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge", instance_count=1, framework_version="2.1.0", py_version="py310",
+        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+    )
+    estimator.fit({"train": TrainingInput("s3://data/notgz/", input_mode="Pipe", compression="Gzip")},
+                  wait=False, job_name="bad-pipe")
+    job = estimator.latest_training_job
+    assert job is not None
+    with pytest.raises(JobFailedError):
+        job.wait(logs=False)
+    description = job.describe()
+    assert description["TrainingJobStatus"] == contract.STATUS_FAILED
+    reason = description["FailureReason"]
+    assert reason.startswith("ClientError: Data download failed: Pipe channel 'train' on algo-1")
+    assert "s3://data/notgz/part-0.gz: not valid gzip data" in reason
+    # Ended by the agent (SIGTERM to the host), not by the script finishing its wait.
+    log = "\n".join(session.backend().log_lines("bad-pipe"))
+    assert "epoch 0: 0 bytes" in log and "Data download failed: ending every host" in log
+    assert "woke up" not in log
+    assert_no_job_processes("bad-pipe", tmp_path / "jobs" / "bad-pipe")

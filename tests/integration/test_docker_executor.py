@@ -1,10 +1,11 @@
 """The Docker executor against a real Docker engine: images built here, jobs in real containers.
 
 Marker ``docker``; every test is skipped, with the reason, when no engine answers (``.ci/run``
-starts ``dockerd --storage-driver=overlay2 --iptables=false --bridge=none``, else vfs, when none answers). No registry is
-needed: the session fixture builds (or reuses, from the cache) the debootstrapped base image and our
-CPU image on top of it with ``container/build.sh`` (``SMLAUNCH_TEST_IMAGE`` names a prebuilt image
-instead). Containers use host networking and talk over 127.0.0.1 only.
+starts ``dockerd --storage-driver=overlay2 --iptables=false --bridge=none``, else vfs, when none
+answers). No registry is needed: the session fixture builds (or reuses, from the cache) the
+debootstrapped base image and our CPU image on top of it with ``container/build.sh``
+(``SMLAUNCH_TEST_IMAGE`` names a prebuilt image instead). Containers use host networking and talk
+over 127.0.0.1 only.
 
 Covered: the image's contract (``train``, tini as PID 1, non-root default user, arbitrary uids);
 the quickstart on 2 containers, with the same statuses and artifacts as the process executor

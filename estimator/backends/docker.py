@@ -19,9 +19,9 @@ Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
   ports the agent picks (nothing is published, no bridge); ``network_interface_name`` is ``lo``;
 - its own host tree bind-mounted at ``/opt/ml``; the job's ``file://`` code and channel originals
   (the channel views are symlinks to them) and the ``s3://`` download cache read-only at the same
-  absolute paths; the tree's ``checkpoints/`` and TensorBoard directory also at a checkpoint or
-  TensorBoard ``LocalPath`` the user gave elsewhere (as SageMaker, the script writes there). Every
-  mount source exists before the container starts (the engine would create a missing one as root);
+  absolute paths; the tree's TensorBoard directory also at a TensorBoard ``LocalPath`` outside
+  ``/opt/ml``. Every mount source exists before the container starts (the engine would create a
+  missing one as root);
 - the calling user's ``uid:gid`` (plus group 0, which the image uses for its writable paths), so
   every file in the mounted trees belongs to the caller and cleanup never fails;
 - all GPUs (a device request) when the instance type has GPUs and this machine has some;
@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import posixpath
 import shutil
 import signal
 import subprocess
@@ -50,7 +49,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlparse
 
@@ -181,9 +180,8 @@ class DockerBackend(LocalBackend):
 
     def check(self, spec: TrainingJobSpec) -> None:
         """An engine answers, the image is present locally and has ``train``; then the local
-        backend's checks (``file://`` inputs exist...) and the container paths this executor mounts.
-        Raises before anything starts: the engine first, before the local checks create the output
-        directory or read manifests."""
+        backend's checks (``file://`` inputs exist...). Raises before anything starts: the engine
+        first, before the local checks create the output directory or read manifests."""
         client = self.client()
         image = self.image(spec)
         errors = _errors()
@@ -196,7 +194,6 @@ class DockerBackend(LocalBackend):
             ) from None
         _require_train(client, image, found)
         super().check(spec)
-        _check_checkpoint_path(spec)
         # file:// channels that do not exist were refused above (LocalBackend.check). The code is
         # staged after this check, so a mount source that vanishes later (code or data) fails the
         # job at launch with a ClientError naming it, before any container starts and before the
@@ -235,40 +232,6 @@ def _child_environment() -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
-
-
-def checkpoint_local_path(spec: TrainingJobSpec) -> str | None:
-    """The container path of a checkpoint ``LocalPath`` that needs a mount of its own: one given
-    and not SageMaker's default ``/opt/ml/checkpoints`` (which is in the host tree's mount)."""
-    config = spec.CheckpointConfig
-    if config is None or not config.LocalPath:
-        return None
-    local_path = posixpath.normpath(config.LocalPath)
-    default = str(contract.Paths(CONTAINER_BASE_DIR).checkpoints_dir)
-    return None if local_path == default else local_path
-
-
-def _check_checkpoint_path(spec: TrainingJobSpec) -> None:
-    """A checkpoint ``LocalPath`` is mounted from the host tree's ``checkpoints/`` (which the agent
-    restores and syncs): it must not cover ``/opt/ml`` nor be TensorBoard's ``LocalPath``."""
-    local_path = checkpoint_local_path(spec)
-    if local_path is None:
-        return
-    given = spec.CheckpointConfig.LocalPath  # type: ignore[union-attr]
-    path, base = PurePosixPath(local_path), PurePosixPath(CONTAINER_BASE_DIR)
-    if path == base or path in base.parents:
-        raise ConfigurationError(
-            "checkpoint_local_path", given,
-            "is /opt/ml itself or above it: its mount would hide the host's tree",
-            "pass a directory of its own, e.g. '/opt/ml/checkpoints' (the default)",
-        )
-    tensorboard = layout.tensorboard_local_path(spec)
-    if tensorboard is not None and posixpath.normpath(tensorboard) == local_path:
-        raise ConfigurationError(
-            "checkpoint_local_path", given,
-            "is also TensorBoard's LocalPath; each is synced to its own S3 URI",
-            "give checkpoints and TensorBoard output directories of their own",
-        )
 
 
 def _require_train(client: Any, image: str, found: Any) -> None:
@@ -589,10 +552,9 @@ def _agent_class() -> type[_AgentBase]:
                 config = json.loads(host.paths.resource_config_file.read_text())
                 config["network_interface_name"] = "lo"
                 host.paths.resource_config_file.write_text(json.dumps(config))
-                if self.spec.CheckpointConfig is not None:  # the path inside the container
+                if self.spec.CheckpointConfig is not None:
                     checkpoints = json.loads(host.paths.checkpoint_config_file.read_text())
-                    checkpoints["LocalPath"] = checkpoint_local_path(self.spec) or str(
-                        contract.Paths(CONTAINER_BASE_DIR).checkpoints_dir)
+                    checkpoints["LocalPath"] = str(contract.Paths(CONTAINER_BASE_DIR).checkpoints_dir)
                     host.paths.checkpoint_config_file.write_text(json.dumps(checkpoints))
                 tensorboard_path = layout.tensorboard_local_path(self.spec)
                 if tensorboard_path is not None:  # the path inside the container, as the user gave it
@@ -637,7 +599,6 @@ def _agent_class() -> type[_AgentBase]:
                 host_mounts = dict(mounts)
                 host_mounts[str(host.base.resolve())] = {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
                 host_mounts.update(self._tensorboard_mount(host.paths))
-                host_mounts.update(self._checkpoint_mount(host.paths))
                 if ssh_ports:
                     ssh_dir = self.job.path / SSH_DIR_NAME
                     host_mounts[str(ssh_dir.resolve())] = {"bind": CONTAINER_SSH_DIR, "mode": "ro"}
@@ -668,19 +629,6 @@ def _agent_class() -> type[_AgentBase]:
             if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
                 return {}
             return {str(directory.resolve()): {"bind": local_path, "mode": "rw"}}
-
-        def _checkpoint_mount(self, paths: contract.Paths) -> dict[str, dict[str, str]]:
-            """A checkpoint ``LocalPath`` other than ``/opt/ml/checkpoints``: the host tree's
-            ``checkpoints/`` (which the agent restores and syncs) bind-mounted there. Under
-            ``/opt/ml`` its mount point is made in the tree first, by the caller: the engine would
-            make it as root."""
-            local_path = checkpoint_local_path(self.spec)
-            if local_path is None:
-                return {}
-            relative = layout.below_opt_ml(local_path)
-            if relative is not None:
-                (paths.base / relative).mkdir(parents=True, exist_ok=True)
-            return {str(paths.checkpoints_dir.resolve()): {"bind": local_path, "mode": "rw"}}
 
         def container_kwargs(
             self, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]], names: list[str]

@@ -37,7 +37,7 @@ from estimator.backends.docker import (
 )
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
-from estimator.spec import CheckpointConfig, TensorBoardOutputConfig
+from estimator.spec import TensorBoardOutputConfig
 from runtime import contract
 from tests.functional._local_helpers import make_spec
 
@@ -569,64 +569,3 @@ def test_tensorboard_path_under_opt_ml_needs_no_mount_of_its_own(tmp_path: Path)
     config = json.loads(host.paths.tensorboard_config_file.read_text())
     assert config["LocalPath"] == "/opt/ml/output/tensorboard"
     assert host.paths.tensorboard_dir.is_dir()
-
-
-def _checkpointed(tmp_path: Path, local_path: str | None, tensorboard: str | None = None) -> Any:
-    spec = _spec(tmp_path)
-    spec.CheckpointConfig = CheckpointConfig(S3Uri=(tmp_path / "ckpt-store").as_uri(), LocalPath=local_path)
-    if tensorboard is not None:
-        spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb",
-                                                               LocalPath=tensorboard)
-    return spec
-
-
-@pytest.mark.parametrize("local_path", ["/checkpoints", "/opt/ml/ckpt/run-1"])
-def test_checkpoint_path_the_user_gave_is_mounted_from_each_host_tree(
-    tmp_path: Path, local_path: str
-) -> None:
-    client = FakeClient()
-    spec = _checkpointed(tmp_path, local_path)
-    _backend(tmp_path, client).check(spec)
-    agent = _agent(tmp_path, client, spec)
-    agent._prepare()
-    agent._launch()
-    for host in agent.hosts:
-        assert host.proc.wait(10) == 0
-        host.pump.join(10)
-    created = [c for c in client.containers.created if c.get("name")]
-    for kwargs, host in zip(created, agent.hosts, strict=True):
-        # the directory the agent restores and syncs is where the script writes (SageMaker's contract)
-        mount = kwargs["volumes"][str(host.paths.checkpoints_dir.resolve())]
-        assert mount == {"bind": local_path, "mode": "rw"}
-        config = json.loads(host.paths.checkpoint_config_file.read_text())
-        assert config == {"LocalPath": local_path, "S3Uri": spec.CheckpointConfig.S3Uri}
-        if local_path.startswith("/opt/ml/"):  # its mount point exists, made by the caller, not the engine
-            assert (host.base / local_path.removeprefix("/opt/ml/")).is_dir()
-
-
-@pytest.mark.parametrize("local_path", [None, "/opt/ml/checkpoints", "/opt/ml/checkpoints/"])
-def test_default_checkpoint_path_needs_no_mount_of_its_own(tmp_path: Path, local_path: str | None) -> None:
-    spec = _checkpointed(tmp_path, local_path)
-    agent = _agent(tmp_path, FakeClient(), spec)
-    agent._prepare()
-    host = agent.hosts[0]
-    assert agent._checkpoint_mount(host.paths) == {}
-    config = json.loads(host.paths.checkpoint_config_file.read_text())
-    assert config["LocalPath"] == "/opt/ml/checkpoints"
-
-
-@pytest.mark.parametrize(
-    ("local_path", "tensorboard", "problem"),
-    [
-        ("/opt/ml", None, "is /opt/ml itself or above it"),
-        ("/opt/ml/../", None, "is /opt/ml itself or above it"),
-        ("/logs/shared", "/logs/shared/", "is also TensorBoard's LocalPath"),
-    ],
-)
-def test_checkpoint_path_that_would_hide_a_mount_is_refused(
-    tmp_path: Path, local_path: str, tensorboard: str | None, problem: str
-) -> None:
-    client = FakeClient()
-    with pytest.raises(ConfigurationError) as err:
-        _backend(tmp_path, client).check(_checkpointed(tmp_path, local_path, tensorboard))
-    assert err.value.field == "checkpoint_local_path" and problem in str(err.value) and err.value.fix

@@ -10,8 +10,11 @@ over 127.0.0.1 only.
 Covered: the image's contract (``train``, tini as PID 1, non-root default user, arbitrary uids);
 the quickstart on 2 containers, with the same statuses and artifacts as the process executor
 (parity, also for the smddp example and an MPI job across 2 containers); a crash in one container
-ends the other; stop removes both; a container killed from outside fails the job naming it. After
-every test no container of the job exists and no process of the job remains.
+ends the other; stop removes both; a container killed from outside fails the job naming it; a
+non-root caller owns every file its containers write. Refused at ``fit()`` before any code is
+staged: an image missing locally, an image without ``train``, a ``file://`` channel that does not
+exist; a mount source gone by launch fails the job before any container starts. After every test
+no container of the job exists and no process of the job remains.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import signal
 import subprocess
 import tarfile
 import time
@@ -345,14 +350,142 @@ def test_a_container_killed_from_outside_fails_the_job_naming_it(
     _wait_containers_gone(engine, name)
 
 
-def test_an_image_without_train_is_refused_before_anything_starts(
+def _refused_fit(
+    root: Path, tmp_path: Path, engine: Any, image: str, inputs: Any = None
+) -> ConfigurationError:
+    """``fit()`` of a tiny job that the check refuses; nothing is staged, no job or container exists."""
+    from estimator import PyTorch
+
+    source = tmp_path / "src"
+    source.mkdir(parents=True, exist_ok=True)
+    (source / "train.py").write_text("print('never runs')\n")
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/SageMakerRole",
+        instance_count=2, instance_type="ml.c5.xlarge", framework_version="2.1.0", py_version="py310",
+        sagemaker_session=LocalSession(root=root, executor="docker", docker_client=engine), image_uri=image,
+    )
+    name = f"refused-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ConfigurationError) as caught:
+        estimator.fit(inputs, logs=False, job_name=name)
+    assert not (root / name).exists()
+    assert not list(tmp_path.rglob(contract.SOURCEDIR_TARBALL)), "code was staged before the check"
+    assert not _containers(engine, name)
+    return caught.value
+
+
+def test_an_image_missing_locally_is_refused_at_fit_before_staging(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    error = _refused_fit(root, tmp_path, engine, "smlaunch-no-such-image:latest")
+    assert error.field == "image_uri" and error.value == "smlaunch-no-such-image:latest"
+    assert "never pulls" in str(error) and "container/build.sh" in str(error)
+    with pytest.raises(Exception, match="No such image"):  # and nothing was pulled
+        engine.images.get("smlaunch-no-such-image:latest")
+
+
+def test_an_image_without_train_is_refused_at_fit_before_staging(
     tmp_path: Path, root: Path, engine: Any, image: str
 ) -> None:
     base = engine.images.get(image).labels.get("smlaunch.base")
-    assert base, "our image records its base"
+    assert base, "our image records its base (debootstrapped Debian, no `train`)"
+    error = _refused_fit(root, tmp_path, engine, base)
+    assert error.field == "image_uri" and error.value == base
+    assert "no `train` command" in str(error) and error.fix
+    assert not engine.containers.list(all=True, filters={"ancestor": base})  # the probe is removed
+
+
+def test_a_file_channel_that_does_not_exist_is_refused_at_fit_before_staging(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    missing = tmp_path / "no-such-data"
+    error = _refused_fit(root, tmp_path, engine, image, {"train": missing.as_uri()})
+    assert error.field == "inputs['train']" and error.value == missing.as_uri()
+    assert "no such file or directory" in str(error) and error.fix
+    assert not missing.exists()
+
+
+def _in_process_agent(root: Path, engine: Any, spec: Any, agent_class: Any = None, **settings: Any) -> Any:
+    """The job's agent in this process (as the backend's would run it), with ``settings`` changed."""
+    from estimator.backends import docker as docker_backend
+    from estimator.backends._local_state import write_json_atomic
+
     backend = _backend(root, engine)
-    with pytest.raises(ConfigurationError, match="no `train` command"):
-        backend.submit(_spec(tmp_path, base, "notrain", CRASH_SCRIPT))
-    with pytest.raises(ConfigurationError, match="never pulls"):
-        backend.submit(_spec(tmp_path, "smlaunch-no-such-image:latest", "noimage", CRASH_SCRIPT))
-    assert not (root / "notrain" / "spec.json").exists()
+    backend.check(spec)
+    job = backend.job_dir(spec.TrainingJobName)
+    job.logs_dir.mkdir(parents=True)
+    job.job_log.touch()
+    write_json_atomic(job.spec_file, spec.to_request())
+    write_json_atomic(job.settings_file, {**backend.settings(spec), **settings})
+    job.write_state({"TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatusTransitions": []})
+    return (agent_class or docker_backend._agent_class())(job, client=engine, stream_client=engine)
+
+
+def _run_agent(agent: Any) -> dict[str, Any]:
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        agent.run()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return agent.job.read_state()
+
+
+def test_a_mount_source_gone_at_launch_fails_the_job_before_any_container(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    """Code is staged after the check, so its directory can vanish before launch: the job fails
+    naming it, and the engine never gets to create it (as root) as a bind mount's source."""
+    name = f"nomount-{RUN_ID}"
+    spec = _spec(tmp_path, image, name, "print('never runs')\n")
+    agent = _in_process_agent(root, engine, spec)
+    source = tmp_path / "code" / name / "source"
+    shutil.rmtree(source)
+    state = _run_agent(agent)
+    assert state["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert state["FailureReason"].startswith("ClientError: cannot start algo-1: mount source")
+    assert str(source) in state["FailureReason"]
+    assert not source.exists()
+    assert not _containers(engine, name)
+
+
+OWNER_SCRIPT = """
+import os, socket
+assert socket.gethostname() == os.environ["SM_CURRENT_HOST"], socket.gethostname()
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w") as handle:
+    handle.write(f"uid {os.getuid()}")
+nested = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "a", "b")
+os.makedirs(nested)
+open(os.path.join(nested, "c.txt"), "w").close()
+print(f"wrote as uid {os.getuid()} gid {os.getgid()}", flush=True)
+"""
+CALLER = 4321
+
+
+def test_a_non_root_caller_owns_every_file_its_containers_write(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    """Tests run as root here, where ownership proves nothing: play a caller with uid 4321, whose
+    host tree is its own, and check every path the containers left in it is the caller's."""
+    from estimator.backends import docker as docker_backend
+
+    base_class = docker_backend._agent_class()
+
+    class NonRootCallerAgent(base_class):  # type: ignore[misc, valid-type]
+        def _prepare(self) -> None:
+            super()._prepare()  # what a caller with uid 4321 would have written itself
+            for path in [self.job.hosts_dir, *self.job.hosts_dir.rglob("*")]:
+                os.lchown(path, CALLER, CALLER)
+
+    name = f"owner-{RUN_ID}"
+    spec = _spec(tmp_path, image, name, OWNER_SCRIPT, instance_count=1)
+    agent = _in_process_agent(root, engine, spec, NonRootCallerAgent, uid=CALLER, gid=CALLER)
+    state = _run_agent(agent)
+    log = agent.job.job_log.read_text()
+    assert state["TrainingJobStatus"] == contract.STATUS_COMPLETED, (state.get("FailureReason"), log[-3000:])
+    assert f"wrote as uid {CALLER} gid {CALLER}" in log
+    paths = list(agent.job.hosts_dir.rglob("*"))
+    assert any(p.name == "c.txt" for p in paths) and any(p.name == "success" for p in paths)
+    foreign = [(str(p), p.lstat().st_uid) for p in paths if p.lstat().st_uid != CALLER]
+    assert not foreign, f"not the caller's, so its cleanup would fail: {foreign}"
+    assert _members(state["ModelArtifacts"]["S3ModelArtifacts"])["model.txt"] == f"uid {CALLER}".encode()
+    assert not _containers(engine, name)

@@ -122,6 +122,8 @@ CHECKPOINT_CONFIG_FILE = "checkpointconfig.json"
 # {"LocalPath", "S3OutputPath"} when TensorBoardOutputConfig is set (smdebug reads LocalPath from it).
 TENSORBOARD_CONFIG_FILE = "tensorboardoutputconfig.json"
 DEFAULT_TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
+DEFAULT_CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+"""``CheckpointConfig.LocalPath`` when the request leaves it unset (SageMaker's default)."""
 SUCCESS_FILE = "success"
 FAILURE_FILE = "failure"
 # Machine-readable companion of the failure file, written by the runtime: {"host", "rank",

@@ -6,8 +6,8 @@ they differ in how they start a host, not in what the host finds on disk. This m
 - the config files (``hyperparameters.json`` verbatim from the spec, ``resourceconfig.json`` with
   ``instance_groups`` and sorted hosts, ``inputdataconfig.json``, ``checkpointconfig.json``,
   ``tensorboardoutputconfig.json``);
-- where a container path under ``/opt/ml`` (TensorBoard's ``LocalPath``) lies in a host's tree
-  (:func:`tensorboard_dir`);
+- where a container path under ``/opt/ml`` (checkpoints' and TensorBoard's ``LocalPath``) lies in
+  a host's tree (:func:`checkpoint_dir`, :func:`tensorboard_dir`);
 - the channel views under ``input/data/<channel>`` (:func:`link_view`);
 - the environment a host runtime starts with.
 
@@ -91,9 +91,9 @@ def input_data_config(spec: TrainingJobSpec) -> dict[str, dict[str, str]]:
     return config
 
 
-def checkpoint_config(spec: TrainingJobSpec, local_path: str) -> dict[str, str] | None:
-    if spec.CheckpointConfig is None:
-        return None
+def checkpoint_config(spec: TrainingJobSpec, local_path: str) -> dict[str, str]:
+    """``checkpointconfig.json``: where this host's checkpoints are, and where they are synced."""
+    assert spec.CheckpointConfig is not None
     return {"LocalPath": local_path, "S3Uri": spec.CheckpointConfig.S3Uri}
 
 
@@ -107,6 +107,28 @@ def below_opt_ml(container_path: str) -> PurePosixPath | None:
     return path.relative_to(base) if base in path.parents else None
 
 
+def host_dir(local_path: str, paths: contract.Paths, fallback: Path) -> Path:
+    """Where a host's container path is on this machine: under ``/opt/ml``, the same place in the
+    host's tree; any other path (accepted only by the Docker executor, which bind-mounts this
+    directory there) is ``fallback``, a directory of that tree."""
+    relative = below_opt_ml(local_path)
+    return paths.base / relative if relative is not None else fallback
+
+
+def checkpoint_local_path(spec: TrainingJobSpec) -> str | None:
+    """Checkpoints' ``LocalPath`` inside a host (SageMaker's default when unset); None when off."""
+    config = spec.CheckpointConfig
+    if config is None:
+        return None
+    return config.LocalPath or contract.DEFAULT_CHECKPOINT_LOCAL_PATH
+
+
+def checkpoint_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
+    """Where one host's checkpoint ``LocalPath`` is on this machine, or None without checkpoints."""
+    local_path = checkpoint_local_path(spec)
+    return None if local_path is None else host_dir(local_path, paths, paths.checkpoints_dir)
+
+
 def tensorboard_local_path(spec: TrainingJobSpec) -> str | None:
     """TensorBoard's ``LocalPath`` inside a host (SageMaker's default when unset); None when off."""
     config = spec.TensorBoardOutputConfig
@@ -116,17 +138,9 @@ def tensorboard_local_path(spec: TrainingJobSpec) -> str | None:
 
 
 def tensorboard_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
-    """Where one host's TensorBoard ``LocalPath`` is on this machine, or None when not configured.
-
-    A ``LocalPath`` under ``/opt/ml`` is the same path in the host's tree; any other one (accepted
-    only by the Docker executor, which bind-mounts this directory there) is the tree's
-    ``output/tensorboard``.
-    """
+    """Where one host's TensorBoard ``LocalPath`` is on this machine, or None when not configured."""
     local_path = tensorboard_local_path(spec)
-    if local_path is None:
-        return None
-    relative = below_opt_ml(local_path)
-    return paths.base / relative if relative is not None else paths.tensorboard_dir
+    return None if local_path is None else host_dir(local_path, paths, paths.tensorboard_dir)
 
 
 def _distribution(channel: Channel) -> str:
@@ -139,14 +153,12 @@ def write_host_tree(
     base_dir: Path,
     host: str,
     hosts: list[str],
-    checkpoint_local_path: str | None = None,
 ) -> contract.Paths:
     """Create one host's ``/opt/ml`` directories and config files below ``base_dir``.
 
-    ``checkpoint_local_path`` is what ``checkpointconfig.json`` says (``/opt/ml/checkpoints`` inside
-    a container; the host tree's own ``checkpoints/`` for processes, the default).
-    ``tensorboardoutputconfig.json`` (where smdebug looks for ``LocalPath``) names the host tree's
-    directory; the Docker executor rewrites it to the container path.
+    ``checkpointconfig.json`` and ``tensorboardoutputconfig.json`` (where smdebug looks for
+    ``LocalPath``) name the host tree's directories, which is where a process host finds them; the
+    Docker executor rewrites both to the container paths.
     """
     paths = contract.Paths(base_dir)
     for directory in paths.directories():
@@ -154,9 +166,10 @@ def write_host_tree(
     _write(paths.hyperparameters_file, dict(spec.HyperParameters))
     _write(paths.resource_config_file, resource_config(spec, host, hosts))
     _write(paths.input_data_config_file, input_data_config(spec))
-    checkpoints = checkpoint_config(spec, checkpoint_local_path or str(paths.checkpoints_dir))
+    checkpoints = checkpoint_dir(spec, paths)
     if checkpoints is not None:
-        _write(paths.checkpoint_config_file, checkpoints)
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        _write(paths.checkpoint_config_file, checkpoint_config(spec, str(checkpoints)))
     tensorboard = tensorboard_dir(spec, paths)
     if tensorboard is not None and spec.TensorBoardOutputConfig is not None:
         tensorboard.mkdir(parents=True, exist_ok=True)

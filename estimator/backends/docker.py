@@ -552,15 +552,15 @@ def _agent_class() -> type[_AgentBase]:
                 config = json.loads(host.paths.resource_config_file.read_text())
                 config["network_interface_name"] = "lo"
                 host.paths.resource_config_file.write_text(json.dumps(config))
-                if self.spec.CheckpointConfig is not None:
-                    checkpoints = json.loads(host.paths.checkpoint_config_file.read_text())
-                    checkpoints["LocalPath"] = str(contract.Paths(CONTAINER_BASE_DIR).checkpoints_dir)
-                    host.paths.checkpoint_config_file.write_text(json.dumps(checkpoints))
-                tensorboard_path = layout.tensorboard_local_path(self.spec)
-                if tensorboard_path is not None:  # the path inside the container, as the user gave it
-                    tensorboard = json.loads(host.paths.tensorboard_config_file.read_text())
-                    tensorboard["LocalPath"] = tensorboard_path
-                    host.paths.tensorboard_config_file.write_text(json.dumps(tensorboard))
+                # The paths inside the container, as the user gave them (or SageMaker's defaults).
+                for config_file, local_path in (
+                    (host.paths.checkpoint_config_file, layout.checkpoint_local_path(self.spec)),
+                    (host.paths.tensorboard_config_file, layout.tensorboard_local_path(self.spec)),
+                ):
+                    if local_path is not None:
+                        config = json.loads(config_file.read_text())
+                        config["LocalPath"] = local_path
+                        config_file.write_text(json.dumps(config))
 
         def _launch(self) -> None:
             port = free_port()
@@ -598,7 +598,7 @@ def _agent_class() -> type[_AgentBase]:
                 env["HOME"] = "/home/smlaunch" if int(self.settings.get("uid", 0)) != 0 else "/root"
                 host_mounts = dict(mounts)
                 host_mounts[str(host.base.resolve())] = {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
-                host_mounts.update(self._tensorboard_mount(host.paths))
+                host_mounts.update(self._container_dir_mounts(host.paths))
                 if ssh_ports:
                     ssh_dir = self.job.path / SSH_DIR_NAME
                     host_mounts[str(ssh_dir.resolve())] = {"bind": CONTAINER_SSH_DIR, "mode": "ro"}
@@ -621,14 +621,20 @@ def _agent_class() -> type[_AgentBase]:
         def _mounts(self) -> dict[str, dict[str, str]]:
             return {str(p): {"bind": str(p), "mode": "ro"} for p in read_only_sources(self.spec, self.job)}
 
-        def _tensorboard_mount(self, paths: contract.Paths) -> dict[str, dict[str, str]]:
-            """A TensorBoard ``LocalPath`` outside ``/opt/ml``: the host tree's directory (which the
-            agent syncs) bind-mounted there. Under ``/opt/ml`` it is in the tree's mount already."""
-            local_path = layout.tensorboard_local_path(self.spec)
-            directory = layout.tensorboard_dir(self.spec, paths)
-            if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
-                return {}
-            return {str(directory.resolve()): {"bind": local_path, "mode": "rw"}}
+        def _container_dir_mounts(self, paths: contract.Paths) -> dict[str, dict[str, str]]:
+            """Checkpoints' and TensorBoard's ``LocalPath`` outside ``/opt/ml``: the host tree's
+            directory (which the agent syncs) bind-mounted there. Under ``/opt/ml`` each is in the
+            tree's mount already."""
+            mounts: dict[str, dict[str, str]] = {}
+            for local_path, directory in (
+                (layout.checkpoint_local_path(self.spec), layout.checkpoint_dir(self.spec, paths)),
+                (layout.tensorboard_local_path(self.spec), layout.tensorboard_dir(self.spec, paths)),
+            ):
+                outside = local_path is not None and layout.below_opt_ml(local_path) is None
+                if outside and local_path is not None and directory is not None:
+                    directory.mkdir(parents=True, exist_ok=True)
+                    mounts[str(directory.resolve())] = {"bind": local_path, "mode": "rw"}
+            return mounts
 
         def container_kwargs(
             self, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]], names: list[str]

@@ -128,7 +128,7 @@ class LocalBackend(Backend):
                         "manifest files are not supported for file:// channels",
                         "use S3Prefix",
                     )
-        self._check_tensorboard(spec)
+        self._check_container_dirs(spec)
         if spot_faults(spec.Environment) and not spec.EnableManagedSpotTraining:
             raise ConfigurationError(
                 f"environment[{contract.SMLAUNCH_FAULTS!r}]",
@@ -184,28 +184,41 @@ class LocalBackend(Backend):
                     "check the manifest's prefix and that your credentials can list it",
                 ) from None
 
-    def _check_tensorboard(self, spec: TrainingJobSpec) -> None:
-        """TensorBoard's ``LocalPath`` must be an absolute path each host can have to itself: under
-        ``/opt/ml`` (mapped into every host's tree), or anywhere with containers (mounted there)."""
-        config = spec.TensorBoardOutputConfig
-        if config is None or config.LocalPath is None:
-            return
-        field = "tensorboard_output_config.container_local_output_path"
-        if not config.LocalPath.startswith("/"):
-            raise ConfigurationError(field, config.LocalPath, "must be an absolute path",
-                                     f"pass e.g. {contract.DEFAULT_TENSORBOARD_LOCAL_PATH!r}")
-        local_path = PurePosixPath(posixpath.normpath(config.LocalPath))
+    def _check_container_dirs(self, spec: TrainingJobSpec) -> None:
+        """Checkpoints' and TensorBoard's ``LocalPath`` must each be an absolute path every host can
+        have to itself: under ``/opt/ml`` (mapped into each host's tree), or anywhere with
+        containers (each host's directory is mounted there)."""
+        if spec.CheckpointConfig is not None and spec.CheckpointConfig.LocalPath is not None:
+            self._check_container_dir("checkpoint_local_path", spec.CheckpointConfig.LocalPath,
+                                      contract.DEFAULT_CHECKPOINT_LOCAL_PATH)
+        if spec.TensorBoardOutputConfig is not None and spec.TensorBoardOutputConfig.LocalPath is not None:
+            self._check_container_dir("tensorboard_output_config.container_local_output_path",
+                                      spec.TensorBoardOutputConfig.LocalPath,
+                                      contract.DEFAULT_TENSORBOARD_LOCAL_PATH)
+        checkpoints, tensorboard = layout.checkpoint_local_path(spec), layout.tensorboard_local_path(spec)
+        if checkpoints is not None and tensorboard is not None:
+            ckpt, tb = (PurePosixPath(posixpath.normpath(p)) for p in (checkpoints, tensorboard))
+            if ckpt == tb or ckpt in tb.parents or tb in ckpt.parents:
+                raise ConfigurationError(
+                    "checkpoint_local_path", checkpoints,
+                    f"overlaps the TensorBoard LocalPath {tensorboard!r}: one directory would be synced "
+                    "to two places (and checkpoint deletions would delete TensorBoard files)",
+                    "give checkpoints and TensorBoard output separate directories")
+
+    def _check_container_dir(self, field: str, value: str, default: str) -> None:
+        if not value.startswith("/"):
+            raise ConfigurationError(field, value, "must be an absolute path", f"pass e.g. {default!r}")
+        local_path = PurePosixPath(posixpath.normpath(value))
         base = PurePosixPath(contract.DEFAULT_BASE_DIR)
         if local_path == base or local_path in base.parents:
+            raise ConfigurationError(field, value, "is /opt/ml itself or above it",
+                                     f"pass a directory of its own, e.g. {default!r}")
+        if layout.below_opt_ml(value) is None and not self.mounts_container_paths:
             raise ConfigurationError(
-                field, config.LocalPath, "is /opt/ml itself or above it",
-                f"pass a directory of its own, e.g. {contract.DEFAULT_TENSORBOARD_LOCAL_PATH!r}")
-        if layout.below_opt_ml(config.LocalPath) is None and not self.mounts_container_paths:
-            raise ConfigurationError(
-                field, config.LocalPath,
+                field, value,
                 "hosts run as processes on this machine, each with its own emulated /opt/ml tree; a "
                 "path outside /opt/ml would be one directory shared by every host (and outside the job)",
-                f"use a path under /opt/ml (e.g. {contract.DEFAULT_TENSORBOARD_LOCAL_PATH!r}), or "
+                f"use a path under /opt/ml (e.g. {default!r}), or "
                 "LocalSession(executor='docker'), which mounts each host's directory at that path",
             )
 

@@ -4,8 +4,9 @@ Checkpoints (``CheckpointConfig``, SDK ``checkpoint_s3_uri`` / ``checkpoint_loca
 SageMaker platform handles them:
 
 - **Restore**: before the script starts, everything under ``S3Uri`` is downloaded into *every*
-  host's checkpoint directory (the host tree's ``checkpoints/``, which ``checkpointconfig.json``
-  names as ``LocalPath``), so a restarted job (spot, retry) resumes from what it saved.
+  host's checkpoint directory (``LocalPath``, default ``/opt/ml/checkpoints``: in a process host,
+  that path in its tree, which ``checkpointconfig.json`` names; in a container, the path itself),
+  so a restarted job (spot, retry) resumes from what it saved.
 - **Sync while training**: a background thread scans every host's checkpoint directory every
   ``interval`` seconds and uploads the files created or modified on that host since the restore
   (or since their last upload); a restored file a host never touched is never sent back, so it
@@ -223,8 +224,9 @@ def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engin
     """
     syncs: list[DirectorySync] = []
     if spec.CheckpointConfig is not None:
+        directories = {name: layout.checkpoint_dir(spec, p) for name, p in hosts.items()}
         checkpoints = DirectorySync(engine, spec.CheckpointConfig.S3Uri,
-                                    {name: p.checkpoints_dir for name, p in hosts.items()}, log,
+                                    {name: d for name, d in directories.items() if d is not None}, log,
                                     deletions=True)
         checkpoints.restore()
         syncs.append(checkpoints)

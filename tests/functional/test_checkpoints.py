@@ -1,4 +1,5 @@
-"""Checkpoint restore and sync (estimator.backends.local_checkpoints.DirectorySync), boto3 on moto."""
+"""Checkpoint restore and sync (estimator.backends.local_checkpoints.DirectorySync), boto3 on moto;
+and a job whose ``checkpoint_local_path`` is not the default."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from estimator.backends.local import LocalBackend
 from estimator.backends.local_checkpoints import DirectorySync
+from estimator.session import LocalSession
+from estimator.spec import CheckpointConfig
+from runtime import contract
 from runtime.transfer import TransferEngine
+from tests.functional._local_helpers import kill_leftover_jobs, make_spec, moto_s3_server, wait_terminal
 
 
 @pytest.fixture
@@ -107,3 +113,37 @@ def test_deletions_after_upload_and_on_a_file_uri(tmp_path: Path) -> None:
     assert not (store / "y.bin").exists()
     assert not (store / "a" / "x.bin").exists()
     assert sync.deleted == ["a/x.bin", "y.bin"]
+
+
+CUSTOM_PATH_SCRIPT = """
+import json, os, pathlib
+base = pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"])
+local = pathlib.Path(json.loads((base / "input/config/checkpointconfig.json").read_text())["LocalPath"])
+restored = (local / "seed.txt").read_text()
+(local / f"{os.environ['SM_CURRENT_HOST']}.txt").write_text(restored + " and more")
+print("LocalPath", local.relative_to(base), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_custom_local_path_under_opt_ml_is_restored_and_synced(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``checkpoint_local_path="/opt/ml/ckpt/run-1"``: each process host has it in its own tree."""
+    with moto_s3_server(monkeypatch, "ckpt") as client:
+        client.put_object(Bucket="ckpt", Key="custom/seed.txt", Body=b"seed")
+        backend = LocalSession(tmp_path / "jobs", s3_client=client).backend()
+        assert isinstance(backend, LocalBackend)
+        spec = make_spec(tmp_path, "custom-ckpt", CUSTOM_PATH_SCRIPT, instance_count=2).model_copy(update={
+            "CheckpointConfig": CheckpointConfig(S3Uri="s3://ckpt/custom", LocalPath="/opt/ml/ckpt/run-1")})
+        try:
+            backend.submit(spec)
+            description = wait_terminal(backend, "custom-ckpt", timeout=90)
+        finally:
+            kill_leftover_jobs(tmp_path / "jobs")
+        log = "\n".join(backend.log_lines("custom-ckpt"))
+        assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
+        assert log.count("LocalPath ckpt/run-1") == 2
+        keys = client.list_objects_v2(Bucket="ckpt", Prefix="custom/")["Contents"]
+        bodies = {o["Key"]: client.get_object(Bucket="ckpt", Key=o["Key"])["Body"].read() for o in keys}
+    assert bodies == {"custom/seed.txt": b"seed", "custom/algo-1.txt": b"seed and more",
+                      "custom/algo-2.txt": b"seed and more"}

@@ -37,6 +37,7 @@ import pytest
 from estimator.backends.docker import LABEL_JOB, DockerBackend, docker_client
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
+from estimator.spec import CheckpointConfig
 from runtime import contract
 from tests.functional._local_helpers import (
     assert_no_job_processes,
@@ -303,6 +304,33 @@ def test_a_crash_in_one_container_ends_the_other(tmp_path: Path, root: Path, eng
     assert described["TrainingJobStatus"] == contract.STATUS_FAILED
     assert described["ExitCode"] == 3
     assert "algo-2" in described["FailureReason"] and "crashes now" in described["FailureReason"]
+    _wait_containers_gone(engine, name)
+
+
+CHECKPOINT_SCRIPT = """
+import json, os, pathlib
+config = json.loads(pathlib.Path("/opt/ml/input/config/checkpointconfig.json").read_text())
+local = pathlib.Path(config["LocalPath"])
+seed = (local / "seed.txt").read_text()
+(local / f"{os.environ['SM_CURRENT_HOST']}.txt").write_text(f"{seed} + {local}")
+"""
+
+
+def test_a_checkpoint_path_outside_opt_ml_is_mounted_restored_and_synced(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    store = tmp_path / "checkpoint-store"
+    store.mkdir()
+    (store / "seed.txt").write_text("seed")
+    backend = _backend(root, engine)
+    name = f"ckpt-{RUN_ID}"
+    spec = _spec(tmp_path, image, name, CHECKPOINT_SCRIPT)
+    spec.CheckpointConfig = CheckpointConfig(S3Uri=store.as_uri(), LocalPath="/checkpoints/run")
+    backend.submit(spec)
+    described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
+    assert sorted(p.name for p in store.iterdir()) == ["algo-1.txt", "algo-2.txt", "seed.txt"]
+    assert (store / "algo-2.txt").read_text() == "seed + /checkpoints/run"
     _wait_containers_gone(engine, name)
 
 

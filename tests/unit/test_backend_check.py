@@ -20,7 +20,7 @@ from estimator.backends.sagemaker import SageMakerBackend
 from estimator.distribution import Distribution, Strategy
 from estimator.errors import ConfigurationError, UnsupportedByBackendError
 from estimator.session import LocalSession
-from estimator.spec import TensorBoardOutputConfig, TrainingJobSpec
+from estimator.spec import CheckpointConfig, TensorBoardOutputConfig, TrainingJobSpec
 
 DISTRIBUTIONS: dict[str, dict[str, Any] | None] = {
     "none": None,
@@ -148,6 +148,18 @@ def test_supported_modes_pass(tmp_path: Path) -> None:
     LocalBackend(LocalSession(tmp_path)).check(make_spec(input_mode="Pipe"))
 
 
+def _with_local_path(field: str, local_path: str | None) -> TrainingJobSpec:
+    if field == "checkpoint_local_path":
+        return make_spec().model_copy(update={"CheckpointConfig": CheckpointConfig(
+            S3Uri="s3://out/ckpt", LocalPath=local_path)})
+    return make_spec().model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
+        S3OutputPath="s3://out/tb", LocalPath=local_path)})
+
+
+CONTAINER_DIR_FIELDS = ["checkpoint_local_path", "tensorboard_output_config.container_local_output_path"]
+
+
+@pytest.mark.parametrize("field", CONTAINER_DIR_FIELDS)
 @pytest.mark.parametrize(
     ("local_path", "problem"),
     [
@@ -158,24 +170,21 @@ def test_supported_modes_pass(tmp_path: Path) -> None:
         ("logs/tb", "must be an absolute path"),
     ],
 )
-def test_local_processes_refuse_a_tensorboard_path_outside_opt_ml(
-    tmp_path: Path, local_path: str, problem: str
+def test_local_processes_refuse_a_container_path_outside_opt_ml(
+    tmp_path: Path, field: str, local_path: str, problem: str
 ) -> None:
-    spec = make_spec().model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
-        S3OutputPath="s3://out/tb", LocalPath=local_path)})
     with pytest.raises(ConfigurationError) as caught:
-        LocalBackend(LocalSession(tmp_path)).check(spec)
-    assert caught.value.field == "tensorboard_output_config.container_local_output_path"
+        LocalBackend(LocalSession(tmp_path)).check(_with_local_path(field, local_path))
+    assert caught.value.field == field and caught.value.value == local_path
     assert problem in str(caught.value) and caught.value.fix
     if problem == "outside /opt/ml":
         assert "executor='docker'" in caught.value.fix
 
 
-def test_local_processes_accept_tensorboard_paths_under_opt_ml(tmp_path: Path) -> None:
-    for local_path in (None, "/opt/ml/output/tensorboard", "/opt/ml/logs/tb"):
-        spec = make_spec().model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
-            S3OutputPath="s3://out/tb", LocalPath=local_path)})
-        LocalBackend(LocalSession(tmp_path)).check(spec)
+@pytest.mark.parametrize("field", CONTAINER_DIR_FIELDS)
+def test_local_processes_accept_container_paths_under_opt_ml(tmp_path: Path, field: str) -> None:
+    for local_path in (None, "/opt/ml/output/tensorboard", "/opt/ml/checkpoints", "/opt/ml/logs/x"):
+        LocalBackend(LocalSession(tmp_path)).check(_with_local_path(field, local_path))
 
 
 @pytest.mark.parametrize(("job_mode", "channel_mode"), [("File", None), ("FastFile", None), ("Pipe", "File")])

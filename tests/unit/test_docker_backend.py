@@ -37,7 +37,7 @@ from estimator.backends.docker import (
 )
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
-from estimator.spec import TensorBoardOutputConfig
+from estimator.spec import CheckpointConfig, TensorBoardOutputConfig
 from runtime import contract
 from tests.functional._local_helpers import make_spec
 
@@ -539,10 +539,11 @@ def test_stop_request_ends_the_job_stopped_with_containers_removed(tmp_path: Pat
     assert sweep(client, "job-1") == []
 
 
-def test_tensorboard_path_outside_opt_ml_is_mounted_from_each_host_tree(tmp_path: Path) -> None:
+def test_container_paths_outside_opt_ml_are_mounted_from_each_host_tree(tmp_path: Path) -> None:
     client = FakeClient()
     spec = _spec(tmp_path)
     spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb", LocalPath="/logs/tb")
+    spec.CheckpointConfig = CheckpointConfig(S3Uri=(tmp_path / "ckpt-store").as_uri(), LocalPath="/ckpt")
     _backend(tmp_path, client).check(spec)  # refused by the process executor, mounted here
     agent = _agent(tmp_path, client, spec)
     agent._prepare()
@@ -556,16 +557,30 @@ def test_tensorboard_path_outside_opt_ml_is_mounted_from_each_host_tree(tmp_path
         assert mount == {"bind": "/logs/tb", "mode": "rw"}
         config = json.loads(host.paths.tensorboard_config_file.read_text())
         assert config == {"LocalPath": "/logs/tb", "S3OutputPath": "s3://out/tb"}  # the container's path
+        assert kwargs["volumes"][str(host.paths.checkpoints_dir.resolve())] == {"bind": "/ckpt", "mode": "rw"}
+        assert json.loads(host.paths.checkpoint_config_file.read_text())["LocalPath"] == "/ckpt"
 
 
-def test_tensorboard_path_under_opt_ml_needs_no_mount_of_its_own(tmp_path: Path) -> None:
+def test_container_paths_under_opt_ml_need_no_mount_of_their_own(tmp_path: Path) -> None:
     client = FakeClient()
     spec = _spec(tmp_path)
     spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb")
+    spec.CheckpointConfig = CheckpointConfig(S3Uri=(tmp_path / "store").as_uri(), LocalPath="/opt/ml/ck/1")
     agent = _agent(tmp_path, client, spec)
     agent._prepare()
     host = agent.hosts[0]
-    assert agent._tensorboard_mount(host.paths) == {}
+    assert agent._container_dir_mounts(host.paths) == {}
     config = json.loads(host.paths.tensorboard_config_file.read_text())
     assert config["LocalPath"] == "/opt/ml/output/tensorboard"
     assert host.paths.tensorboard_dir.is_dir()
+    assert json.loads(host.paths.checkpoint_config_file.read_text())["LocalPath"] == "/opt/ml/ck/1"
+    assert (host.paths.base / "ck" / "1").is_dir()
+
+
+def test_overlapping_checkpoint_and_tensorboard_paths_are_refused(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb", LocalPath="/data/tb")
+    spec.CheckpointConfig = CheckpointConfig(S3Uri="s3://out/ckpt", LocalPath="/data")
+    with pytest.raises(ConfigurationError, match="overlaps the TensorBoard LocalPath '/data/tb'") as caught:
+        _backend(tmp_path, FakeClient()).check(spec)
+    assert caught.value.field == "checkpoint_local_path"

@@ -94,6 +94,23 @@ def test_no_checkpoint_config_without_checkpoints(tmp_path: Path) -> None:
     assert not paths.checkpoint_config_file.exists()
 
 
+def test_checkpoint_local_path_maps_into_each_host_tree(tmp_path: Path) -> None:
+    default = _spec(CheckpointConfig={"S3Uri": "s3://bucket/ckpt"})
+    paths = layout.write_host_tree(default, tmp_path / "a", "algo-1", ["algo-1"])
+    assert layout.checkpoint_dir(default, paths) == paths.checkpoints_dir == tmp_path / "a" / "checkpoints"
+    assert json.loads(paths.checkpoint_config_file.read_text()) == {
+        "LocalPath": str(paths.checkpoints_dir), "S3Uri": "s3://bucket/ckpt"}
+    custom = _spec(CheckpointConfig={"S3Uri": "s3://bucket/ckpt", "LocalPath": "/opt/ml/ckpt/run-1"})
+    paths = layout.write_host_tree(custom, tmp_path / "b", "algo-1", ["algo-1"])
+    host_dir = tmp_path / "b" / "ckpt" / "run-1"
+    assert layout.checkpoint_dir(custom, paths) == host_dir and host_dir.is_dir()
+    assert json.loads(paths.checkpoint_config_file.read_text())["LocalPath"] == str(host_dir)
+    # Outside /opt/ml (containers mount it there): the tree's checkpoints/ holds it.
+    outside = _spec(CheckpointConfig={"S3Uri": "s3://bucket/ckpt", "LocalPath": "/ckpt"})
+    assert layout.checkpoint_dir(outside, paths) == paths.checkpoints_dir
+    assert layout.checkpoint_dir(_spec(CheckpointConfig=None), paths) is None
+
+
 def test_tensorboard_local_path_maps_into_each_host_tree(tmp_path: Path) -> None:
     paths = layout.write_host_tree(_spec(), tmp_path / "a", "algo-1", ["algo-1"])
     assert not paths.tensorboard_config_file.exists() and not paths.tensorboard_dir.exists()

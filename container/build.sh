@@ -2,7 +2,12 @@
 # Build an smlaunch training image: prepare a small build context, then `docker build`.
 #
 #   container/build.sh cpu  [--base IMAGE] [--tag TAG] [--torch-version V] [--extra "pkg ..."]
-#   container/build.sh cuda [--base IMAGE] [--tag TAG] [--torch-version V] [--nccl-version V]
+#   container/build.sh cuda [--base IMAGE] [--tag TAG] [--torch-version V] [--nccl-version V|none]
+#                           [--torch-index URL]
+#
+# cuda without an NVIDIA base (no registry reachable): `--base <our debootstrapped base>
+# --nccl-version none --torch-index https://pypi.org/simple` takes torch's CUDA build from PyPI,
+# whose nvidia-* wheels (nccl, cuda-runtime, cudnn, ...) bring NCCL and the CUDA libraries.
 #
 # The context holds only what the image needs: entrypoint.sh, setup_image.sh, wheels/app (a wheel
 # of this checkout's smlaunch) and wheels/deps (requirements.txt: torch, numpy, smlaunch's
@@ -18,9 +23,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 KIND="${1:-}"; shift || true
-case "$KIND" in cpu|cuda) ;; *) echo "usage: $0 cpu|cuda [--base IMAGE] [--tag TAG] [--torch-version V] [--extra PKGS] [--nccl-version V]" >&2; exit 2;; esac
+case "$KIND" in cpu|cuda) ;; *) echo "usage: $0 cpu|cuda [--base IMAGE] [--tag TAG] [--torch-version V] [--extra PKGS] [--nccl-version V|none] [--torch-index URL]" >&2; exit 2;; esac
 
-BASE=""; TAG=""; TORCH_VERSION="${SMLAUNCH_TORCH_VERSION:-2.13.0}"; EXTRA=""; NCCL_VERSION=""
+BASE=""; TAG=""; TORCH_VERSION="${SMLAUNCH_TORCH_VERSION:-2.13.0}"; EXTRA=""; NCCL_VERSION=""; TORCH_INDEX=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) BASE="$2"; shift 2;;
@@ -28,6 +33,7 @@ while [ $# -gt 0 ]; do
     --torch-version) TORCH_VERSION="$2"; shift 2;;
     --extra) EXTRA="$2"; shift 2;;
     --nccl-version) NCCL_VERSION="$2"; shift 2;;
+    --torch-index) TORCH_INDEX="$2"; shift 2;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -52,7 +58,7 @@ PY
 
 # Content hash of everything that goes into the image.
 HASH="$( {
-  echo "$KIND $BASE_ID $NCCL_VERSION"; echo "$REQUIREMENTS"
+  echo "$KIND $BASE_ID $NCCL_VERSION $TORCH_INDEX"; echo "$REQUIREMENTS"
   cat "$HERE/Dockerfile.$KIND" "$HERE/entrypoint.sh" "$HERE/setup_image.sh" "$REPO/pyproject.toml"
   (cd "$REPO" && find estimator runtime -type f -name '*.py' -not -name '.*' | LC_ALL=C sort | xargs sha256sum)
 } | sha256sum | cut -c1-12)"
@@ -86,7 +92,10 @@ fi
 
 log "docker build $TAG (base $BASE)"
 ARGS=(--build-arg "BASE_IMAGE=$BASE")
-[ -n "$NCCL_VERSION" ] && ARGS+=(--build-arg "NCCL_VERSION=$NCCL_VERSION")
+# "none": install no libnccl2 from apt (the base or torch's nvidia-nccl wheel provides NCCL).
+[ "$NCCL_VERSION" = none ] && ARGS+=(--build-arg "NCCL_VERSION=")
+[ -n "$NCCL_VERSION" ] && [ "$NCCL_VERSION" != none ] && ARGS+=(--build-arg "NCCL_VERSION=$NCCL_VERSION")
+[ -n "$TORCH_INDEX" ] && ARGS+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX")
 # Host networking for the build: a cuda build (or a base missing packages) reaches the same
 # package mirrors as this machine; the cpu build on our base needs no network at all.
 DOCKER_BUILDKIT=0 docker build --network host -f "$HERE/Dockerfile.$KIND" "${ARGS[@]}" -t "$TAG" "$CTX" >&2

@@ -118,9 +118,7 @@ def host_dir(local_path: str, paths: contract.Paths, fallback: Path) -> Path:
 def checkpoint_local_path(spec: TrainingJobSpec) -> str | None:
     """Checkpoints' ``LocalPath`` inside a host (SageMaker's default when unset); None when off."""
     config = spec.CheckpointConfig
-    if config is None:
-        return None
-    return config.LocalPath or contract.DEFAULT_CHECKPOINT_LOCAL_PATH
+    return None if config is None else config.LocalPath or contract.DEFAULT_CHECKPOINT_LOCAL_PATH
 
 
 def checkpoint_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
@@ -132,9 +130,7 @@ def checkpoint_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
 def tensorboard_local_path(spec: TrainingJobSpec) -> str | None:
     """TensorBoard's ``LocalPath`` inside a host (SageMaker's default when unset); None when off."""
     config = spec.TensorBoardOutputConfig
-    if config is None:
-        return None
-    return config.LocalPath or contract.DEFAULT_TENSORBOARD_LOCAL_PATH
+    return None if config is None else config.LocalPath or contract.DEFAULT_TENSORBOARD_LOCAL_PATH
 
 
 def tensorboard_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:

@@ -55,17 +55,23 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
     kill_leftover_jobs(tmp_path / "jobs")
 
 
-@pytest.mark.timeout(150)
-def test_pipe_sharded_and_manifest_channels_through_fit(tmp_path: Path, moto_s3: Any) -> None:
+def _estimator(tmp_path: Path, session: LocalSession, script: str = SCRIPT,
+               instance_count: int = 2) -> PyTorch:
     source = tmp_path / "src"
-    source.mkdir()
-    (source / "train.py").write_text(SCRIPT)
-    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=5)
-    estimator = PyTorch(
+    source.mkdir(exist_ok=True)
+    (source / "train.py").write_text(script)
+    return PyTorch(
         entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
+        instance_type="ml.c5.xlarge", instance_count=instance_count, framework_version="2.1.0",
+        py_version="py310",
         output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
     )
+
+
+@pytest.mark.timeout(150)
+def test_pipe_sharded_and_manifest_channels_through_fit(tmp_path: Path, moto_s3: Any) -> None:
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=5)
+    estimator = _estimator(tmp_path, session)
     estimator.fit({
         "train": TrainingInput("s3://data/train/", distribution="ShardedByS3Key", input_mode="Pipe"),
         "val": TrainingInput("s3://data/val.manifest", s3_data_type="ManifestFile"),
@@ -86,17 +92,6 @@ def test_pipe_sharded_and_manifest_channels_through_fit(tmp_path: Path, moto_s3:
         assert report["streamed"] == "".join(f"<{k[5:-4]}>" for k in share)
         assert report["val"] == ["part-1.txt", "part-4.txt"]
     assert_no_job_processes("pipe-e2e", tmp_path / "jobs" / "pipe-e2e")
-
-
-def _estimator(tmp_path: Path, session: LocalSession) -> PyTorch:
-    source = tmp_path / "src"
-    source.mkdir(exist_ok=True)
-    (source / "train.py").write_text(SCRIPT)
-    return PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
-        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
-    )
 
 
 @pytest.mark.parametrize(
@@ -164,15 +159,8 @@ print("woke up", flush=True)
 @pytest.mark.timeout(150)
 def test_a_failing_pipe_channel_fails_the_job_promptly(tmp_path: Path, moto_s3: Any) -> None:
     moto_s3.put_object(Bucket="data", Key="notgz/part-0.gz", Body=b"plain text, not gzip")
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "train.py").write_text(WAITING_READER)
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=30)
-    estimator = PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=1, framework_version="2.1.0", py_version="py310",
-        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
-    )
+    estimator = _estimator(tmp_path, session, WAITING_READER, instance_count=1)
     estimator.fit({"train": TrainingInput("s3://data/notgz/", input_mode="Pipe", compression="Gzip")},
                   wait=False, job_name="bad-pipe")
     job = estimator.latest_training_job

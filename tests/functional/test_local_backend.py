@@ -273,6 +273,9 @@ def test_fit_wait_false_returns_at_once_and_ctrl_c_in_wait_stops_the_job(tmp_pat
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        # A notebook answers Ctrl-C even when this suite runs as a background job (whose children
+        # inherit SIGINT ignored, so Python would install no KeyboardInterrupt handler).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None

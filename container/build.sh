@@ -3,11 +3,12 @@
 #
 #   container/build.sh cpu  [--base IMAGE] [--tag TAG] [--torch-version V] [--extra "pkg ..."]
 #   container/build.sh cuda [--base IMAGE] [--tag TAG] [--torch-version V] [--nccl-version V|none]
-#                           [--torch-index URL]
+#                           [--torch-index URL | --wheels-here]
 #
 # cuda without an NVIDIA base (no registry reachable): `--base <our debootstrapped base>
-# --nccl-version none --torch-index https://pypi.org/simple` takes torch's CUDA build from PyPI,
-# whose nvidia-* wheels (nccl, cuda-runtime, cudnn, ...) bring NCCL and the CUDA libraries.
+# --nccl-version none --wheels-here` downloads torch's CUDA build (PyPI's Linux torch wheel) and its
+# nvidia-* wheels (nccl, cuda-runtime, cudnn, ...) on THIS machine, as for cpu, so the image gets
+# NCCL and the CUDA libraries from them and its build needs no package index.
 #
 # The context holds only what the image needs: entrypoint.sh, setup_image.sh, wheels/app (a wheel
 # of this checkout's smlaunch) and wheels/deps (requirements.txt: torch, numpy, smlaunch's
@@ -23,9 +24,10 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 KIND="${1:-}"; shift || true
-case "$KIND" in cpu|cuda) ;; *) echo "usage: $0 cpu|cuda [--base IMAGE] [--tag TAG] [--torch-version V] [--extra PKGS] [--nccl-version V|none] [--torch-index URL]" >&2; exit 2;; esac
+case "$KIND" in cpu|cuda) ;; *) echo "usage: $0 cpu|cuda [--base IMAGE] [--tag TAG] [--torch-version V] [--extra PKGS] [--nccl-version V|none] [--torch-index URL | --wheels-here]" >&2; exit 2;; esac
 
 BASE=""; TAG=""; TORCH_VERSION="${SMLAUNCH_TORCH_VERSION:-2.13.0}"; EXTRA=""; NCCL_VERSION=""; TORCH_INDEX=""
+WHEELS_HERE=0; [ "$KIND" = cpu ] && WHEELS_HERE=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) BASE="$2"; shift 2;;
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
     --extra) EXTRA="$2"; shift 2;;
     --nccl-version) NCCL_VERSION="$2"; shift 2;;
     --torch-index) TORCH_INDEX="$2"; shift 2;;
+    --wheels-here) WHEELS_HERE=1; shift;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -58,7 +61,7 @@ PY
 
 # Content hash of everything that goes into the image.
 HASH="$( {
-  echo "$KIND $BASE_ID $NCCL_VERSION $TORCH_INDEX"; echo "$REQUIREMENTS"
+  echo "$KIND $BASE_ID $NCCL_VERSION $TORCH_INDEX $WHEELS_HERE"; echo "$REQUIREMENTS"
   cat "$HERE/Dockerfile.$KIND" "$HERE/entrypoint.sh" "$HERE/setup_image.sh" "$REPO/pyproject.toml"
   (cd "$REPO" && find estimator runtime -type f -name '*.py' -not -name '.*' | LC_ALL=C sort | xargs sha256sum)
 } | sha256sum | cut -c1-12)"
@@ -85,7 +88,7 @@ log "building the smlaunch wheel"
   || "$PYTHON" -m pip wheel -q --no-deps -w "$CTX/wheels/app" "$CTX/src" >&2
 rm -rf "$CTX/src"
 
-if [ "$KIND" = cpu ]; then
+if [ "$WHEELS_HERE" = 1 ]; then
   log "downloading wheels: $(echo "$REQUIREMENTS" | tr '\n' ' ')"
   "$PYTHON" -m pip download -q --only-binary=:all: -d "$CTX/wheels/deps" -r "$CTX/wheels/deps/requirements.txt" >&2
 fi
@@ -96,6 +99,7 @@ ARGS=(--build-arg "BASE_IMAGE=$BASE")
 [ "$NCCL_VERSION" = none ] && ARGS+=(--build-arg "NCCL_VERSION=")
 [ -n "$NCCL_VERSION" ] && [ "$NCCL_VERSION" != none ] && ARGS+=(--build-arg "NCCL_VERSION=$NCCL_VERSION")
 [ -n "$TORCH_INDEX" ] && ARGS+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX")
+[ "$KIND" = cuda ] && [ "$WHEELS_HERE" = 1 ] && ARGS+=(--build-arg "PIP_NO_INDEX=1")
 # Host networking for the build: a cuda build (or a base missing packages) reaches the same
 # package mirrors as this machine; the cpu build on our base needs no network at all.
 DOCKER_BUILDKIT=0 docker build --network host -f "$HERE/Dockerfile.$KIND" "${ARGS[@]}" -t "$TAG" "$CTX" >&2

@@ -156,6 +156,29 @@ def test_image_runs_train_under_tini_as_a_non_root_user(engine: Any, image: str)
     assert "HOME=/home/smlaunch" in out
 
 
+CUDA_PROBE = (
+    "import shutil, torch; from torch.cuda import nccl; "
+    "print(torch.version.cuda, nccl.version(), torch.cuda.is_available(), shutil.which('train'), sep='|')"
+)
+
+
+def test_cuda_image_has_torch_cuda_nccl_and_train(engine: Any) -> None:
+    """The CUDA image's contract, without a GPU: torch's CUDA build with NCCL, ``train`` under tini,
+    a non-root user. Built by hand (about 5 GB; not in CI), e.g. ``container/build.sh cuda --base
+    <debootstrapped base> --nccl-version none --wheels-here --torch-version 2.14.1``; named by
+    ``SMLAUNCH_TEST_CUDA_IMAGE``."""
+    image = os.environ.get("SMLAUNCH_TEST_CUDA_IMAGE")
+    if not image:
+        pytest.skip("SMLAUNCH_TEST_CUDA_IMAGE names no CUDA image (build one: container/README.md)")
+    config = engine.images.get(image).attrs["Config"]
+    assert config["Cmd"] == ["train"] and config["Entrypoint"][0] == "tini" and config["User"] == "smlaunch"
+    assert "NVIDIA_VISIBLE_DEVICES=all" in config["Env"]
+    out = engine.containers.run(image, ["python3", "-c", CUDA_PROBE], network_mode="none", remove=True)
+    cuda, nccl_version, available, train = out.decode().strip().split("|")
+    assert cuda != "None" and nccl_version.startswith("(2, ") and available == "False", out  # no GPU here
+    assert train.endswith("/train"), out
+
+
 # --- parity with the process executor -------------------------------------------------------------
 
 

@@ -386,6 +386,19 @@ def test_stop_reaches_the_script_and_removes_both_containers(
     _wait_containers_gone(engine, name)
 
 
+def test_max_run_stops_both_containers_as_sagemaker_reports_it(
+    tmp_path: Path, root: Path, engine: Any, image: str
+) -> None:
+    backend = _backend(root, engine, stop_grace_seconds=20)
+    name = f"maxrun-{RUN_ID}"
+    backend.submit(_spec(tmp_path, image, name, STOP_SCRIPT, max_run=3))
+    described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert described["SecondaryStatus"] == contract.SECONDARY_MAX_RUNTIME_EXCEEDED
+    assert described["FailureReason"].startswith("MaxRuntimeExceeded:")
+    _wait_containers_gone(engine, name)  # (SIGTERM reaching the script: the stop test above)
+
+
 def test_a_container_killed_from_outside_fails_the_job_naming_it(
     tmp_path: Path, root: Path, engine: Any, image: str
 ) -> None:

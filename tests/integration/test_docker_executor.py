@@ -10,7 +10,7 @@ over 127.0.0.1 only.
 Covered: the image's contract (``train``, tini as PID 1, non-root default user, arbitrary uids);
 the quickstart on 2 containers, with the same statuses and artifacts as the process executor
 (parity, also for the smddp example and an MPI job across 2 containers); a crash in one container
-ends the other; stop removes both; a container killed from outside fails the job naming it; a
+ends the other; stop and max_run remove both; a container killed from outside fails the job naming it; a
 non-root caller owns every file its containers write. Refused at ``fit()`` before any code is
 staged: an image missing locally, an image without ``train``, a ``file://`` channel that does not
 exist; a mount source gone by launch fails the job before any container starts. After every test

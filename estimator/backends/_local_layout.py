@@ -107,10 +107,12 @@ def below_opt_ml(container_path: str) -> PurePosixPath | None:
     return path.relative_to(base) if base in path.parents else None
 
 
-def host_dir(local_path: str, paths: contract.Paths, fallback: Path) -> Path:
-    """Where a host's container path is on this machine: under ``/opt/ml``, the same place in the
-    host's tree; any other path (accepted only by the Docker executor, which bind-mounts this
-    directory there) is ``fallback``, a directory of that tree."""
+def host_dir(local_path: str | None, paths: contract.Paths, fallback: Path) -> Path | None:
+    """Where a host's container path is on this machine (None for None): under ``/opt/ml``, the
+    same place in the host's tree; any other path (accepted only by the Docker executor, which
+    bind-mounts this directory there) is ``fallback``, a directory of that tree."""
+    if local_path is None:
+        return None
     relative = below_opt_ml(local_path)
     return paths.base / relative if relative is not None else fallback
 
@@ -121,22 +123,20 @@ def checkpoint_local_path(spec: TrainingJobSpec) -> str | None:
     return None if config is None else config.LocalPath or contract.DEFAULT_CHECKPOINT_LOCAL_PATH
 
 
-def checkpoint_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
-    """Where one host's checkpoint ``LocalPath`` is on this machine, or None without checkpoints."""
-    local_path = checkpoint_local_path(spec)
-    return None if local_path is None else host_dir(local_path, paths, paths.checkpoints_dir)
-
-
 def tensorboard_local_path(spec: TrainingJobSpec) -> str | None:
     """TensorBoard's ``LocalPath`` inside a host (SageMaker's default when unset); None when off."""
     config = spec.TensorBoardOutputConfig
     return None if config is None else config.LocalPath or contract.DEFAULT_TENSORBOARD_LOCAL_PATH
 
 
+def checkpoint_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
+    """Where one host's checkpoint ``LocalPath`` is on this machine, or None without checkpoints."""
+    return host_dir(checkpoint_local_path(spec), paths, paths.checkpoints_dir)
+
+
 def tensorboard_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None:
     """Where one host's TensorBoard ``LocalPath`` is on this machine, or None when not configured."""
-    local_path = tensorboard_local_path(spec)
-    return None if local_path is None else host_dir(local_path, paths, paths.tensorboard_dir)
+    return host_dir(tensorboard_local_path(spec), paths, paths.tensorboard_dir)
 
 
 def _distribution(channel: Channel) -> str:

@@ -161,16 +161,22 @@ def test_pipe_mode_read_by_a_real_script(s3: Any, tmp_path: Path, source: str) -
     assert all(not t.is_alive() for t in data._threads)
 
 
-def test_pipe_recordio_framing(s3: Any, tmp_path: Path) -> None:
+def _first_epoch(s3: Any, tmp_path: Path, channel: dict[str, Any]) -> bytes:
+    """Stage one Pipe channel on one host and read its epoch-0 FIFO to the end."""
     hosts = _hosts(tmp_path, 1)
-    spec = _spec(_channel("s3://data/train/", InputMode="Pipe", RecordWrapperType="RecordIO"))
-    data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
+    engine = TransferEngine(s3, progress=False)
+    data = JobData(_spec(channel), hosts, tmp_path / "cache", engine, lambda m: None)
     data.stage()
     try:
         with open(hosts[0][1].pipe_path("train", 0), "rb") as fifo:
-            records = rules.read_recordio(fifo.read())
+            return fifo.read()
     finally:
         data.close(timeout=5)
+
+
+def test_pipe_recordio_framing(s3: Any, tmp_path: Path) -> None:
+    records = rules.read_recordio(_first_epoch(s3, tmp_path, _channel(
+        "s3://data/train/", InputMode="Pipe", RecordWrapperType="RecordIO")))
     assert records == [_expected(i) for i in range(N_OBJECTS)]
 
 
@@ -203,16 +209,8 @@ def test_pipe_mode_gzip_channel_is_decompressed_for_a_real_script(s3: Any, tmp_p
 
 def test_pipe_gzip_with_recordio_frames_each_decompressed_object(s3: Any, tmp_path: Path) -> None:
     plain = _gzip_objects(s3)
-    hosts = _hosts(tmp_path, 1)
-    spec = _spec(_channel("s3://data/gz/", InputMode="Pipe", CompressionType="Gzip",
-                          RecordWrapperType="RecordIO"))
-    data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
-    data.stage()
-    try:
-        with open(hosts[0][1].pipe_path("train", 0), "rb") as fifo:
-            records = rules.read_recordio(fifo.read())
-    finally:
-        data.close(timeout=5)
+    records = rules.read_recordio(_first_epoch(s3, tmp_path, _channel(
+        "s3://data/gz/", InputMode="Pipe", CompressionType="Gzip", RecordWrapperType="RecordIO")))
     assert records == plain
 
 

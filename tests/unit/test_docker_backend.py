@@ -290,15 +290,20 @@ def test_container_arguments_per_host(tmp_path: Path) -> None:
     assert "device_requests" not in kwargs and "group_add" not in kwargs and kwargs["user"] == "0:0"
 
 
-def test_launch_mounts_each_host_tree_at_opt_ml_and_streams_prefixed_logs(tmp_path: Path) -> None:
-    client = FakeClient()
-    agent = _agent(tmp_path, client, _spec(tmp_path))
+def _launch_all(agent: Any, client: FakeClient) -> list[dict[str, Any]]:
+    """Prepare and launch every host, wait for each; the kwargs of every named container created."""
     agent._prepare()
     agent._launch()
     for host in agent.hosts:
         assert host.proc.wait(10) == 0
         host.pump.join(10)
-    created = [c for c in client.containers.created if c.get("name")]
+    return [c for c in client.containers.created if c.get("name")]
+
+
+def test_launch_mounts_each_host_tree_at_opt_ml_and_streams_prefixed_logs(tmp_path: Path) -> None:
+    client = FakeClient()
+    agent = _agent(tmp_path, client, _spec(tmp_path))
+    created = _launch_all(agent, client)
     assert [c["name"] for c in created] == ["job-1-algo-1", "job-1-algo-2"]
     for kwargs, host in zip(created, agent.hosts, strict=True):
         assert kwargs["volumes"][str(host.base.resolve())] == {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
@@ -546,12 +551,7 @@ def test_container_paths_outside_opt_ml_are_mounted_from_each_host_tree(tmp_path
     spec.CheckpointConfig = CheckpointConfig(S3Uri=(tmp_path / "ckpt-store").as_uri(), LocalPath="/ckpt")
     _backend(tmp_path, client).check(spec)  # refused by the process executor, mounted here
     agent = _agent(tmp_path, client, spec)
-    agent._prepare()
-    agent._launch()
-    for host in agent.hosts:
-        assert host.proc.wait(10) == 0
-        host.pump.join(10)
-    created = [c for c in client.containers.created if c.get("name")]
+    created = _launch_all(agent, client)
     for kwargs, host in zip(created, agent.hosts, strict=True):
         mount = kwargs["volumes"][str(host.paths.tensorboard_dir.resolve())]
         assert mount == {"bind": "/logs/tb", "mode": "rw"}

@@ -90,7 +90,8 @@ rm -rf "$CTX/src"
 
 if [ "$WHEELS_HERE" = 1 ]; then
   log "downloading wheels: $(echo "$REQUIREMENTS" | tr '\n' ' ')"
-  "$PYTHON" -m pip download -q --only-binary=:all: -d "$CTX/wheels/deps" -r "$CTX/wheels/deps/requirements.txt" >&2
+  "$PYTHON" -m pip download -q --only-binary=:all: -d "$CTX/wheels/deps" -r "$CTX/wheels/deps/requirements.txt" >&2 \
+    || { log "downloading the wheels failed (is the package index reachable? see above)"; exit 2; }
 fi
 
 log "docker build $TAG (base $BASE)"

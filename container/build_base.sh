@@ -61,7 +61,10 @@ if [ ! -s "$TARBALL" ]; then
   ROOTFS=$(mktemp -d "${CACHE_DIR}/rootfs.XXXXXX")
   trap 'rm -rf "$ROOTFS" "${TARBALL}.partial"' EXIT
   log "debootstrap $SUITE from $MIRROR (recipe $HASH); this takes a few minutes"
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR" >&2
+  # Exit 2 (a prerequisite is missing) when the mirror cannot deliver: the caller can tell an
+  # unreachable package mirror from a broken recipe only by the log above this line.
+  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR" >&2 \
+    || { log "debootstrap from $MIRROR failed (is the mirror reachable? see the log above)"; exit 2; }
   # Keep the image small and free of host-specific state.
   chroot "$ROOTFS" apt-get clean
   rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/var/log/*.log \

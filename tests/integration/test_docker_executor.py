@@ -73,7 +73,7 @@ def image(engine: Any) -> str:
         [str(REPO / "container" / "build.sh"), "cpu", "--extra", "scikit-learn"],
         capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
     )
-    if result.returncode == 2:  # a prerequisite is missing (debootstrap, root): say which
+    if result.returncode == 2:  # a prerequisite is missing (debootstrap, root, mirror, index)
         pytest.skip(f"cannot build the test image: {result.stderr.strip()[-500:]}")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     tag = result.stdout.strip().splitlines()[-1]

@@ -3,7 +3,7 @@
 
 Runs inside the user's process (imported by ``runtime/_rankboot/sitecustomize.py``, which the
 supervisor puts first on each rank's ``PYTHONPATH``), so it must be cheap, import nothing heavy, never
-raise, and change nothing the script can observe except two signal handlers:
+raise, and change nothing the script can observe except two signal handlers and an exit handler:
 
 - **Registration.** When ``SMLAUNCH_RANK_DIR`` is set, the rank writes ``<dir>/<pid>.json``
   (``{"pid", "rank", "host", "time"}``): that is how the supervisor finds ranks it did not spawn

@@ -630,10 +630,10 @@ def _agent_class() -> type[_AgentBase]:
                 (layout.checkpoint_local_path(self.spec), layout.checkpoint_dir(self.spec, paths)),
                 (layout.tensorboard_local_path(self.spec), layout.tensorboard_dir(self.spec, paths)),
             ):
-                outside = local_path is not None and layout.below_opt_ml(local_path) is None
-                if outside and local_path is not None and directory is not None:
-                    directory.mkdir(parents=True, exist_ok=True)
-                    mounts[str(directory.resolve())] = {"bind": local_path, "mode": "rw"}
+                if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
+                    continue
+                directory.mkdir(parents=True, exist_ok=True)
+                mounts[str(directory.resolve())] = {"bind": local_path, "mode": "rw"}
             return mounts
 
         def container_kwargs(

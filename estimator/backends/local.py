@@ -88,9 +88,9 @@ class LocalBackend(Backend):
 
     def check(self, spec: TrainingJobSpec) -> None:
         """Capabilities, plus what only this machine can tell: writable output path and job root,
-        ``file://`` inputs that exist, a TensorBoard path each host can have, a job name not used
-        yet, and ManifestFile channels that parse and name existing objects (AugmentedManifestFile is
-        not emulated). Raises before anything starts."""
+        ``file://`` inputs that exist, checkpoint and TensorBoard paths each host can have, a job name
+        not used yet, and ManifestFile channels that parse and name existing objects
+        (AugmentedManifestFile is not emulated). Raises before anything starts."""
         super().check(spec)
         output = spec.OutputDataConfig.S3OutputPath
         if urlparse(output).scheme == "file":

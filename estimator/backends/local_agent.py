@@ -76,8 +76,9 @@ from runtime import contract
 from runtime.transfer import TransferEngine
 
 FAILURE_GRACE_SECONDS = 2.0
-DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
+DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
+"""FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05
 DESCENDANT_SCAN_SECONDS = 1.0
 LOG_TAIL_LINES = 20

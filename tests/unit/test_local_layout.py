@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from estimator.backends import _local_layout as layout
 from estimator.spec import TrainingJobSpec
@@ -94,40 +97,42 @@ def test_no_checkpoint_config_without_checkpoints(tmp_path: Path) -> None:
     assert not paths.checkpoint_config_file.exists()
 
 
-def test_checkpoint_local_path_maps_into_each_host_tree(tmp_path: Path) -> None:
-    default = _spec(CheckpointConfig={"S3Uri": "s3://bucket/ckpt"})
-    paths = layout.write_host_tree(default, tmp_path / "a", "algo-1", ["algo-1"])
-    assert layout.checkpoint_dir(default, paths) == paths.checkpoints_dir == tmp_path / "a" / "checkpoints"
-    assert json.loads(paths.checkpoint_config_file.read_text()) == {
-        "LocalPath": str(paths.checkpoints_dir), "S3Uri": "s3://bucket/ckpt"}
-    custom = _spec(CheckpointConfig={"S3Uri": "s3://bucket/ckpt", "LocalPath": "/opt/ml/ckpt/run-1"})
+# kind: (spec field, its S3 key, the tree's default directory, config file, directory function,
+#        default directory below the tree)
+CONTAINER_DIRS: dict[str, tuple[str, str, str, str, Callable[..., Path | None], str]] = {
+    "checkpoints": ("CheckpointConfig", "S3Uri", "checkpoints_dir", "checkpoint_config_file",
+                    layout.checkpoint_dir, "checkpoints"),
+    "tensorboard": ("TensorBoardOutputConfig", "S3OutputPath", "tensorboard_dir", "tensorboard_config_file",
+                    layout.tensorboard_dir, "output/tensorboard"),
+}
+
+
+@pytest.mark.parametrize("kind", CONTAINER_DIRS)
+def test_container_local_path_maps_into_each_host_tree(tmp_path: Path, kind: str) -> None:
+    field, s3_key, default_attr, config_attr, dir_of, default_rel = CONTAINER_DIRS[kind]
+
+    def spec(local_path: str | None = None) -> TrainingJobSpec:
+        config = {s3_key: "s3://bucket/x", **({"LocalPath": local_path} if local_path else {})}
+        return _spec(**{field: config})
+
+    unset = _spec(**{field: None})
+    paths = layout.write_host_tree(unset, tmp_path / "none", "algo-1", ["algo-1"])
+    assert not getattr(paths, config_attr).exists() and dir_of(unset, paths) is None
+    paths = layout.write_host_tree(spec(), tmp_path / "a", "algo-1", ["algo-1"])
+    default_dir = getattr(paths, default_attr)
+    assert dir_of(spec(), paths) == default_dir == tmp_path / "a" / default_rel and default_dir.is_dir()
+    assert json.loads(getattr(paths, config_attr).read_text()) == {
+        "LocalPath": str(default_dir), s3_key: "s3://bucket/x"}
+    custom = spec("/opt/ml/logs/run-1/")
     paths = layout.write_host_tree(custom, tmp_path / "b", "algo-1", ["algo-1"])
-    host_dir = tmp_path / "b" / "ckpt" / "run-1"
-    assert layout.checkpoint_dir(custom, paths) == host_dir and host_dir.is_dir()
-    assert json.loads(paths.checkpoint_config_file.read_text())["LocalPath"] == str(host_dir)
-    # Outside /opt/ml (containers mount it there): the tree's checkpoints/ holds it.
-    outside = _spec(CheckpointConfig={"S3Uri": "s3://bucket/ckpt", "LocalPath": "/ckpt"})
-    assert layout.checkpoint_dir(outside, paths) == paths.checkpoints_dir
-    assert layout.checkpoint_dir(_spec(CheckpointConfig=None), paths) is None
-
-
-def test_tensorboard_local_path_maps_into_each_host_tree(tmp_path: Path) -> None:
-    paths = layout.write_host_tree(_spec(), tmp_path / "a", "algo-1", ["algo-1"])
-    assert not paths.tensorboard_config_file.exists() and not paths.tensorboard_dir.exists()
-    default = _spec(TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/tb"})
-    paths = layout.write_host_tree(default, tmp_path / "b", "algo-1", ["algo-1"])
-    assert paths.tensorboard_dir == tmp_path / "b" / "output" / "tensorboard"
-    assert paths.tensorboard_dir.is_dir()
-    assert json.loads(paths.tensorboard_config_file.read_text()) == {
-        "LocalPath": str(paths.tensorboard_dir), "S3OutputPath": "s3://bucket/tb"}
-    custom = _spec(TensorBoardOutputConfig={"S3OutputPath": "s3://b/tb", "LocalPath": "/opt/ml/logs/tb/"})
-    paths = layout.write_host_tree(custom, tmp_path / "c", "algo-1", ["algo-1"])
-    host_dir = tmp_path / "c" / "logs" / "tb"
-    assert layout.tensorboard_dir(custom, paths) == host_dir and host_dir.is_dir()
-    assert json.loads(paths.tensorboard_config_file.read_text())["LocalPath"] == str(host_dir)
+    host_dir = tmp_path / "b" / "logs" / "run-1"
+    assert dir_of(custom, paths) == host_dir and host_dir.is_dir()
+    assert json.loads(getattr(paths, config_attr).read_text())["LocalPath"] == str(host_dir)
     # Outside /opt/ml (containers mount it there): the tree's default directory holds it.
-    outside = _spec(TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/tb", "LocalPath": "/tmp/tb"})
-    assert layout.tensorboard_dir(outside, paths) == paths.tensorboard_dir
+    assert dir_of(spec("/elsewhere/x"), paths) == getattr(paths, default_attr)
+
+
+def test_container_paths_below_opt_ml() -> None:
     assert layout.below_opt_ml("/opt/ml/../etc/tb") is None and layout.below_opt_ml("/opt/ml") is None
     assert layout.below_opt_ml("/opt/mlx/tb") is None
 

@@ -261,14 +261,17 @@ _RANK_LINE = re.compile(r"^\[(algo-\d+)/rank (\d+)\] ")
 class SpotFaults:
     """Carries out the ``spot`` faults of one job in the agent: each interrupts its attempt, exactly
     as ``stop(reason="spot")`` would, after ``after_seconds`` from the hosts' start or when
-    ``rank`` has printed ``after_lines`` lines (counted on the job log's ``[algo-N/rank R]`` lines)."""
+    ``rank`` has printed ``after_lines`` lines (counted per host on the job log's ``[algo-N/rank R]``
+    lines, as each host's supervisor counts them for the other faults: without a distribution every
+    host's one process is rank 0). Each fault fires at most once per attempt."""
 
     def __init__(self, faults: list[Fault], job_path: Path, log: Log) -> None:
         self.faults = faults
         self.job_path = job_path
         self.log = log
         self._armed: list[Fault] = []
-        self._lines: dict[int, int] = {}
+        self._lines: dict[tuple[str, int], int] = {}
+        self._fired: set[int] = set()
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
 
@@ -278,6 +281,7 @@ class SpotFaults:
         with self._lock:
             self._armed = [f for f in self.faults if f.attempt == attempt]
             self._lines = {}
+            self._fired = set()
         for fault in self._armed:
             if fault.after_lines is None:
                 timer = threading.Timer(fault.after_seconds, self._interrupt, args=(fault,))
@@ -293,7 +297,7 @@ class SpotFaults:
             return
         host, rank = found.group(1), int(found.group(2))
         with self._lock:
-            count = self._lines[rank] = self._lines.get(rank, 0) + 1
+            count = self._lines[(host, rank)] = self._lines.get((host, rank), 0) + 1
             due = [f for f in self._armed if f.rank == rank and f.after_lines == count
                    and f.host in (None, host)]
         for fault in due:
@@ -307,5 +311,9 @@ class SpotFaults:
             self._armed = []
 
     def _interrupt(self, fault: Fault) -> None:
+        with self._lock:
+            if id(fault) in self._fired:
+                return  # e.g. the same rank of a second host reaching the count
+            self._fired.add(id(fault))
         self.log(f"fault injection: {fault.describe()}: interrupting the job")
         (self.job_path / INTERRUPT_FILE).touch()

@@ -18,6 +18,7 @@ from moto import mock_aws
 from runtime.transfer import (
     SHA256_METADATA_KEY,
     TransferEngine,
+    TransferError,
     TransferVerificationError,
     digest_file,
     relative_key,
@@ -200,3 +201,29 @@ def test_upload_dir_accepts_a_relative_directory(tmp_path: Path, monkeypatch: py
     dest = tmp_path / "dest"
     TransferEngine(progress=False).upload_dir("data", dest.as_uri())
     assert (dest / "a.txt").read_text() == "a"
+
+
+def test_delete_in_batches_of_1000_and_absent_objects_are_fine(s3: Any) -> None:
+    for i in range(1001):
+        s3.put_object(Bucket="bucket", Key=f"ckpt/f{i:04d}", Body=b"x")
+    calls: list[int] = []
+    original = s3.delete_objects
+
+    def counting(**kwargs: Any) -> Any:
+        calls.append(len(kwargs["Delete"]["Objects"]))
+        return original(**kwargs)
+
+    s3.delete_objects = counting
+    rels = [f"f{i:04d}" for i in range(1001)] + ["never-there"]
+    deleted = TransferEngine(s3, progress=False).delete("s3://bucket/ckpt", rels)
+    assert deleted == sorted(rels) and calls == [1000, 2]
+    assert "Contents" not in s3.list_objects_v2(Bucket="bucket", Prefix="ckpt/")
+
+
+def test_a_refused_delete_names_the_key_and_the_error() -> None:
+    class Refusing:
+        def delete_objects(self, **kwargs: Any) -> dict[str, Any]:
+            return {"Errors": [{"Key": "ckpt/a", "Code": "AccessDenied", "Message": "Access Denied"}]}
+
+    with pytest.raises(TransferError, match="deleting s3://bucket/ckpt/a failed: AccessDenied Access Denied"):
+        TransferEngine(Refusing(), progress=False).delete("s3://bucket/ckpt/", ["a"])

@@ -10,7 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from estimator.errors import ConfigurationError, JobFailedError, UnsupportedByBackendError
+from estimator.errors import (
+    ConfigurationError,
+    JobFailedError,
+    UnsupportedByBackendError,
+    UnsupportedFeatureError,
+)
 
 if TYPE_CHECKING:
     from estimator.debugger import TensorBoardOutputConfig
@@ -19,11 +24,13 @@ if TYPE_CHECKING:
     from estimator.job import TrainingJob
     from estimator.session import LocalSession, Session
     from estimator.spec import TrainingJobSpec
+    from estimator.tuner import HyperparameterTuner
 
 # Imported on first access: processes that only need a submodule (the local backend's per-job
 # agent, started once per job) must not pay for the estimator and the instance catalog.
 _LAZY = {
     "Estimator": "estimator.estimator",
+    "HyperparameterTuner": "estimator.tuner",
     "PyTorch": "estimator.estimator",
     "ShuffleConfig": "estimator.inputs",
     "TensorBoardOutputConfig": "estimator.debugger",
@@ -37,6 +44,7 @@ _LAZY = {
 __all__ = [
     "ConfigurationError",
     "Estimator",
+    "HyperparameterTuner",
     "JobFailedError",
     "LocalSession",
     "PyTorch",
@@ -47,6 +55,7 @@ __all__ = [
     "TrainingJob",
     "TrainingJobSpec",
     "UnsupportedByBackendError",
+    "UnsupportedFeatureError",
 ]
 
 

@@ -43,3 +43,16 @@ class JobFailedError(SmlaunchError):
         self.reason = reason
         self.exit_code = exit_code
         super().__init__(f"Training job {job_name} ended {status}: {reason}")
+
+
+class UnsupportedFeatureError(SmlaunchError, NotImplementedError):
+    """A SageMaker SDK feature smlaunch does not provide (``deploy()``, ``HyperparameterTuner``).
+
+    The message says what is not supported and what to use instead, so a notebook cell copied from a
+    SageMaker example fails with advice rather than an ``AttributeError``.
+    """
+
+    def __init__(self, feature: str, instead: str) -> None:
+        self.feature = feature
+        self.instead = instead
+        super().__init__(f"{feature} is not supported by smlaunch. Instead: {instead}")

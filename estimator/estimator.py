@@ -51,7 +51,7 @@ from estimator import hyperparameters as hp
 from estimator import inputs as channel_inputs
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, UnsupportedFeatureError
 from estimator.job import TrainingJob
 from estimator.packaging import build_and_stage, check_readable_dir
 from estimator.spec import (
@@ -681,6 +681,17 @@ class Estimator:
         """Stop the latest job (returns without waiting). ``reason="spot"`` emulates a spot
         interruption of a local managed-spot job instead: it resumes on fresh hosts."""
         self._require_job().stop(reason=reason)
+
+    def deploy(self, *args: Any, **kwargs: Any) -> Any:
+        """Not supported: smlaunch trains; it does not host endpoints. Raises
+        :class:`UnsupportedFeatureError` saying where the model is and what can serve it."""
+        raise UnsupportedFeatureError(
+            "deploy() (SageMaker real-time endpoints)",
+            "take the trained model from est.model_data (model.tar.gz) and serve it with "
+            "sagemaker.pytorch.PyTorchModel(model_data=est.model_data, role=..., entry_point=...)"
+            ".deploy(...) "
+            "from the SageMaker Python SDK, or with TorchServe on your own machine",
+        )
 
     # --- attach ---------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ internal error ("ClientError: ..." / "Framework Error: ..." in ``output/failure`
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -125,8 +126,26 @@ def run(environ: Mapping[str, str]) -> int:
             signal.signal(signum, handler)
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``train [-h]``: the runtime takes its whole configuration from ``/opt/ml`` and the environment.
+
+    Other arguments are ignored, as SageMaker's containers ignore the ``train`` argument they get.
+    """
+    return argparse.ArgumentParser(
+        prog="train",
+        description="Run this host's part of a SageMaker-style training job (also: python -m runtime).",
+        epilog=(
+            f"Reads {contract.DEFAULT_BASE_DIR}/input/config/*.json (or ${contract.BASE_DIR_ENV}): "
+            "hyperparameters.json, resourceconfig.json, inputdataconfig.json; runs the entry point named "
+            f"by the {contract.HP_PROGRAM} hyperparameter on every rank. Exit status: 0 on success, else "
+            "the failing rank's exit code (128+N for a death by signal N), 1 for a bad configuration."
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
     """Console-script entry (``train``); returns the exit code for ``sys.exit``."""
+    build_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     return run(os.environ)
 
 

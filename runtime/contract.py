@@ -6,8 +6,8 @@ group name, reserved keys). Both sides import it: ``estimator`` (which writes th
 local runs, the ``/opt/ml`` trees) and ``runtime`` (which reads them). One definition, so a key can
 never be spelled two ways. It must stay free of I/O and of imports beyond the standard library.
 
-Sources: SageMaker's training toolkit (``params.py``, ``environment.py``) and the SDK v2 wire format,
-as measured in ``shared/reference/runtime-contract.md`` and ``shared/reference/sdk-wire.md``.
+Sources: SageMaker's training toolkit (``params.py``, ``environment.py``) and the SDK v2 wire format;
+``docs/runtime-contract.md`` and ``docs/wire-format.md`` document every name.
 """
 
 from __future__ import annotations

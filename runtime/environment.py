@@ -7,7 +7,7 @@ from and that renders the ``SM_*`` variables (:meth:`Environment.to_env_vars`) w
 of SageMaker's training toolkit (``sagemaker_training.environment.Environment.to_env_vars``), checked
 by ``tests/unit/test_environment_oracle.py``.
 
-Rules, where the toolkit leaves a choice (``shared/reference/runtime-contract.md`` §4.3, §8):
+Rules, where the toolkit leaves a choice (``docs/runtime-contract.md``):
 
 - Distribution hosts: the hosts of the distribution instance groups in ``instance_groups`` order
   (not sorted); ``hosts`` when the file has no ``instance_groups`` (SDK local mode).

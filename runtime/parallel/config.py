@@ -2,7 +2,7 @@
 
 This module owns what ``smp.init(config)`` accepts. It is pure (no torch, no processes), so every
 rule is unit-testable. Semantics follow the SageMaker model-parallel v1 documentation
-(``smd_model_parallel_general.rst``) as recorded in shared/reference/smp-on-torch-pipelining.md §2.2:
+(``smd_model_parallel_general.rst``; summarised in ``docs/smp.md``):
 
 * the user's dict is merged with ``SM_HP_MP_PARAMETERS`` and **the environment wins**;
 * ``partitions`` is an alias of ``pipeline_parallel_degree`` (conflicting values are an error);

@@ -1,6 +1,6 @@
 """``DistributedModel``, ``DistributedOptimizer`` and ``@step`` on torch.distributed.pipelining.
 
-How an unchanged smp step function runs (shared/reference/smp-on-torch-pipelining.md §4.1):
+How an unchanged smp step function runs (``docs/smp.md``):
 
 * **pp == 1**: the body runs once per microbatch; ``model(x)`` calls the module, ``model.backward(loss)``
   back-propagates ``loss / m`` (smp averages gradients across microbatches).

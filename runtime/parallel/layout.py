@@ -3,7 +3,7 @@
 A strategy is three letters, a permutation of ``D`` (reduced data parallel), ``P`` (pipeline) and
 ``T`` (tensor); ``cluster`` is ``DPT`` and ``spread`` is ``TPD``. The right-most letter varies fastest
 over ascending global ranks, so the layout is exactly a row-major mesh whose dimension names are the
-letters (shared/reference/smp-on-torch-pipelining.md §2.3):
+letters (``docs/smp.md``, from smp's "Ranking Basics"):
 
 * ``pp_rank``/``tp_rank``/``rdp_rank`` are the P/T/D coordinates;
 * ``dp`` is the (D, T) sub-grid and ``mp`` the (P, T) sub-grid, each flattened row-major with the

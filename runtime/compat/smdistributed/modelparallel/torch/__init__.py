@@ -1,7 +1,7 @@
 """``smdistributed.modelparallel.torch`` (smp v1) on torch.distributed.pipelining.
 
 A thin namespace over :mod:`runtime.parallel.api`; see that package for the engine and
-shared/reference/smp-on-torch-pipelining.md for the API it reproduces.
+``docs/smp.md`` for how it maps the API it reproduces.
 
 Auto-init, as smp does it: when ``SM_HP_MP_PARAMETERS`` and ``OMPI_COMM_WORLD_RANK`` are both set
 (smlaunch's smp launcher sets both) and ``SMP_MANUAL_INIT`` is not ``1``, importing this package calls

@@ -281,6 +281,10 @@ def _mpi_spec(tmp_path: Path, image: str, name: str) -> Any:
     return spec
 
 
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None,
+    reason="the process executor's half needs OpenMPI's mpirun on this machine (apt-get install openmpi-bin)",
+)
 def test_mpi_job_across_two_containers_matches_the_process_executor(
     tmp_path: Path, root: Path, engine: Any, image: str
 ) -> None:

@@ -28,7 +28,7 @@ HOST_RESOLUTION_TIMEOUT_SECONDS = 900.0
 
 
 class _Stopped(BaseException):
-    """SIGTERM/SIGINT arrived before the ranks started (during fetch or pip install)."""
+    """SIGTERM/SIGINT (or SIGHUP: the agent died) arrived before the ranks started (fetch, pip)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -72,7 +72,8 @@ def run(environ: Mapping[str, str]) -> int:
     base_dir = environ.get(contract.BASE_DIR_ENV) or contract.DEFAULT_BASE_DIR
     paths = contract.Paths(base_dir)
     host = "runtime"
-    previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop_signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {s: signal.signal(s, _raise_stopped) for s in stop_signals}
     try:
         env = Environment.from_files(base_dir, environ)
         host = env.current_host
@@ -89,11 +90,12 @@ def run(environ: Mapping[str, str]) -> int:
         if len(env.hosts) > 1 and not env.host_addresses:
             wait_for_hosts(env.hosts, HOST_RESOLUTION_TIMEOUT_SECONDS, lambda m: _log(host, m))
 
+        from runtime.containment import Containment
         from runtime.launchers import select_launcher
         from runtime.supervisor import Supervisor
 
         launcher = select_launcher(env)
-        supervisor = Supervisor.from_environ(host, env.environ)
+        supervisor = Supervisor.from_environ(host, env.environ, containment=Containment(host))
         result = launcher.run(supervisor)
         code = report_run(paths, result)
         _log(host, "training succeeded" if code == 0 else f"training failed: exit code {code}")

@@ -23,9 +23,13 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
    Ctrl-C) is forwarded as SIGTERM to every process group, so user code can checkpoint; SIGKILL
    follows after ``stop_grace`` seconds (``SMLAUNCH_STOP_GRACE_SECONDS``, default 120, as SageMaker
    allows). A second signal kills at once. The host then exits ``128 + signum`` of the signal it got.
+   SIGHUP means the process that started the host is gone (the local agent gives its hosts
+   ``PR_SET_PDEATHSIG=SIGHUP``): every process is SIGKILLed at once, and 6 still runs.
 6. **No leftovers.** When the last process has exited, every process group the supervisor created
-   is SIGKILLed, so grandchildren (data loader workers, shells) cannot survive. Every wait is
-   bounded.
+   is SIGKILLed, so grandchildren (data loader workers, shells) cannot survive; with a
+   :class:`~runtime.containment.Containment` (``python -m runtime`` always passes one), daemons that
+   left those groups (``start_new_session=True``, double forks) are found through the subreaper and
+   the host's cgroup, SIGKILLed, reaped, and named in the log. Every wait is bounded.
 7. **Hang.** With ``SMLAUNCH_STALL_TIMEOUT_SECONDS`` set, when no process has exited and none has
    written output for that long, every rank's Python stack is dumped (py-spy, else faulthandler)
    into the log and ``output/data/smlaunch-stacks-<host>.txt``, and the job ends as in 3 with exit
@@ -54,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from runtime import contract
+from runtime.containment import Containment
 from runtime.launchers.base import LaunchPlan, ProcessSpec
 
 if TYPE_CHECKING:
@@ -81,8 +86,9 @@ def exit_code_of(returncode: int) -> int:
 _prctl: Any = None
 
 
-def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
-    """preexec_fn: SIGKILL this child when the thread that spawned it dies (Linux only).
+def _die_with_parent(parent_pid: int, containment: Containment | None = None) -> Callable[[], None] | None:
+    """preexec_fn: SIGKILL this child when the thread that spawned it dies (Linux only), and move it
+    into the host's cgroup when ``containment`` has one.
 
     ``prctl`` is looked up here, in the parent: the child of a multi-threaded process must not
     ``dlopen`` (another thread may have held the loader lock at fork time); it only calls it.
@@ -101,6 +107,8 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)
+        if containment is not None:
+            containment.join_in_child()
 
     return preexec
 
@@ -234,8 +242,12 @@ class Supervisor:
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
         hooks: Sequence[SupervisorHook] = (),
+        containment: Containment | None = None,
     ) -> None:
         self.host = host
+        self.containment = containment
+        """What keeps daemons the ranks start inside the host (:mod:`runtime.containment`); with
+        None, only the ranks' process groups are killed at the end."""
         self.hooks = list(hooks)
         """Watchdog / fault-injection hooks (:class:`runtime.watchdog.SupervisorHook`)."""
         self.stop_grace = stop_grace
@@ -296,6 +308,8 @@ class Supervisor:
         lines = [f"launcher: {plan.launcher}"]
         for key, value in plan.topology.items():
             lines.append(f"  {key}: {value}")
+        if self.containment is not None:
+            lines.append(f"  containment: {self.containment.describe()}")
         for spec in plan.processes:
             lines.append(f"  [{spec.label}] {shlex.join(spec.argv)}")
         for line in lines:
@@ -331,7 +345,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid()),
+            preexec_fn=_die_with_parent(os.getpid(), self.containment),
         )
         proc = _Proc(spec, popen)
         assert popen.stdout is not None and popen.stderr is not None
@@ -364,7 +378,7 @@ class Supervisor:
         previous: dict[int, Any] = {}
         if threading.current_thread() is not threading.main_thread():
             return previous
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             previous[signum] = signal.signal(signum, self._on_signal)
         return previous
 
@@ -373,6 +387,8 @@ class Supervisor:
     def run(self, plan: LaunchPlan) -> RunResult:
         """Start every process of ``plan``, supervise them to the end, and say what happened."""
         result = RunResult(host=self.host)
+        if self.containment is not None:
+            self.containment.enter()
         self._log_topology(plan)
         previous = self._install_handlers()
         procs: list[_Proc] = []
@@ -391,6 +407,10 @@ class Supervisor:
         finally:
             for proc in procs:
                 self._signal_group(proc, signal.SIGKILL)
+            if self.containment is not None:
+                left = self.containment.sweep()
+                if left:
+                    self.log(f"killed {len(left)} process(es) the ranks left behind: {', '.join(left)}")
             for proc in procs:
                 for reader in proc.readers:
                     reader.join(READER_JOIN_SECONDS)
@@ -437,7 +457,13 @@ class Supervisor:
             elif kind == "signal":
                 signum = int(payload)
                 self._signals_seen += 1
-                if result.stop_signal is None and result.first_failure is None:
+                if signum == signal.SIGHUP:  # the agent that started this host is gone
+                    if result.stop_signal is None and result.first_failure is None:
+                        result.stop_signal = signum
+                    self.log(f"received SIGHUP (the process that started this host is gone): killing "
+                             f"{len(alive)} process(es) now")
+                    kill_at = time.monotonic()
+                elif result.stop_signal is None and result.first_failure is None:
                     result.stop_signal = signum
                     self.log(
                         f"received {signal.Signals(signum).name}: forwarding SIGTERM to {len(alive)} "

@@ -32,9 +32,11 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
   SIGTERM / grace / SIGKILL; status ``Stopped``, SecondaryStatus ``MaxRuntimeExceeded``, and a
   FailureReason saying so.
 - **The agent itself dies** (even SIGKILL; Linux): every host runtime was started with
-  ``PR_SET_PDEATHSIG=SIGKILL`` against the agent and dies with it (the runtime in turn sets it on its
-  ranks); the agent is also a child subreaper, so ranks orphaned by a dying runtime are reparented to
-  it and killed before it exits. Readers see the job ``Failed`` (the agent's pid is gone).
+  ``PR_SET_PDEATHSIG=SIGHUP`` against the agent: it SIGKILLs its ranks at once and sweeps what they
+  left (daemons included: :mod:`runtime.containment`) before it exits; its ranks also have
+  ``PR_SET_PDEATHSIG=SIGKILL`` against it. The agent is also a child subreaper, so ranks orphaned
+  by a dying runtime are reparented to it and killed before it exits. Readers see the job
+  ``Failed`` (the agent's pid is gone).
 - Artifacts are packaged whatever the outcome (a stopped job keeps what it saved, as on SageMaker).
 """
 
@@ -578,10 +580,12 @@ class Agent:
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A pre-exec hook giving the child PR_SET_PDEATHSIG=SIGKILL against this process (Linux).
+    """A pre-exec hook giving the child PR_SET_PDEATHSIG=SIGHUP against this process (Linux).
 
-    Elsewhere (macOS) there is no such call: a host runtime then outlives an agent killed with
-    SIGKILL, and only the agent's normal exits (including SIGTERM/SIGINT) clean up.
+    SIGHUP, not SIGKILL: the host runtime must live long enough to kill and reap everything its ranks
+    started (``runtime.supervisor``, point 5). Elsewhere (macOS) there is no such call: a host
+    runtime then outlives an agent killed with SIGKILL, and only the agent's normal exits (including
+    SIGTERM/SIGINT) clean up.
     """
     if sys.platform != "linux":
         return None
@@ -589,9 +593,9 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def die_with_agent() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
         if os.getppid() != parent:  # the agent died before prctl took effect
-            os._exit(137)
+            os._exit(129)
 
     return die_with_agent
 

@@ -56,6 +56,11 @@ class LocalSession:
     ``artifact_conflicts``: what happens when two hosts write the same model/output path with
     different bytes: ``"warn"`` (default: the first host's copy is kept and the job log says so) or
     ``"error"`` (the job ends Failed naming the path and both hosts).
+    ``install_requirements``: install ``requirements.txt`` of ``source_dir`` before the script starts
+    (default True). With processes, it goes into an environment layered over your interpreter, built
+    once and cached by the file's hash under ``<root>/.requirements`` (your interpreter is never
+    changed); containers install into their own interpreter, as SageMaker's toolkit does. See
+    :mod:`runtime.requirements`.
     """
 
     is_local = True
@@ -70,6 +75,7 @@ class LocalSession:
         stop_grace_seconds: float | None = None,
         docker_client: Any | None = None,
         artifact_conflicts: Literal["warn", "error"] = "warn",
+        install_requirements: bool = True,
     ) -> None:
         executor = executor or os.environ.get(LOCAL_EXECUTOR_ENV, "process")  # type: ignore[assignment]
         if executor not in ("process", "docker"):
@@ -92,7 +98,13 @@ class LocalSession:
                 "artifact_conflicts", artifact_conflicts, "unknown policy",
                 "use artifact_conflicts='warn' or artifact_conflicts='error'",
             )
+        if not isinstance(install_requirements, bool):
+            raise ConfigurationError(
+                "install_requirements", install_requirements, "must be True or False",
+                "pass install_requirements=False to skip requirements.txt, or leave it unset",
+            )
         self.artifact_conflicts = artifact_conflicts
+        self.install_requirements = install_requirements
         self.root = Path(root).expanduser().resolve() if root is not None else default_local_root()
         self.processes_per_host = processes_per_host
         self.executor: Executor = executor  # type: ignore[assignment]

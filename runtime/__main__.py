@@ -65,9 +65,10 @@ def wait_for_hosts(hosts: list[str], timeout: float, log: Any) -> None:
 def run(environ: Mapping[str, str]) -> int:
     """One host's job; returns the exit code. Writes ``success`` or ``failure`` before returning."""
     from runtime.archive import UnsafeArchiveError
-    from runtime.code import CodeFetcher, InstallRequirementsError, install_requirements
+    from runtime.code import CodeFetcher
     from runtime.environment import Environment, HostConfigurationError
     from runtime.report import report_run, write_failure
+    from runtime.requirements import InstallRequirementsError, prepare
 
     base_dir = environ.get(contract.BASE_DIR_ENV) or contract.DEFAULT_BASE_DIR
     paths = contract.Paths(base_dir)
@@ -86,7 +87,7 @@ def run(environ: Mapping[str, str]) -> int:
             directory.mkdir(parents=True, exist_ok=True)
         if CodeFetcher().fetch(env.sagemaker_hyperparameters.get(contract.HP_SUBMIT_DIRECTORY), env.code_dir):
             _log(host, f"code from {env.module_dir} extracted into {env.code_dir}")
-        install_requirements(env.code_dir, sys.executable, env.environ, log=lambda m: _log(host, m))
+        python = prepare(env.code_dir, env.user_entry_point, env.environ, lambda m: _log(host, m))
         if len(env.hosts) > 1 and not env.host_addresses:
             wait_for_hosts(env.hosts, HOST_RESOLUTION_TIMEOUT_SECONDS, lambda m: _log(host, m))
 
@@ -94,7 +95,7 @@ def run(environ: Mapping[str, str]) -> int:
         from runtime.launchers import select_launcher
         from runtime.supervisor import Supervisor
 
-        launcher = select_launcher(env)
+        launcher = select_launcher(env, python=python)
         supervisor = Supervisor.from_environ(host, env.environ, containment=Containment(host))
         result = launcher.run(supervisor)
         code = report_run(paths, result)

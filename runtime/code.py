@@ -1,12 +1,11 @@
-"""The user's code on this host: fetched, safely extracted, its requirements installed, its command.
+"""The user's code on this host: fetched, safely extracted, its command.
 
 - :class:`CodeFetcher` puts ``sagemaker_submit_directory`` into the code dir: ``s3://`` through an
   injected boto3 S3 client (created lazily, so boto3 is imported only when S3 is used), ``file://``
   or a plain path, a tarball (extracted with :func:`runtime.archive.safe_extract`, which refuses
   absolute paths, ``..`` and escaping links before writing anything) or a directory (copied). Like
   the toolkit, it does nothing when the code dir is already non-empty (Docker images, re-runs).
-- :func:`install_requirements` runs ``python -m pip install -r requirements.txt`` when the file is
-  present, with a bounded wait and the pip output kept for the error.
+- Its ``requirements.txt`` is installed by :mod:`runtime.requirements`.
 - :func:`entry_point_command` turns the entry point into the argv head: ``.py`` runs under the
   runtime's Python; any other file (``.sh``, a binary) runs directly when it has a shebang or is a
   binary, else under ``/bin/sh``. Never through ``sh -c``: arguments are never re-split. An entry
@@ -18,9 +17,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -28,12 +26,6 @@ from urllib.parse import unquote, urlparse
 from runtime import contract
 from runtime.archive import safe_extract
 from runtime.environment import HostConfigurationError
-
-PIP_TIMEOUT_SECONDS = 1800.0
-
-
-class InstallRequirementsError(RuntimeError):
-    """``pip install -r requirements.txt`` failed; the message holds the end of pip's output."""
 
 
 def _is_empty_dir(path: Path) -> bool:
@@ -108,40 +100,6 @@ class CodeFetcher:
             with TransferEngine(client_factory=self.s3_client, progress=False) as engine:
                 engine.download_file(uri, local, skip_unchanged=False)
             safe_extract(local, code_dir)
-
-
-def install_requirements(
-    code_dir: Path, python: str, environ: Mapping[str, str], log: Callable[[str], None] = print
-) -> bool:
-    """Install ``requirements.txt`` from the code dir if present; return whether pip ran."""
-    requirements = Path(code_dir) / contract.REQUIREMENTS_FILE
-    if not requirements.is_file():
-        return False
-    argv = [python, "-m", "pip", "install", "-r", contract.REQUIREMENTS_FILE]
-    log(f"installing requirements: {' '.join(argv)}")
-    try:
-        done = subprocess.run(
-            argv,
-            cwd=code_dir,
-            env=dict(environ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=PIP_TIMEOUT_SECONDS,
-        )
-    except subprocess.TimeoutExpired as error:
-        raise InstallRequirementsError(
-            f"pip install -r requirements.txt timed out after {error.timeout:g} s"
-        ) from error
-    for line in done.stdout.splitlines():
-        log(f"pip: {line}")
-    if done.returncode != 0:
-        tail = "\n".join(done.stdout.splitlines()[-20:])
-        raise InstallRequirementsError(
-            "InstallRequirementsError: pip install -r requirements.txt exited with code "
-            f"{done.returncode}\n{tail}"
-        )
-    return True
 
 
 def resolve_entry_point(code_dir: Path, entry_point: str | None) -> Path:

@@ -267,6 +267,9 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_SSHD_CONFIG     sshd_config an MPI worker's sshd uses (``sshd -D -f <path>``); the Docker
 #                            executor sets it: its containers share one network, one sshd port per host
 #   SMLAUNCH_SSH_PORTS       JSON object host -> sshd port the MPI master probes (default 22)
+#   SMLAUNCH_INSTALL_REQUIREMENTS  "0": requirements.txt is not installed (see runtime.requirements)
+#   SMLAUNCH_REQUIREMENTS_CACHE  directory of layered environments for requirements.txt; unset: pip
+#                            installs into the runtime's own interpreter, as the toolkit does
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
 SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
@@ -282,6 +285,8 @@ SMLAUNCH_MPI_DIR = "SMLAUNCH_MPI_DIR"
 SMLAUNCH_MPI_RANK_MAP = "SMLAUNCH_MPI_RANK_MAP"
 SMLAUNCH_SSHD_CONFIG = "SMLAUNCH_SSHD_CONFIG"
 SMLAUNCH_SSH_PORTS = "SMLAUNCH_SSH_PORTS"
+SMLAUNCH_INSTALL_REQUIREMENTS = "SMLAUNCH_INSTALL_REQUIREMENTS"
+SMLAUNCH_REQUIREMENTS_CACHE = "SMLAUNCH_REQUIREMENTS_CACHE"
 DEFAULT_MPI_WAIT_SECONDS = 600.0
 
 DEFAULT_STOP_GRACE_SECONDS = 120.0

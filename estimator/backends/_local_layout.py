@@ -281,6 +281,16 @@ def host_environment(
     return env
 
 
+def requirements_environment(settings: Mapping[str, Any]) -> dict[str, str]:
+    """How a host runtime treats ``requirements.txt`` (:mod:`runtime.requirements`), from the job's
+    settings: skipped, in the layered environments under ``requirements_cache``, or (neither) as the
+    toolkit does."""
+    if not settings.get("install_requirements", True):
+        return {contract.SMLAUNCH_INSTALL_REQUIREMENTS: "0"}
+    cache = settings.get("requirements_cache")
+    return {contract.SMLAUNCH_REQUIREMENTS_CACHE: str(cache)} if cache else {}
+
+
 def machine_gpu_count() -> int:
     """NVIDIA GPUs on this machine, without importing torch (the estimator never does)."""
     gpus = Path("/proc/driver/nvidia/gpus")

@@ -146,6 +146,7 @@ class DockerBackend(LocalBackend):
 
     capabilities: ClassVar[Capabilities] = LocalBackend.capabilities.model_copy(update={"name": "docker"})
     agent_module = "estimator.backends.docker"
+    layered_requirements = False
     mounts_container_paths = True
 
     def __init__(self, session: LocalSession, client: Any | None = None) -> None:
@@ -593,6 +594,7 @@ def _agent_class() -> type[_AgentBase]:
                         self.settings.get("num_gpus"),
                     )
                 )
+                env.update(layout.requirements_environment(self.settings))
                 # Names resolve through the containers' /etc/hosts: the runtime sees real hosts.
                 env.pop(contract.SMLAUNCH_HOST_ADDRESSES, None)
                 env["HOME"] = "/home/smlaunch" if int(self.settings.get("uid", 0)) != 0 else "/root"

@@ -44,6 +44,8 @@ from runtime.transfer import TransferEngine
 if TYPE_CHECKING:
     from estimator.session import LocalSession
 
+REQUIREMENTS_CACHE_DIR = ".requirements"
+"""Under the session's root: the layered environments of ``requirements.txt``, one per file hash."""
 _TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
 _POLL_SECONDS = 0.1
 
@@ -66,6 +68,9 @@ class LocalBackend(Backend):
     )
     agent_module: str = "estimator.backends.local_agent"
     """The module run as ``python -m <agent_module> <job dir>``; the Docker backend runs its own."""
+    layered_requirements: bool = True
+    """``requirements.txt`` goes into a cached environment layered over the user's interpreter, which
+    every emulated host shares (:mod:`runtime.requirements`); containers have interpreters of their own."""
     mounts_container_paths: bool = False
     """Hosts see paths outside ``/opt/ml`` that the backend provides (containers: bind mounts).
     Processes see this machine's file system, so only ``/opt/ml`` (their tree) is theirs."""
@@ -230,6 +235,9 @@ class LocalBackend(Backend):
             "processes_per_host": max(1, int(ranks)),
             "stop_grace_seconds": contract.DEFAULT_STOP_GRACE_SECONDS if grace is None else float(grace),
             "artifact_conflicts": self.session.artifact_conflicts,
+            "install_requirements": self.session.install_requirements,
+            "requirements_cache": str(Path(self.session.root) / REQUIREMENTS_CACHE_DIR)
+            if self.layered_requirements else None,
             "num_gpus": 0 if machine_gpu_count() == 0 else None,
             "python": sys.executable,
             "s3_endpoint_url": None,

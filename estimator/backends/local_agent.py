@@ -362,6 +362,7 @@ class Agent:
                     self.settings.get("num_gpus"),
                 )
             )
+            env.update(layout.requirements_environment(self.settings))
             host.proc = subprocess.Popen(
                 [python, "-m", "runtime"],
                 cwd=str(host.base),

@@ -1,12 +1,10 @@
-"""Fetching and safely extracting the user's code, installing its requirements, resolving its entry point."""
+"""Fetching and safely extracting the user's code, resolving its entry point."""
 
 from __future__ import annotations
 
 import io
 import os
-import sys
 import tarfile
-import zipfile
 from pathlib import Path
 
 import boto3
@@ -16,9 +14,7 @@ from runtime import contract
 from runtime.archive import UnsafeArchiveError, create_tarball
 from runtime.code import (
     CodeFetcher,
-    InstallRequirementsError,
     entry_point_command,
-    install_requirements,
     resolve_entry_point,
 )
 from runtime.environment import HostConfigurationError
@@ -170,44 +166,3 @@ def test_entry_points_that_escape_or_are_missing_are_refused(
     with pytest.raises(HostConfigurationError, match=problem) as error:
         resolve_entry_point(code, entry)
     assert error.value.field == contract.HP_PROGRAM
-
-
-def _wheel(directory: Path) -> Path:
-    """A minimal pure-Python wheel, so pip installs without an index."""
-    path = directory / "h2demo-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as whl:
-        whl.writestr("h2demo/__init__.py", "VALUE = 42\n")
-        whl.writestr("h2demo-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: h2demo\nVersion: 0.1\n")
-        whl.writestr(
-            "h2demo-0.1.dist-info/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        )
-        whl.writestr("h2demo-0.1.dist-info/RECORD", "")
-    return path
-
-
-def test_requirements_are_installed_with_pip(tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    wheel = _wheel(tmp_path)
-    (code / contract.REQUIREMENTS_FILE).write_text(f"--no-index\n{wheel}\n")
-    target = tmp_path / "site"
-    environ = {**os.environ, "PIP_TARGET": str(target), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    logged: list[str] = []
-    assert install_requirements(code, sys.executable, environ, log=logged.append) is True
-    assert (target / "h2demo" / "__init__.py").read_text() == "VALUE = 42\n"
-    assert logged[0].endswith("-m pip install -r requirements.txt")
-
-
-def test_no_requirements_no_pip(tmp_path: Path) -> None:
-    assert install_requirements(tmp_path, "/nonexistent/python", {}, log=lambda _: None) is False
-
-
-def test_failed_requirements_raise_with_pip_output(tmp_path: Path) -> None:
-    (tmp_path / contract.REQUIREMENTS_FILE).write_text(
-        f"--no-index\n{tmp_path / 'missing-0.1-py3-none-any.whl'}\n"
-    )
-    environ = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    with pytest.raises(InstallRequirementsError, match="exited with code") as error:
-        install_requirements(tmp_path, sys.executable, environ, log=lambda _: None)
-    assert "missing-0.1-py3-none-any.whl" in str(error.value)

@@ -2,26 +2,57 @@
 
 - :func:`create_tarball` writes the same bytes for the same files whatever the clock, the umask or
   the owner: entries sorted, mtimes fixed, owner root, gzip header without a timestamp. So the
-  archive's hash identifies its content and unchanged code is never uploaded twice.
-- :func:`safe_extract` refuses, before writing anything, every member that would land outside the
-  destination: absolute paths, ``..`` segments, links pointing outside, devices and FIFOs.
+  archive's hash identifies its content and unchanged code is never uploaded twice. The archive is
+  streamed to its file: memory stays flat whatever the size of the code.
+- :func:`safe_extract` is the one extractor of code archives (local runs, containers, ``python -m
+  runtime``). It never relies on ``tarfile``'s ``filter`` (absent from Debian bookworm's Python
+  3.11.2, and fooled by links whose resolved path exceeds the OS path limit, CVE-2025-4517).
+  It reads the archive twice:
+
+  1. every header is checked, with nothing written: names must be relative without ``..``; only
+     files, directories, symlinks and hardlinks are allowed (no devices, no FIFOs); no member may
+     be written through an earlier symlink or hardlink (a parent path holding a link); a symlink's
+     target, resolved lexically against the member's own directory, and again through every link
+     the archive leaves behind, must stay inside the destination; a hardlink must name an earlier
+     regular file of the archive; the member count and the total expanded size are bounded
+     (:class:`ArchiveLimits`), so a tar bomb fails before anything is written;
+  2. members are written one by one below a directory descriptor of the destination, every path
+     component opened with ``O_NOFOLLOW`` (a link met on the way is an error, never followed), files
+     created with ``O_EXCL | O_NOFOLLOW``; the archive must hold the same members as in the first pass.
+
+  A refusal raises :class:`UnsafeArchiveError` naming the member; if the second pass fails, what it
+  wrote is removed, so the destination is left empty.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
-import io
 import os
+import posixpath
+import shutil
+import stat
 import tarfile
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from runtime import contract
+
 FIXED_MTIME = 0
+DEFAULT_MAX_BYTES = 20 * 1024**3
+"""Default bound on the total expanded size of an archive's files (20 GiB)."""
+DEFAULT_MAX_MEMBERS = 1_000_000
+"""Default bound on the number of members of an archive."""
+MAX_LINK_HOPS = 40  # as Linux's MAXSYMLINKS
+_COPY_CHUNK = 1 << 20
 
 
 class UnsafeArchiveError(ValueError):
-    """An archive member would escape the extraction directory; nothing was extracted."""
+    """An archive member would escape the extraction directory, or the archive exceeds its limits."""
 
 
 def _normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -39,7 +70,8 @@ def create_tarball(entries: Iterable[tuple[Path, str]], dest: Path) -> str:
     """Write a gzipped tar of ``entries`` (local path, name in the archive) to ``dest``.
 
     Symlinks are followed (as the SageMaker SDK does), directories recurse, and every member is
-    added in sorted order with normalised metadata. Returns the SHA-256 of the bytes written.
+    added in sorted order with normalised metadata. The tar stream goes straight through gzip to
+    ``dest`` (never held in memory). Returns the SHA-256 of the bytes written.
     """
     members: dict[str, Path] = {}
     for local, arcname in entries:
@@ -50,8 +82,12 @@ def create_tarball(entries: Iterable[tuple[Path, str]], dest: Path) -> str:
                 rel_root = PurePosixPath(arcname) / PurePosixPath(Path(root).relative_to(local).as_posix())
                 for name in dirs + files:
                     members[str(rel_root / name)] = Path(root) / name
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        open(dest, "wb") as out,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for arcname in sorted(members):
             local = members[arcname]
             info = _normalized(tar.gettarinfo(str(local), arcname=str(PurePosixPath(arcname))))
@@ -62,14 +98,11 @@ def create_tarball(entries: Iterable[tuple[Path, str]], dest: Path) -> str:
                     tar.addfile(info, handle)
             else:
                 tar.addfile(info)
-    data = raw.getvalue()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest, "wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
-        gz.write(data)
     return sha256_file(dest)
 
 
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes, read in chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_size):
@@ -77,42 +110,305 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _check_member(member: tarfile.TarInfo, dest: Path) -> None:
-    name = PurePosixPath(member.name)
-    if name.is_absolute() or ".." in name.parts:
-        raise UnsafeArchiveError(f"refusing archive member {member.name!r}: absolute path or '..' segment")
-    target = (dest / name).resolve()
-    if dest != target and dest not in target.parents:
-        raise UnsafeArchiveError(f"refusing archive member {member.name!r}: resolves outside {dest}")
-    if member.issym() or member.islnk():
-        link = PurePosixPath(member.linkname)
-        base = (dest / name).parent if member.issym() else dest
-        resolved = (base / link).resolve() if not link.is_absolute() else Path(link)
-        if link.is_absolute() or (dest != resolved and dest not in resolved.parents):
-            raise UnsafeArchiveError(
-                f"refusing archive member {member.name!r}: link to {member.linkname!r} escapes {dest}"
-            )
-    elif not (member.isfile() or member.isdir()):
-        raise UnsafeArchiveError(
-            f"refusing archive member {member.name!r}: devices and FIFOs are not allowed"
-        )
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Bounds on what one archive may expand to: total bytes of its files and number of members.
 
-
-def safe_extract(archive: Path, dest: Path) -> list[str]:
-    """Extract ``archive`` (tar, optionally gzipped) into ``dest``; return the member names.
-
-    Every member is checked first; one unsafe member means nothing is written.
+    :meth:`from_environ` reads ``SMLAUNCH_ARCHIVE_MAX_BYTES`` and ``SMLAUNCH_ARCHIVE_MAX_MEMBERS``
+    (set them with the estimator's ``environment=``); defaults 20 GiB and 1,000,000.
     """
-    dest = Path(dest).resolve()
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, mode="r:*") as tar:
-        members = tar.getmembers()
-        for member in members:
-            _check_member(member, dest)
-        # Every member was checked above; the "tar" filter (Python >= 3.10.12 / 3.11.4) adds its own
-        # checks where it exists. Debian bookworm's python3 (3.11.2, our image's) predates it.
-        if hasattr(tarfile, "tar_filter"):
-            tar.extractall(dest, members=members, filter="tar")
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_members: int = DEFAULT_MAX_MEMBERS
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> ArchiveLimits:
+        """The limits set in ``environ``; a value that is not a positive integer is refused."""
+        values = {}
+        for field, name, default in (
+            ("max_bytes", contract.SMLAUNCH_ARCHIVE_MAX_BYTES, DEFAULT_MAX_BYTES),
+            ("max_members", contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS, DEFAULT_MAX_MEMBERS),
+        ):
+            text = environ.get(name, "").strip()
+            try:
+                values[field] = int(text) if text else default
+            except ValueError:
+                values[field] = 0
+            if values[field] <= 0:
+                raise UnsafeArchiveError(
+                    f"{name}={text!r}: must be a positive integer; unset it for the default {default}"
+                )
+        return cls(**values)
+
+
+_FILE, _DIR, _SYMLINK, _HARDLINK = "file", "directory", "symlink", "hardlink"
+
+
+@dataclass(frozen=True)
+class _Member:
+    """What pass 1 accepted of one header; pass 2 must meet the same."""
+
+    name: str  # normalized: no '.' components, no trailing '/'; "" is the destination itself
+    kind: str
+    linkname: str
+    size: int
+
+
+def _refuse(member: str, problem: str) -> UnsafeArchiveError:
+    return UnsafeArchiveError(f"refusing archive member {member!r}: {problem}")
+
+
+def _normalized_name(member: str, raw: str, what: str = "name") -> str:
+    path = PurePosixPath(raw)
+    if not raw or path.is_absolute():
+        raise _refuse(member, f"its {what} {raw!r} is empty or absolute")
+    if ".." in path.parts:
+        raise _refuse(member, f"its {what} {raw!r} has a '..' component")
+    return "/".join(part for part in path.parts if part != ".")
+
+
+class _Plan:
+    """Pass 1: the namespace the archive builds, checked header by header (no I/O)."""
+
+    def __init__(self, limits: ArchiveLimits) -> None:
+        self.limits = limits
+        self.members: list[_Member] = []
+        self.kinds: dict[str, str] = {"": _DIR}
+        self.total = 0
+
+    def add(self, info: tarfile.TarInfo) -> _Member:
+        raw = info.name
+        if len(self.members) >= self.limits.max_members:
+            raise _refuse(raw, f"the archive has more than {self.limits.max_members} members "
+                               f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS} if it is genuine)")
+        if info.isfile():
+            kind = _FILE
+        elif info.isdir():
+            kind = _DIR
+        elif info.issym():
+            kind = _SYMLINK
+        elif info.islnk():
+            kind = _HARDLINK
         else:
-            tar.extractall(dest, members=members)
-    return [m.name for m in members]
+            raise _refuse(raw, "devices, FIFOs and other special files are not allowed")
+        name = _normalized_name(raw, raw)
+        if name == "" and kind != _DIR:
+            raise _refuse(raw, "names the destination itself")
+        parts = name.split("/") if name else []
+        for depth in range(1, len(parts)):
+            prefix = "/".join(parts[:depth])
+            found = self.kinds.get(prefix)
+            if found in (_SYMLINK, _HARDLINK):
+                raise _refuse(raw, f"it would be written through the link {prefix!r}")
+            if found == _FILE:
+                raise _refuse(raw, f"its parent {prefix!r} is a file")
+        if self.kinds.get(name) == _DIR and kind != _DIR:
+            raise _refuse(raw, f"it would replace the directory {name!r}")
+        size = info.size if kind == _FILE else 0
+        self.total += size
+        if self.total > self.limits.max_bytes:
+            raise _refuse(raw, f"the archive expands to more than {self.limits.max_bytes} bytes "
+                               f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_BYTES} if it is genuine)")
+        linkname = ""
+        if kind == _SYMLINK:
+            linkname = info.linkname
+            if not linkname or PurePosixPath(linkname).is_absolute():
+                raise _refuse(raw, f"symlink to {linkname!r}: targets must be relative")
+            lexical = posixpath.normpath(posixpath.join(posixpath.dirname(name) or ".", linkname))
+            if lexical == ".." or lexical.startswith("../"):
+                raise _refuse(raw, f"symlink to {linkname!r} leaves the destination")
+        elif kind == _HARDLINK:
+            linkname = _normalized_name(raw, info.linkname, "hardlink target")
+            if self.kinds.get(linkname) not in (_FILE, _HARDLINK):
+                raise _refuse(raw, f"hardlink to {info.linkname!r}, which is not an earlier regular "
+                                   "file of the archive")
+        for depth in range(1, len(parts)):
+            self.kinds.setdefault("/".join(parts[:depth]), _DIR)
+        self.kinds[name] = kind
+        member = _Member(name, kind, linkname, size)
+        self.members.append(member)
+        return member
+
+    def check_links(self) -> None:
+        """Every symlink left behind must resolve inside the destination through all the others."""
+        links = {m.name: m.linkname for m in self.members if self.kinds.get(m.name) == _SYMLINK}
+        for name, target in links.items():
+            if not self._stays_inside(posixpath.dirname(name), target, links):
+                raise _refuse(name, f"symlink to {target!r} leaves the destination once the "
+                                    "archive's other links are followed")
+
+    @staticmethod
+    def _stays_inside(base: str, target: str, links: dict[str, str]) -> bool:
+        stack = [p for p in base.split("/") if p]
+        pending = [p for p in target.split("/") if p not in ("", ".")]
+        hops = 0
+        while pending:
+            part = pending.pop(0)
+            if part == "..":
+                if not stack:
+                    return False
+                stack.pop()
+                continue
+            here = "/".join([*stack, part])
+            if here in links:
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    return False
+                pending = [p for p in links[here].split("/") if p not in ("", ".")] + pending
+            else:
+                stack.append(part)
+        return True
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(root_fd: int, path: str, member: str, create: bool) -> int:
+    """A new descriptor of ``path`` below ``root_fd``, reached without following any link."""
+    fd = os.dup(root_fd)
+    try:
+        for part in path.split("/") if path else []:
+            try:
+                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _refuse(member, f"{path!r} on its path holds a link or a file") from error
+                raise
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class _Writer:
+    """Pass 2: members written below one directory descriptor; no link is ever followed."""
+
+    def __init__(self, root_fd: int) -> None:
+        self.root_fd = root_fd
+        self._parent: tuple[str, int] | None = None  # the last parent, reused by its siblings
+
+    def close(self) -> None:
+        if self._parent is not None:
+            os.close(self._parent[1])
+            self._parent = None
+
+    def _parent_fd(self, member: str, parent: str) -> int:
+        if self._parent is None or self._parent[0] != parent:
+            self.close()
+            self._parent = (parent, _open_dir(self.root_fd, parent, member, create=True))
+        return self._parent[1]
+
+    def write(self, member: _Member, info: tarfile.TarInfo, tar: tarfile.TarFile) -> None:
+        parent, _, base = member.name.rpartition("/")
+        if not base:  # the destination itself
+            return
+        fd = self._parent_fd(member.name, parent)
+        try:
+            existing: os.stat_result | None = os.stat(base, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None and stat.S_ISDIR(existing.st_mode):
+            if member.kind != _DIR:
+                raise _refuse(member.name, "it would replace a directory")
+        elif existing is not None:
+            os.unlink(base, dir_fd=fd)  # a file or link of an earlier member: replaced, never followed
+        if member.kind == _DIR:
+            if existing is None or not stat.S_ISDIR(existing.st_mode):
+                os.mkdir(base, 0o755, dir_fd=fd)
+            os.chmod(base, (info.mode & 0o755) | 0o700, dir_fd=fd, follow_symlinks=False)
+        elif member.kind == _SYMLINK:
+            os.symlink(member.linkname, base, dir_fd=fd)
+        elif member.kind == _HARDLINK:
+            source_parent, _, source = member.linkname.rpartition("/")
+            source_fd = _open_dir(self.root_fd, source_parent, member.name, create=False)
+            try:
+                os.link(source, base, src_dir_fd=source_fd, dst_dir_fd=fd, follow_symlinks=False)
+            finally:
+                os.close(source_fd)
+        else:
+            _write_file(member, info, tar, fd, base)
+
+
+def _write_file(member: _Member, info: tarfile.TarInfo, tar: tarfile.TarFile, fd: int, base: str) -> None:
+    out = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                  dir_fd=fd)
+    try:
+        source = tar.extractfile(info)
+        if source is not None:
+            while chunk := source.read(_COPY_CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+        os.fchmod(out, (info.mode & 0o755) | 0o600)
+        try:
+            os.utime(out, (info.mtime, info.mtime))
+        except (OverflowError, ValueError):
+            pass  # an absurd mtime is not worth refusing the archive for
+    finally:
+        os.close(out)
+
+
+@contextmanager
+def _destination(dest: Path) -> Iterator[int]:
+    """A descriptor of ``dest``, which must be a new or empty directory; emptied again on failure."""
+    dest.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if os.listdir(fd):
+            raise UnsafeArchiveError(f"cannot extract into {dest}: it is not empty")
+        try:
+            yield fd
+        except BaseException:
+            for entry in os.listdir(fd):
+                if stat.S_ISDIR(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                    shutil.rmtree(dest / entry)  # fd-based on Linux: never follows a link
+                else:
+                    os.unlink(entry, dir_fd=fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+_UNREADABLE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def safe_extract(archive: Path, dest: Path, limits: ArchiveLimits | None = None) -> list[str]:
+    """Extract ``archive`` (tar, optionally compressed) into ``dest``; return the member names.
+
+    ``dest`` is created, or must be empty. Every member is checked before anything is written
+    (see the module docstring); ``limits`` default to :meth:`ArchiveLimits.from_environ` of
+    ``os.environ``. Raises :class:`UnsafeArchiveError` naming the refused member.
+    """
+    limits = limits if limits is not None else ArchiveLimits.from_environ(os.environ)
+    archive = Path(archive)
+    try:
+        plan = _Plan(limits)
+        with tarfile.open(archive, mode="r|*") as tar:
+            for info in tar:
+                plan.add(info)
+        plan.check_links()
+        with _destination(Path(dest)) as root_fd:
+            again = _Plan(limits)  # the same checks once more, on what is actually written
+            writer = _Writer(root_fd)
+            try:
+                with tarfile.open(archive, mode="r|*") as tar:
+                    for info in tar:
+                        member = again.add(info)
+                        index = len(again.members) - 1
+                        if index >= len(plan.members) or plan.members[index] != member:
+                            raise _refuse(info.name, "the archive changed while it was being extracted")
+                        writer.write(member, info, tar)
+                if len(again.members) != len(plan.members):
+                    raise UnsafeArchiveError(f"{archive} changed while it was being extracted")
+            finally:
+                writer.close()
+    except _UNREADABLE as error:
+        raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {error}") from error
+    return [m.name for m in plan.members]

@@ -3,8 +3,9 @@
 - :class:`CodeFetcher` puts ``sagemaker_submit_directory`` into the code dir: ``s3://`` through an
   injected boto3 S3 client (created lazily, so boto3 is imported only when S3 is used), ``file://``
   or a plain path, a tarball (extracted with :func:`runtime.archive.safe_extract`, which refuses
-  absolute paths, ``..`` and escaping links before writing anything) or a directory (copied). Like
-  the toolkit, it does nothing when the code dir is already non-empty (Docker images, re-runs).
+  absolute paths, ``..``, devices, escaping links and writes through links before writing anything,
+  and bounds the expanded size and member count) or a directory (copied). Like the toolkit, it does
+  nothing when the code dir is already non-empty (Docker images, re-runs).
 - Its ``requirements.txt`` is installed by :mod:`runtime.requirements`.
 - :func:`entry_point_command` turns the entry point into the argv head: ``.py`` runs under the
   runtime's Python; any other file (``.sh``, a binary) runs directly when it has a shebang or is a

@@ -270,6 +270,10 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_INSTALL_REQUIREMENTS  "0": requirements.txt is not installed (see runtime.requirements)
 #   SMLAUNCH_REQUIREMENTS_CACHE  directory of layered environments for requirements.txt; unset: pip
 #                            installs into the runtime's own interpreter, as the toolkit does
+#   SMLAUNCH_ARCHIVE_MAX_BYTES    bound on the expanded size of the code archive (default 20 GiB)
+#   SMLAUNCH_ARCHIVE_MAX_MEMBERS  bound on its number of members (default 1,000,000); see runtime.archive
+#   SMLAUNCH_UNSAFE_CHECKPOINT_LOAD  "1": smp checkpoints load with full pickle (runs code in them);
+#                            default: torch.load(weights_only=True), see runtime.parallel.checkpoint
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
 SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
@@ -287,6 +291,9 @@ SMLAUNCH_SSHD_CONFIG = "SMLAUNCH_SSHD_CONFIG"
 SMLAUNCH_SSH_PORTS = "SMLAUNCH_SSH_PORTS"
 SMLAUNCH_INSTALL_REQUIREMENTS = "SMLAUNCH_INSTALL_REQUIREMENTS"
 SMLAUNCH_REQUIREMENTS_CACHE = "SMLAUNCH_REQUIREMENTS_CACHE"
+SMLAUNCH_ARCHIVE_MAX_BYTES = "SMLAUNCH_ARCHIVE_MAX_BYTES"
+SMLAUNCH_ARCHIVE_MAX_MEMBERS = "SMLAUNCH_ARCHIVE_MAX_MEMBERS"
+SMLAUNCH_UNSAFE_CHECKPOINT_LOAD = "SMLAUNCH_UNSAFE_CHECKPOINT_LOAD"
 DEFAULT_MPI_WAIT_SECONDS = 600.0
 
 DEFAULT_STOP_GRACE_SECONDS = 120.0

@@ -203,7 +203,7 @@ class Distribution(_Strict):
         if self.mpi is not None and self.mpi.enabled and self.mpi.processes_per_host:
             return self.mpi.processes_per_host
         if self.strategy in ("torch_distributed", "pytorchddp", "smddp", "modelparallel"):
-            return instance.gpus if instance.gpus else (1 if instance.gpus == 0 else None)
+            return instance.accelerator_ranks
         if self.strategy == "none":
             return 1
         return None
@@ -224,7 +224,13 @@ class Distribution(_Strict):
                     f"{instance.name} has {instance.gpus} GPU(s); one process per GPU at most",
                     f"use processes_per_host <= {instance.gpus}",
                 )
-        if self.smddp_enabled and not instance.is_gpu:
+        if instance.is_neuron and self.strategy not in ("none", "torch_distributed"):
+            # fw_utils.validate_distribution_for_instance_type: Trainium runs torch_distributed only.
+            raise ConfigurationError(
+                _FIELD, self.to_dict(), f"{instance.name} is a Trainium type: it runs torch_distributed only",
+                "pass distribution={'torch_distributed': {'enabled': True}}",
+            )
+        if self.smddp_enabled and instance.accelerator in ("none", "neuron"):
             raise ConfigurationError(
                 f"{_FIELD}.smdistributed.dataparallel", {"enabled": True},
                 f"smdistributed.dataparallel needs GPUs and {instance.name} has none",
@@ -232,11 +238,13 @@ class Distribution(_Strict):
             )
         for name in ("torch_distributed", "pytorchddp"):
             option = getattr(self, name)
-            if option is not None and option.enabled and not instance.is_gpu and not local:
+            if option is not None and option.enabled and instance.accelerator == "none" and not local:
                 raise ConfigurationError(
                     f"{_FIELD}.{name}", {"enabled": True},
-                    f"{name} on SageMaker is supported only for GPU instance types, not {instance.name}",
-                    "use a GPU type (ml.p*, ml.g*), or run it locally with LocalSession",
+                    f"{name} on SageMaker is supported only for GPU instance types (and Trainium), "
+                    f"not {instance.name}",
+                    "use a GPU type (ml.p*, ml.g*) or a Trainium type (ml.trn*), or run it locally "
+                    "with LocalSession",
                 )
         if self.modelparallel_enabled:
             params = self.mp_parameters

@@ -14,7 +14,8 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 |----------------------------------|-----------------------------|-----------------------------------------|
 | ``pytorchddp``                   | rewritten to smddp keys     | ``sagemaker_pytorch_ddp_enabled``       |
 | entry point / image / mp checks  | at ``fit()``                | at construction                         |
-| unknown instance type            | sent to the service         | error naming the nearest types          |
+| type unknown to smlaunch         | sent to the service         | sent with a warning; local runs refuse  |
+| malformed instance type          | sent to the service         | error naming the nearest types          |
 | ``ml.`` type + LocalSession      | not emulated                | allowed: the topology is emulated       |
 | local spot, checkpoints          | refused                     | left to ``backend.check(spec)``         |
 | local_gpu multi-host             | refused                     | left to ``backend.check(spec)``         |
@@ -182,6 +183,14 @@ class Estimator:
             raise ConfigurationError(
                 "instance_type", self.instance_type, "local types run only with a LocalSession",
                 "pass sagemaker_session=LocalSession(), or an ml. instance type",
+            )
+        if self.is_local:
+            catalog.require_topology(self.instance, pinned_ranks=getattr(session, "processes_per_host", None))
+        elif not self.instance.known:
+            logger.warning(
+                "instance_type=%r is not in smlaunch's instance catalog (a type newer than it?): sent "
+                "to SageMaker as given, without the checks that need its accelerators; suggestions: %s",
+                self.instance_type, ", ".join(catalog.suggestions(self.instance_type)) or "none",
             )
         if not self.is_local and not role:
             raise ConfigurationError("role", role, "SageMaker training jobs need an IAM execution role",
@@ -604,7 +613,8 @@ class Estimator:
     def _profiler_config(self, region: str, output_path: str) -> ProfilerConfig | None:
         if self.is_local:
             return None
-        if self.disable_profiler or region in DEBUGGER_UNSUPPORTED_REGIONS:
+        # fw_utils._instance_type_supports_profiler: despite its name, True turns profiling off (trn*).
+        if self.disable_profiler or region in DEBUGGER_UNSUPPORTED_REGIONS or self.instance.is_neuron:
             return ProfilerConfig(DisableProfiler=True)
         return ProfilerConfig(S3OutputPath=output_path, DisableProfiler=False)
 
@@ -821,6 +831,13 @@ class PyTorch(Estimator):
         if self.is_local or self.image_uri is not None:
             return
         version, py = str(self.framework_version), str(self.py_version)
+        if self.instance.is_neuron:
+            raise ConfigurationError(
+                "image_uri", None,
+                f"{self.instance_type} runs the Neuron Deep Learning Containers, which smlaunch's "
+                "PyTorch image table (CPU and GPU images) does not cover",
+                "pass image_uri='763104351884.dkr.ecr.<region>.amazonaws.com/pytorch-training-neuronx:<tag>'",
+            )
         dist = self.distribution
         if dist.smddp_enabled:
             if version not in SMDDP_FRAMEWORK_VERSIONS:

@@ -52,11 +52,22 @@ def host_names(count: int) -> list[str]:
 
 
 def instance_gpu_count(instance_type: str) -> int:
-    """GPUs of ``instance_type`` per the instance catalog; ``local_gpu`` means this machine's GPUs."""
+    """GPUs of ``instance_type`` per the instance catalog; ``local_gpu`` (or a GPU type whose count
+    the catalog lacks) means this machine's GPUs."""
     from estimator import catalog
 
     gpus = catalog.lookup(instance_type).gpus
     return machine_gpu_count() if gpus is None else gpus
+
+
+def instance_ranks(instance_type: str) -> int:
+    """Ranks per emulated host of the one-rank-per-accelerator launchers: the type's GPUs, or on
+    Trainium its NeuronCores (as SageMaker's toolkit counts them), else 1; ``local_gpu``: this
+    machine's GPUs."""
+    from estimator import catalog
+
+    ranks = catalog.lookup(instance_type).accelerator_ranks
+    return max(1, machine_gpu_count() if ranks is None else ranks)
 
 
 def resource_config(spec: TrainingJobSpec, host: str, hosts: list[str]) -> dict[str, Any]:

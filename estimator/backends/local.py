@@ -31,7 +31,7 @@ import psutil
 
 from estimator.backends import _local_layout as layout
 from estimator.backends import local_data
-from estimator.backends._local_layout import file_uri_path, instance_gpu_count, machine_gpu_count
+from estimator.backends._local_layout import file_uri_path, instance_ranks, machine_gpu_count
 from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities
 from estimator.backends.local_checkpoints import request_interruption, spot_faults
@@ -229,7 +229,7 @@ class LocalBackend(Backend):
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """How this machine runs ``spec``: resolved once at submit and logged by the agent."""
-        ranks = self.session.processes_per_host or instance_gpu_count(spec.ResourceConfig.InstanceType)
+        ranks = self.session.processes_per_host or instance_ranks(spec.ResourceConfig.InstanceType)
         grace = self.session.stop_grace_seconds
         settings: dict[str, Any] = {
             "processes_per_host": max(1, int(ranks)),

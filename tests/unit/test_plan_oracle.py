@@ -98,6 +98,18 @@ CASES: dict[str, dict[str, Any]] = {
         enable_network_isolation=True, encrypt_inter_container_traffic=True, max_retry_attempts=2,
         disable_output_compression=True, output_kms_key="kms-key-1", container_log_level=10,
         volume_kms_key="vol-key"),
+    # Types the catalog learned from botocore: the request is the SDK's for each of them.
+    "g6e_torch_distributed_2x": dict(instance_type="ml.g6e.12xlarge", instance_count=2,
+                                     framework_version="2.1.0", py_version="py310",
+                                     distribution={"torch_distributed": {"enabled": True}}),
+    "p5_4xlarge_single_gpu": dict(instance_type="ml.p5.4xlarge", instance_count=1,
+                                  framework_version="2.2.0", py_version="py310"),
+    "m7i_cpu": dict(instance_type="ml.m7i.2xlarge", instance_count=2, framework_version="2.1.0",
+                    py_version="py310"),
+    "trn1_torch_distributed": dict(
+        instance_type="ml.trn1.32xlarge", instance_count=2, framework_version="1.13.1", py_version="py38",
+        image_uri="763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:1.13.1-neuronx-py38",
+        distribution={"torch_distributed": {"enabled": True}}),
     "metrics_off_old_version": dict(instance_type="ml.m5.large", instance_count=1,
                                     framework_version="1.2.0", py_version="py3"),
 }

@@ -198,11 +198,16 @@ class Distribution(_Strict):
             return "smddp"
         return "none"
 
-    def processes_per_host(self, instance: InstanceType) -> int | None:
-        """Ranks per host, when fixed by the distribution or the instance type (else ``None``)."""
+    def processes_per_host(self, instance: InstanceType, emulated: int | None = None) -> int | None:
+        """Ranks per host, when fixed by the distribution or the instance type (else ``None``).
+
+        ``emulated``: ``LocalSession(processes_per_host=N)``, which replaces the GPU count for the
+        per-GPU launchers (not an explicit ``mpi.processes_per_host``), as the local hosts do."""
         if self.mpi is not None and self.mpi.enabled and self.mpi.processes_per_host:
             return self.mpi.processes_per_host
         if self.strategy in ("torch_distributed", "pytorchddp", "smddp", "modelparallel"):
+            if emulated is not None:
+                return emulated
             return instance.accelerator_ranks
         if self.strategy == "none":
             return 1
@@ -214,9 +219,12 @@ class Distribution(_Strict):
 
     # --- topology checks -----------------------------------------------------------------------
 
-    def check(self, instance: InstanceType, instance_count: int, *, local: bool) -> None:
+    def check(self, instance: InstanceType, instance_count: int, *, local: bool,
+              emulated_processes_per_host: int | None = None) -> None:
         """Rules that depend on the instance type and count. ``local``: the job runs on this
-        machine (emulated), where torchrun-style DDP on CPU types works with gloo."""
+        machine (emulated), where torchrun-style DDP on CPU types works with gloo;
+        ``emulated_processes_per_host``: the ranks per host a ``LocalSession`` sets instead of the
+        GPU count (model-parallel partitions must divide the processes that really run)."""
         if self.mpi is not None and self.mpi.processes_per_host and instance.gpus:
             if self.mpi.processes_per_host > instance.gpus:
                 raise ConfigurationError(
@@ -248,7 +256,8 @@ class Distribution(_Strict):
                 )
         if self.modelparallel_enabled:
             params = self.mp_parameters
-            ppn = self.processes_per_host(instance)
+            emulated = emulated_processes_per_host if local else None
+            ppn = self.processes_per_host(instance, emulated)
             if ppn is not None:
                 processes = ppn * instance_count
                 pipeline = params.get("pipeline_parallel_degree", params.get("partitions", 1))
@@ -259,7 +268,9 @@ class Distribution(_Strict):
                         f"{_FIELD}.smdistributed.modelparallel.parameters.partitions", pipeline,
                         f"{degree} model partitions (pipeline x tensor degree) do not divide the "
                         f"{processes} processes ({ppn} per host x {instance_count} hosts)",
-                        "choose partitions that divide processes_per_host * instance_count",
+                        "choose partitions that divide processes_per_host * instance_count"
+                        + (f" (LocalSession(processes_per_host={ppn}) sets {ppn} per host here)"
+                           if emulated is not None and ppn != self.processes_per_host(instance) else ""),
                     )
 
     # --- wire -----------------------------------------------------------------------------------
@@ -421,6 +432,17 @@ def _validate_mp_parameters(config: dict[str, Any]) -> None:
             fail(key, "must be True or False", "pass a bool")
     if "partition_file" in config and not isinstance(config["partition_file"], str):
         fail("partition_file", "must be a str", "pass a path string")
+    if "default_partition" in config and (
+        not isinstance(config["default_partition"], int) or isinstance(config["default_partition"], bool)
+        or config["default_partition"] < 0
+    ):
+        fail("default_partition", "must be a partition index (an integer >= 0)", "pass e.g. 0")
+    if "memory_weight" in config and (
+        not isinstance(config["memory_weight"], (int, float)) or isinstance(config["memory_weight"], bool)
+    ):
+        fail("memory_weight", "must be a number between 0.0 and 1.0", "pass a fraction, e.g. 0.8")
+    if "ddp_dist_backend" in config and not isinstance(config["ddp_dist_backend"], str):
+        fail("ddp_dist_backend", "must be a string", "pass 'auto', 'nccl' or 'gloo'")
     if config.get("auto_partition") is False and "default_partition" not in config:
         fail("default_partition", "must be supplied if auto_partition is False",
              "add 'default_partition': 0 or set auto_partition True")

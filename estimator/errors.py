@@ -56,3 +56,17 @@ class UnsupportedFeatureError(SmlaunchError, NotImplementedError):
         self.feature = feature
         self.instead = instead
         super().__init__(f"{feature} is not supported by smlaunch. Instead: {instead}")
+
+
+def require_type(field: str, value: object, expected: type | tuple[type, ...], fix: str) -> None:
+    """Raise :class:`ConfigurationError` naming ``field`` unless ``value`` is an ``expected`` instance.
+
+    A ``bool`` is never accepted as an ``int`` or ``float`` (``True`` is not a count), so pass
+    ``bool`` itself where a flag is expected.
+    """
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    is_bool = isinstance(value, bool)
+    if isinstance(value, kinds) and (not is_bool or bool in kinds):
+        return
+    names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
+    raise ConfigurationError(field, value, f"must be {names}, not {type(value).__name__}", fix)

@@ -52,7 +52,7 @@ from estimator import hyperparameters as hp
 from estimator import inputs as channel_inputs
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
-from estimator.errors import ConfigurationError, UnsupportedFeatureError
+from estimator.errors import ConfigurationError, UnsupportedFeatureError, require_type
 from estimator.job import TrainingJob
 from estimator.packaging import build_and_stage, check_readable_dir
 from estimator.spec import (
@@ -94,6 +94,11 @@ TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS = (
     "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1", "2.4.1", "2.5.1", "2.6.0",
     "2.7.1", "2.8.0",
 )
+DEFAULT_INSTANCES_PER_TRAINING_JOB = 20
+"""SageMaker's default quota "Number of instances per training job" (AWS General Reference, "Amazon
+SageMaker endpoints and quotas"; adjustable through Service Quotas). There is no public table of
+per-instance-type limits: the per-type quotas ("<type> for training job usage") are set per account,
+often 0 on new accounts, so this documented per-job default is the one limit checked, for every type."""
 _DLC_TAG = re.compile(r"^(?:.+/)?pytorch-training:(?P<version>[0-9.]+)-(?:cpu|gpu)-(?P<py>py[0-9]+)")
 
 
@@ -118,6 +123,62 @@ def _default_session(instance_type: str) -> Any:
             "pass sagemaker_session=LocalSession() to run on this machine",
         ) from exc
     return Session()
+
+
+_TEXT = (str, type(None))
+_FLAG = (bool, type(None))
+_PATHS = (list, tuple, type(None))
+_ARGUMENT_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "image_uri": (_TEXT, "pass the image URI as a string, e.g. '<registry>/<repository>:<tag>'"),
+    "role": (_TEXT, "pass the IAM role's ARN or name as a string"),
+    "source_dir": ((str, os.PathLike, type(None)), "pass the code directory's path, e.g. 'src'"),
+    "dependencies": (_PATHS, "pass a list of paths, e.g. ['lib/']"),
+    "hyperparameters": ((Mapping, type(None)), "pass a dict such as {'epochs': 10}"),
+    "volume_kms_key": (_TEXT, "pass a KMS key ID or ARN as a string"),
+    "output_kms_key": (_TEXT, "pass a KMS key ID or ARN as a string"),
+    "input_mode": ((str,), f"pass one of {list(INPUT_MODES)}"),
+    "checkpoint_local_path": (_TEXT, "pass an absolute path such as '/opt/ml/checkpoints'"),
+    "use_spot_instances": ((bool,), "pass True or False"),
+    "subnets": (_PATHS, "pass a list of subnet IDs, e.g. ['subnet-0abc']"),
+    "security_group_ids": (_PATHS, "pass a list of security group IDs, e.g. ['sg-0abc']"),
+    "enable_network_isolation": ((bool,), "pass True or False"),
+    "encrypt_inter_container_traffic": ((bool,), "pass True or False"),
+    "disable_output_compression": ((bool,), "pass True or False"),
+    "disable_profiler": ((bool,), "pass True or False"),
+    "enable_sagemaker_metrics": (_FLAG, "pass True, False or None"),
+    "debugger_hook_config": (_FLAG, "pass False to turn the debugger hook off, or leave it unset"),
+}
+"""Constructor arguments checked by type alone (the others have checks of their own)."""
+_LIST_ITEM_TYPES: dict[str, tuple[type, ...]] = {
+    "dependencies": (str, os.PathLike), "subnets": (str,), "security_group_ids": (str,),
+}
+
+
+def _check_argument_types(**arguments: Any) -> None:
+    """Every argument of :data:`_ARGUMENT_TYPES` (and each item of the list ones) has its type, or
+    :class:`ConfigurationError` names it: a wrong type fails at construction, never as a
+    ``TypeError`` deep in ``fit()`` (and ``use_spot_instances="no"`` is not silently True)."""
+    for name, value in arguments.items():
+        expected, fix = _ARGUMENT_TYPES[name]
+        require_type(name, value, expected, fix)
+        if name in _LIST_ITEM_TYPES and value is not None:
+            for index, item in enumerate(value):
+                require_type(f"{name}[{index}]", item, _LIST_ITEM_TYPES[name], fix)
+
+
+def _check_instance_quota(count: int, instance_type: str, session: Any) -> int:
+    """``count`` when SageMaker's quota on instances per training job allows it (see
+    :data:`DEFAULT_INSTANCES_PER_TRAINING_JOB`; a session's ``instance_count_quota`` overrides it)."""
+    quota = getattr(session, "instance_count_quota", None) or DEFAULT_INSTANCES_PER_TRAINING_JOB
+    if count > quota:
+        raise ConfigurationError(
+            "instance_count", count,
+            f"SageMaker's quota allows {quota} instances per training job, whatever the instance type "
+            f"({instance_type} here)",
+            f"use instance_count <= {quota}, or raise the 'Number of instances per training job' quota "
+            "(Service Quotas) and pass instance_count_quota=<your quota> to the session",
+        )
+    return count
 
 
 class Estimator:
@@ -175,8 +236,18 @@ class Estimator:
         if isinstance(instance_count, bool) or not isinstance(instance_count, int) or instance_count < 1:
             raise ConfigurationError("instance_count", instance_count, "must be an integer >= 1",
                                      "pass instance_count=1 or more")
-        self.instance_count = instance_count
+        _check_argument_types(
+            image_uri=image_uri, role=role, source_dir=source_dir, dependencies=dependencies,
+            hyperparameters=hyperparameters, volume_kms_key=volume_kms_key, output_kms_key=output_kms_key,
+            input_mode=input_mode, checkpoint_local_path=checkpoint_local_path,
+            use_spot_instances=use_spot_instances, subnets=subnets, security_group_ids=security_group_ids,
+            enable_network_isolation=enable_network_isolation,
+            encrypt_inter_container_traffic=encrypt_inter_container_traffic,
+            disable_output_compression=disable_output_compression, disable_profiler=disable_profiler,
+            enable_sagemaker_metrics=enable_sagemaker_metrics, debugger_hook_config=debugger_hook_config,
+        )
         session = sagemaker_session if sagemaker_session is not None else _default_session(self.instance_type)
+        self.instance_count = _check_instance_quota(instance_count, self.instance_type, session)
         self.sagemaker_session = session
         self.is_local = bool(getattr(session, "is_local", False))
         if self.instance.is_local and not self.is_local:
@@ -203,9 +274,11 @@ class Estimator:
         self._check_code()
 
         self._hyperparameters = dict(hyperparameters or {})
+        hp.check_user_keys(self._hyperparameters)
         hp.check_limits(hp.encode(self._hyperparameters))
         self.distribution = Distribution.parse(distribution)
-        self.distribution.check(self.instance, instance_count, local=self.is_local)
+        self.distribution.check(self.instance, instance_count, local=self.is_local,
+                                emulated_processes_per_host=getattr(session, "processes_per_host", None))
         if self.distribution.torch_distributed is not None and self.distribution.torch_distributed.enabled:
             if entry_point is not None and not entry_point.endswith(".py"):
                 raise ConfigurationError(
@@ -228,7 +301,7 @@ class Estimator:
         self.environment = self._check_environment(environment)
         self.metric_definitions = self._check_metrics(metric_definitions)
         self.tags = self._check_tags(tags)
-        self.use_spot_instances = bool(use_spot_instances)
+        self.use_spot_instances = use_spot_instances
         self.max_wait = self._check_spot(max_wait)
         self.checkpoint_s3_uri, self.checkpoint_local_path = self._check_checkpoints(
             checkpoint_s3_uri, checkpoint_local_path
@@ -241,8 +314,8 @@ class Estimator:
             )
         self.subnets = list(subnets) if subnets else None
         self.security_group_ids = list(security_group_ids) if security_group_ids else None
-        self.enable_network_isolation = bool(enable_network_isolation)
-        self.encrypt_inter_container_traffic = bool(encrypt_inter_container_traffic)
+        self.enable_network_isolation = enable_network_isolation
+        self.encrypt_inter_container_traffic = encrypt_inter_container_traffic
         if max_retry_attempts is not None and (
             isinstance(max_retry_attempts, bool) or not isinstance(max_retry_attempts, int)
             or not 1 <= max_retry_attempts <= 30
@@ -250,14 +323,14 @@ class Estimator:
             raise ConfigurationError("max_retry_attempts", max_retry_attempts, "must be an integer 1..30",
                                      "pass e.g. max_retry_attempts=3")
         self.max_retry_attempts = max_retry_attempts
-        self.disable_output_compression = bool(disable_output_compression)
+        self.disable_output_compression = disable_output_compression
         self.output_kms_key = output_kms_key
         if isinstance(container_log_level, bool) or not isinstance(container_log_level, int):
             raise ConfigurationError("container_log_level", container_log_level, "must be an int",
                                      "pass a logging level such as logging.INFO (20)")
         self.container_log_level = container_log_level
         self.enable_sagemaker_metrics = enable_sagemaker_metrics
-        self.disable_profiler = bool(disable_profiler)
+        self.disable_profiler = disable_profiler
         self.debugger_hook_config = debugger_hook_config
         self.tensorboard_output_config = self._check_tensorboard(tensorboard_output_config)
         self.latest_training_job: TrainingJob | None = None
@@ -276,6 +349,16 @@ class Estimator:
         if not isinstance(entry_point, str) or not entry_point:
             raise ConfigurationError("entry_point", entry_point, "must be the script's file name",
                                      "pass e.g. entry_point='train.py'")
+        if source_dir is not None:
+            try:  # the script runs from the unpacked source_dir: it must be a file inside it
+                contract.child_path(str(source_dir), entry_point, "entry_point")
+            except contract.PathEscapeError:
+                raise ConfigurationError(
+                    "entry_point", entry_point,
+                    f"must be a path inside source_dir {str(source_dir)!r} (relative, no '..'): only "
+                    "source_dir is packaged and shipped to the hosts",
+                    "move the script into source_dir and pass its path relative to it, e.g. 'train.py'",
+                ) from None
         if source_dir is not None and _is_uri(str(source_dir)):
             # A pre-built sourcedir.tar.gz (as the SDK accepts for s3://; file:// for local runs).
             if not str(source_dir).endswith(".tar.gz"):
@@ -375,6 +458,8 @@ class Estimator:
             if not isinstance(metric, Mapping) or set(metric) != {"Name", "Regex"}:
                 raise ConfigurationError(field, metric, "must be a dict with exactly 'Name' and 'Regex'",
                                          "pass {'Name': 'loss', 'Regex': 'loss=([0-9.]+)'}")
+            for key in ("Name", "Regex"):
+                require_type(f"{field}.{key}", metric[key], str, "pass a string")
             try:
                 re.compile(metric["Regex"])
             except (re.error, TypeError) as exc:
@@ -389,9 +474,10 @@ class Estimator:
         if isinstance(tags, Mapping):
             tags = [{"Key": k, "Value": v} for k, v in tags.items()]
         if not isinstance(tags, list) or not all(
-            isinstance(t, Mapping) and set(t) == {"Key", "Value"} for t in tags
+            isinstance(t, Mapping) and set(t) == {"Key", "Value"}
+            and isinstance(t["Key"], str) and isinstance(t["Value"], str) for t in tags
         ):
-            raise ConfigurationError("tags", tags, "must be a list of {'Key': ..., 'Value': ...}",
+            raise ConfigurationError("tags", tags, "must be a list of {'Key': str, 'Value': str}",
                                      "pass [{'Key': 'team', 'Value': 'ml'}]")
         return [dict(t) for t in tags]
 
@@ -443,6 +529,7 @@ class Estimator:
     def set_hyperparameters(self, **kwargs: Any) -> None:
         """Add or replace hyperparameters. Unlike SDK v2, values are encoded once, not twice."""
         merged = {**self._hyperparameters, **kwargs}
+        hp.check_user_keys(merged)
         hp.check_limits(hp.encode(merged))
         self._hyperparameters = merged
 
@@ -632,6 +719,8 @@ class Estimator:
     def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True,
             job_name: str | None = None) -> None:
         """Plan, check with the backend, stage code and inputs, submit; wait when asked."""
+        require_type("wait", wait, bool, "pass wait=True or wait=False")
+        require_type("logs", logs, (bool, str), "pass logs=True or logs=False")
         spec, uploads = self._plan(inputs, job_name)
         backend = self.sagemaker_session.backend()
         backend.check(spec)
@@ -775,9 +864,11 @@ class Estimator:
             kwargs["container_log_level"] = int(decoded[contract.HP_LOG_LEVEL])
         kwargs["distribution"] = Distribution.from_hyperparameters(decoded).to_dict() or None
         script_keys = set(contract.SCRIPT_MODE_KEYS)
+        # Every other sagemaker_* key is the platform's (or another SDK's), never the user's.
         kwargs["hyperparameters"] = {
             key: value for key, value in decoded.items()
             if key not in script_keys and key not in DISTRIBUTION_KEYS
+            and not key.startswith(contract.FRAMEWORK_PARAM_PREFIX)
         }
         return kwargs
 
@@ -804,6 +895,8 @@ class PyTorch(Estimator):
         **kwargs: Any,
     ) -> None:
         catalog.lookup(kwargs.get("instance_type"), "instance_type")  # the first thing to get right
+        require_type("framework_version", framework_version, (str, type(None)), "pass e.g. '2.1.0'")
+        require_type("py_version", py_version, (str, type(None)), "pass e.g. 'py310'")
         if entry_point is None:
             raise ConfigurationError("entry_point", None, "PyTorch runs a training script",
                                      "pass entry_point='train.py'")

@@ -5,10 +5,12 @@ Every value goes on the wire as ``json.dumps(value)`` (``10 -> "10"``, ``3e-5 ->
 exactly ``EstimatorBase._json_encode_hyperparameters``. The training toolkit and our runtime
 ``json.loads`` each value back. Pure functions, no I/O.
 
-Deliberate difference from the SDK: a value ``json.dumps`` cannot encode fails here, naming the
-key, instead of a bare ``TypeError`` at ``fit()``; and the CreateTrainingJob limits (at most 100
-entries, key <= 256 characters, value <= 2500 characters) are checked before anything is staged
-instead of by the service.
+Deliberate differences from the SDK: a value ``json.dumps`` cannot encode fails here, naming the
+key, instead of a bare ``TypeError`` at ``fit()``; keys that become the same string (``1`` and
+``"1"``) are refused instead of one silently winning; user keys the runtime reads as launcher
+settings (``sagemaker_*``, ``mp_parameters``) are refused (:func:`check_user_keys`); and the
+CreateTrainingJob limits (at most 100 entries, key <= 256 characters, value <= 2500 characters) are
+checked before anything is staged instead of by the service.
 """
 
 from __future__ import annotations
@@ -40,7 +42,35 @@ def encode(hyperparameters: Mapping[Any, Any] | None, field: str = "hyperparamet
         raise ConfigurationError(
             field, hyperparameters, "must be a dict of name -> value", "pass e.g. {'epochs': 10}"
         )
-    return {str(key): encode_value(str(key), value, field) for key, value in hyperparameters.items()}
+    encoded: dict[str, str] = {}
+    originals: dict[str, Any] = {}
+    for key, value in hyperparameters.items():
+        name = str(key)
+        if name in encoded:  # {1: "a", "1": "b"}: the wire has one "1", so one value would vanish
+            raise ConfigurationError(
+                f"{field} key", key,
+                f"collides with key {originals[name]!r}: both are sent as {name!r}; one value would be lost",
+                "keep one of them (hyperparameter names are sent as strings)",
+            )
+        originals[name] = key
+        encoded[name] = encode_value(name, value, field)
+    return encoded
+
+
+def check_user_keys(hyperparameters: Mapping[Any, Any], field: str = "hyperparameters") -> None:
+    """Refuse user keys that the runtime reads as launcher settings rather than script arguments:
+    ``sagemaker_*`` (``sagemaker_mpi_enabled``, ``sagemaker_program``, ...) and ``mp_parameters``.
+    Set by hand, they would start a launcher ``distribution`` never asked for (or one it refuses),
+    or be silently replaced by the script-mode keys."""
+    for key in hyperparameters:
+        name = str(key)
+        if name.startswith(contract.FRAMEWORK_PARAM_PREFIX) or name == contract.HP_MP_PARAMETERS:
+            raise ConfigurationError(
+                f"{field} key", key,
+                "is reserved: the runtime reads it as a launcher setting, not as a script argument",
+                "set launchers through distribution=... (e.g. {'mpi': {'enabled': True}}) and the code "
+                "through entry_point/source_dir; rename your own hyperparameter",
+            )
 
 
 def decode(encoded: Mapping[str, str]) -> dict[str, Any]:

@@ -5,8 +5,8 @@
 ``ChannelName`` excepted, so code that reads it keeps working. :func:`channels` accepts what
 ``fit()`` accepts: ``None``, a URI string or a ``TrainingInput`` (channel ``training``), or a dict
 of channel name -> URI string / ``TrainingInput``. Checks here: channel names
-(``[A-Za-z0-9\\.\\-_]+``, at most 64 characters), well-formed ``s3://`` and ``file://`` URIs, and
-that local paths exist. No other I/O.
+(``[A-Za-z0-9\\.\\-_]+``, at most 64 characters, never ``.`` or ``..``), well-formed ``s3://`` and
+``file://`` URIs, and that local paths exist. No other I/O.
 
 Deliberate differences from the SDK:
 
@@ -135,10 +135,12 @@ def validate_channel_name(name: object, field: str = "inputs") -> str:
         not isinstance(name, str)
         or len(name) > MAX_CHANNEL_NAME_CHARS
         or not CHANNEL_NAME_PATTERN.match(name)
+        or name in (".", "..")
     ):
         raise ConfigurationError(
             f"{field} channel name", name,
-            f"channel names are 1 to {MAX_CHANNEL_NAME_CHARS} characters of letters, digits, '.', '-', '_'",
+            f"channel names are 1 to {MAX_CHANNEL_NAME_CHARS} characters of letters, digits, '.', '-', '_', "
+            "and never '.' or '..' (each channel is the directory input/data/<name>)",
             "rename the channel, e.g. 'train' or 'validation'",
         )
     return name

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, require_type
 
 if TYPE_CHECKING:
     from estimator.backends.base import Backend
@@ -61,6 +61,9 @@ class LocalSession:
     once and cached by the file's hash under ``<root>/.requirements`` (your interpreter is never
     changed); containers install into their own interpreter, as SageMaker's toolkit does. See
     :mod:`runtime.requirements`.
+    ``instance_count_quota``: the most instances one job may ask for (default: SageMaker's default
+    quota, :data:`estimator.estimator.DEFAULT_INSTANCES_PER_TRAINING_JOB`), so a job rehearsed here
+    is one SageMaker accepts; raise it as far as your account's quota is raised.
     """
 
     is_local = True
@@ -76,20 +79,26 @@ class LocalSession:
         docker_client: Any | None = None,
         artifact_conflicts: Literal["warn", "error"] = "warn",
         install_requirements: bool = True,
+        instance_count_quota: int | None = None,
     ) -> None:
+        require_type("root", root, (str, os.PathLike, type(None)), "pass a directory path, e.g. '~/jobs'")
+        require_type("executor", executor, (str, type(None)), "use executor='process' or executor='docker'")
         executor = executor or os.environ.get(LOCAL_EXECUTOR_ENV, "process")  # type: ignore[assignment]
         if executor not in ("process", "docker"):
             raise ConfigurationError(
                 "executor", executor, "unknown executor", "use executor='process' or executor='docker'"
             )
         if processes_per_host is not None and (
-            not isinstance(processes_per_host, int) or processes_per_host < 1
+            not isinstance(processes_per_host, int) or isinstance(processes_per_host, bool)
+            or processes_per_host < 1
         ):
             raise ConfigurationError(
                 "processes_per_host", processes_per_host, "must be an integer >= 1",
                 "pass processes_per_host=1 or more, or leave it unset to use the instance's GPU count",
             )
-        if stop_grace_seconds is not None and stop_grace_seconds < 0:
+        require_type("stop_grace_seconds", stop_grace_seconds, (int, float, type(None)),
+                     "pass a number of seconds, e.g. 120")
+        if stop_grace_seconds is not None and not 0 <= stop_grace_seconds < float("inf"):
             raise ConfigurationError(
                 "stop_grace_seconds", stop_grace_seconds, "must be >= 0", "pass a number of seconds, e.g. 120"
             )
@@ -105,6 +114,7 @@ class LocalSession:
             )
         self.artifact_conflicts = artifact_conflicts
         self.install_requirements = install_requirements
+        self.instance_count_quota = _check_quota(instance_count_quota)
         self.root = Path(root).expanduser().resolve() if root is not None else default_local_root()
         self.processes_per_host = processes_per_host
         self.executor: Executor = executor  # type: ignore[assignment]
@@ -141,6 +151,13 @@ class LocalSession:
 
 
 # --- Amazon SageMaker ---------------------------------------------------------------------------
+
+def _check_quota(quota: object) -> int | None:
+    if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 1):
+        raise ConfigurationError("instance_count_quota", quota, "must be an integer >= 1",
+                                 "pass your account's 'Number of instances per training job' quota, e.g. 40")
+    return quota
+
 
 _ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
 _CREDENTIALS_FIX = (
@@ -199,6 +216,9 @@ class Session:
     - ``stage_local_input(path, job_name, channel)``: a local directory or file uploaded to
       ``s3://<bucket>/[<prefix>/]<job>/input/<channel>/`` (parallel, unchanged files skipped).
 
+    ``instance_count_quota``: your account's "Number of instances per training job" quota when it
+    was raised above SageMaker's default (20); larger jobs are refused before anything is staged.
+
     Clients (``sagemaker``, ``s3``, ``sts``, ``iam``, ``logs``) are created lazily from ``boto_session``;
     pass any of them to inject moto-backed or otherwise configured ones. Nothing talks to AWS before
     a method needs it. Missing credentials give a :class:`ConfigurationError` saying how to configure
@@ -217,7 +237,12 @@ class Session:
         sts_client: Any | None = None,
         iam_client: Any | None = None,
         logs_client: Any | None = None,
+        instance_count_quota: int | None = None,
     ) -> None:
+        require_type("default_bucket", default_bucket, (str, type(None)), "pass the bucket name as a string")
+        require_type("default_bucket_prefix", default_bucket_prefix, (str, type(None)),
+                     "pass a key prefix as a string, e.g. 'team-a/experiments'")
+        self.instance_count_quota = _check_quota(instance_count_quota)
         if default_bucket is not None and not _BUCKET_RE.match(default_bucket):
             raise ConfigurationError(
                 "default_bucket", default_bucket, "not a valid S3 bucket name",

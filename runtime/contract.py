@@ -96,11 +96,11 @@ class Paths:
         return self.output_dir / "tensorboard"
 
     def channel_dir(self, channel: str) -> Path:
-        return self.input_data_dir / channel
+        return child_path(self.input_data_dir, channel, "channel name", single=True)
 
     def pipe_path(self, channel: str, epoch: int) -> Path:
         """Pipe mode FIFO for one epoch of a channel: ``input/data/<channel>_<epoch>``."""
-        return self.input_data_dir / f"{channel}_{epoch}"
+        return child_path(self.input_data_dir, f"{channel}_{epoch}", "channel name", single=True)
 
     def directories(self) -> list[Path]:
         """Directories the platform creates before the container starts."""
@@ -113,6 +113,28 @@ class Paths:
             self.output_intermediate_dir,
             self.checkpoints_dir,
         ]
+
+
+class PathEscapeError(ValueError):
+    """A name from a request, a config file or a bucket would make a path outside its parent."""
+
+
+def child_path(parent: str | Path, name: str, what: str, *, single: bool = False) -> Path:
+    """``parent / name``, refused (:class:`PathEscapeError` naming ``what`` and ``name``) unless it
+    stays strictly below ``parent``: no absolute name, no ``..`` component, nothing that
+    normalises to ``parent`` itself. ``single``: ``name`` is one path component (a channel, job or
+    host name), so it may not hold a ``/`` either. Lexical only: no I/O."""
+    parts = str(name).split("/")
+    if (
+        not name
+        or "\0" in name
+        or name.startswith("/")
+        or ".." in parts
+        or all(part in ("", ".") for part in parts)
+        or (single and (len(parts) > 1 or name == "."))
+    ):
+        raise PathEscapeError(f"{what} {name!r} does not name a path inside {parent}")
+    return Path(parent) / name
 
 
 HYPERPARAMETERS_FILE = "hyperparameters.json"

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from runtime import contract
 from runtime.archive import sha256_file
 
 logger = logging.getLogger(__name__)
@@ -513,7 +514,7 @@ class TransferEngine:
         """
         started = time.monotonic()
         objects = list(objects)
-        dests = dest_paths or [Path(directory) / o.rel for o in objects]
+        dests = dest_paths or [contract.child_path(directory, o.rel, f"object {o.uri}") for o in objects]
         summary = TransferSummary()
         pairs = list(zip(objects, dests, strict=True))
         local_pairs = [(local_path(o.uri), d) for o, d in pairs if not is_s3(o.uri)]

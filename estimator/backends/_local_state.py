@@ -73,14 +73,14 @@ class JobDir:
         return self.logs_dir / "agent.log"
 
     def host_log(self, host: str) -> Path:
-        return self.logs_dir / f"{host}.log"
+        return contract.child_path(self.logs_dir, f"{host}.log", "host name", single=True)
 
     @property
     def hosts_dir(self) -> Path:
         return self.path / "hosts"
 
     def host_base(self, host: str) -> Path:
-        return self.hosts_dir / host
+        return contract.child_path(self.hosts_dir, host, "host name", single=True)
 
     @property
     def s3_cache_dir(self) -> Path:

@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 
 import psutil
 
+from estimator import naming
 from estimator.backends import _local_layout as layout
 from estimator.backends import local_data
 from estimator.backends._local_layout import file_uri_path, instance_ranks, machine_gpu_count
@@ -81,7 +82,8 @@ class LocalBackend(Backend):
     # --- where things are -------------------------------------------------------------------
 
     def job_dir(self, job_name: str) -> JobDir:
-        return JobDir(Path(self.session.root) / job_name)
+        naming.validate_job_name(job_name)  # a name is one path component: never '..' or 'a/b'
+        return JobDir(contract.child_path(self.session.root, job_name, "job name", single=True))
 
     def _existing(self, job_name: str) -> JobDir:
         job = self.job_dir(job_name)

@@ -153,6 +153,13 @@ class JobData:
             source = channel.DataSource.S3DataSource
             assert source is not None
             objects = list_channel(self.engine, channel)
+            for obj in objects:  # each object lands at input/data/<channel>/<rel>: never above it
+                try:
+                    contract.child_path(self._cache_root(channel), obj.rel, "object")
+                except contract.PathEscapeError:
+                    raise rules.ChannelError(
+                        f"channel {channel.ChannelName!r}: object {obj.uri} would be written at "
+                        f"{obj.rel!r}, outside the channel's directory; rename or remove it") from None
             shares = {
                 index: rules.select_for_host(objects, source.S3DataDistributionType, index,
                                              len(self.hosts), key=lambda o: o.rel)
@@ -182,7 +189,7 @@ class JobData:
             self.originals += layout.link_view(root, paths.channel_dir(channel.ChannelName), subset)
 
     def _cache_root(self, channel: Channel) -> Path:
-        return self.cache_dir / channel.ChannelName
+        return contract.child_path(self.cache_dir, channel.ChannelName, "channel name", single=True)
 
     def _stage_downloaded(self, channel: Channel, objects: list[ObjectInfo],
                           shares: dict[int, list[ObjectInfo]]) -> None:

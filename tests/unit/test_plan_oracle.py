@@ -159,6 +159,8 @@ def sdk_capture():
 
         def run(kwargs: dict[str, Any], inputs: Any, job_name: str) -> dict[str, Any]:
             captured.clear()
+            # The SDK adds its sagemaker_* keys to the hyperparameters dict it was given: give it a copy.
+            kwargs = copy.deepcopy(kwargs)
             estimator = SdkPyTorch(role=ROLE, sagemaker_session=sm_session, **kwargs)
             estimator.fit(inputs, wait=False, job_name=job_name)
             assert len(captured) == 1

@@ -3,10 +3,13 @@
 - ``output/success``: empty, written when every process of the host exited 0.
 - ``output/failure``: text whose first 1024 characters become DescribeTrainingJob's FailureReason.
   Written **only if absent**: a user script may write its own reason first, and it wins (the
-  toolkit's issue #111).
+  toolkit's issue #111). What smlaunch writes there is the wire form of the failure text
+  (:func:`wire_failure_reason`): at most 1024 characters, cut at line boundaries, so the platform's
+  cut never falls in the middle of a line.
 - ``output/failure.json`` (``contract.FAILURE_DETAILS_FILE``): ``{"host", "rank", "label",
   "exit_code", "time", "reason", "kind"}`` for the local backend, which names the earliest failure
-  across hosts. ``reason`` is the text that ended up in ``failure`` (the user's, if they wrote one);
+  across hosts. ``reason`` is the whole failure text (the failing rank's complete traceback), or the
+  user's own ``failure`` file when they wrote one;
   ``kind`` is ``failed`` (a process exited non-zero), ``stopped`` (the runtime got SIGTERM/SIGINT)
   or ``framework_error`` (the runtime itself failed before or around the user's code).
 """
@@ -34,6 +37,35 @@ def _write_text_if_absent(path: Path, text: str) -> str:
         return path.read_text(encoding="utf-8", errors="replace")
 
 
+def wire_failure_reason(text: str, limit: int = contract.FAILURE_REASON_MAX_CHARS) -> str:
+    """``text`` cut to ``limit`` characters at line boundaries: the first lines (who failed, the
+    error message) and the last ones (where the traceback ends), joined by a line saying how many
+    lines were left out. Only a single line longer than the whole budget is cut inside itself."""
+    if len(text) <= limit:
+        return text
+    lines = text.splitlines()
+    head: list[str] = []
+    used = 0
+    for line in lines:
+        if head and used + len(line) + 1 > limit // 3:
+            break
+        head.append(line)
+        used += len(line) + 1
+    tail: list[str] = []
+    marker_room = len("... (99999 lines left out)") + 1
+    for line in reversed(lines[len(head):]):
+        if used + marker_room + len(line) + 1 > limit:
+            break
+        tail.insert(0, line)
+        used += len(line) + 1
+    left_out = len(lines) - len(head) - len(tail)
+    marker = [f"... ({left_out} lines left out)"] if left_out else []
+    wire = "\n".join([*head, *marker, *tail])
+    if len(wire) > limit:  # one line alone exceeds the budget: nothing but a cut inside it fits
+        wire = wire[: limit - 4] + " ..."
+    return wire
+
+
 def write_success(paths: contract.Paths) -> None:
     paths.output_dir.mkdir(parents=True, exist_ok=True)
     paths.success_file.touch()
@@ -50,8 +82,11 @@ def write_failure(
     label: str | None = None,
     when: float | None = None,
 ) -> str:
-    """Write ``failure`` (if absent) and ``failure.json``; return the reason that was recorded."""
-    reason = _write_text_if_absent(paths.failure_file, text)
+    """Write ``failure`` (if absent; the wire form of ``text``) and ``failure.json`` (the whole
+    ``text``, or the user's own ``failure`` file); return the reason that was recorded."""
+    wire = wire_failure_reason(text)
+    recorded = _write_text_if_absent(paths.failure_file, wire)
+    reason = text if recorded == wire else recorded
     details: dict[str, Any] = {
         "host": host,
         "rank": rank,

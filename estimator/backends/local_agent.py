@@ -20,7 +20,9 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
   gets SIGKILL, so the whole job ends within 5 seconds. Status ``Failed``. ``FailureReason`` is the
   FIRST failure across hosts: the earliest ``time`` among the hosts' ``output/failure.json``
   (falling back to the first runtime that exited non-zero and the tail of its log), naming host,
-  rank, exit code and the tail of that rank's stderr; ``ExitCode`` is that rank's exit code.
+  rank, exit code and that rank's complete last traceback (else the tail of its stderr), never
+  cut: the 1024-character limit applies to the wire form the host writes to ``output/failure``
+  for the platform, not to this description; ``ExitCode`` is that rank's exit code.
 - **stop()** (and Ctrl-C in ``TrainingJob.wait``, which calls it; or SIGTERM/SIGINT to the agent):
   status ``Stopping``; SIGTERM to every host (user code may checkpoint), SIGKILL of what remains
   after ``stop_grace_seconds`` (default 120); status ``Stopped``.
@@ -429,7 +431,7 @@ class Agent:
                     outcome = (
                         contract.STATUS_FAILED,
                         contract.SECONDARY_FAILED,
-                        {"FailureReason": _clip(f"{DATA_FAILURE_PREFIX}{self._data.errors[0]}")},
+                        {"FailureReason": f"{DATA_FAILURE_PREFIX}{self._data.errors[0]}"},
                     )
                     self.say(
                         f"Data download failed: ending every host (SIGTERM, SIGKILL after "
@@ -570,7 +572,7 @@ class Agent:
             reason = f"{first_host.name} runtime exited with code {code}. Last lines:\n{tail}"
         if not reason.startswith(_REASON_TAGS):
             reason = f"AlgorithmError: {reason}"
-        return {"FailureReason": _clip(reason), "ExitCode": code}
+        return {"FailureReason": reason, "ExitCode": code}
 
     def _check_originals(self) -> None:
         for path in layout.changed_files(self._fingerprints):
@@ -612,14 +614,6 @@ def _tail(path: Path, lines: int) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-def _clip(reason: str, limit: int = contract.FAILURE_REASON_MAX_CHARS) -> str:
-    """FailureReason is at most 1024 characters: keep the head (who failed) and the tail (why)."""
-    if len(reason) <= limit:
-        return reason
-    head = reason[: limit // 4]
-    return head + "\n...\n" + reason[-(limit - len(head) - 5) :]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -209,6 +209,8 @@ class Agent:
                 contract.SECONDARY_FAILED,
                 {"FailureReason": f"InternalServerError: {type(exc).__name__}: {exc}"},
             )
+        if self._data is not None:
+            self._data.close()  # whatever the path: no FastFile mount outlives the job
         status, secondary, fields = outcome
         ended = time.time()
         start = self.state.get("TrainingStartTime", ended)
@@ -306,6 +308,8 @@ class Agent:
         for host in self.hosts:
             layout.write_host_tree(self.spec, host.base, host.name, names)
         # Channels (File / FastFile / Pipe, sharding, manifests): estimator.backends.local_data.
+        # FastFile channels are FUSE mounts in the host trees, made here, before any host starts:
+        # a host's processes see them (a private mount namespace made later copies them).
         self._data = JobData(self.spec, [(h.index, h.paths) for h in self.hosts], self.job.s3_cache_dir,
                              self._engine(), self.say)
         self._data.stage()

@@ -12,17 +12,14 @@ What each mode guarantees to the training script
   relative path before the script starts. ``file://`` data is not copied: each file is a symlink
   into the original (see :mod:`estimator.backends._local_layout`); ``s3://`` data is downloaded once
   per job into the job's cache and linked into every host's tree.
-- **FastFile** (``s3://`` sources): the script starts before the channel has fully arrived.
-  Guaranteed when the script starts: every *directory* of the host's share exists, and
-  ``input/data/<channel>.smlaunch-listing`` holds the complete list of the host's files (JSON list of
-  ``{"path": rel, "size": bytes}``, key order). Then each file *appears atomically*: it becomes
-  visible under its final name only once its bytes are complete and verified (a symlink is created
-  under a temporary name and renamed), so any file the script can open is whole. Files arrive in
-  roughly key order (several downloads run in parallel). When the last one has arrived,
-  ``input/data/<channel>.smlaunch-complete`` is created. Not guaranteed: that ``os.listdir`` at start
-  shows every file (SageMaker's FastFile mount lists everything at once and streams on read; a
-  script that lists the directory once at start should read the listing file instead, or wait for
-  the completion marker). ``file://`` sources are complete at start (they are symlinked).
+- **FastFile** (``s3://`` sources): as SageMaker mounts it, a read-only FUSE file system at
+  ``input/data/<channel>/`` on each host (:mod:`runtime.fastfile`, one server process per host and
+  channel, mounted before the host starts): listing it shows the host's whole share at once
+  (ShardedByS3Key included) with every size; an object's bytes are fetched on its first read (once
+  per job: every host's mount shares the job's cache), so the script starts before the data arrive.
+  Where FUSE cannot be used (no ``/dev/fuse``, no ``fuse3``, no ``mfusepy``, or the mount fails),
+  the channel is delivered with File semantics (every object present before the script starts) and
+  the job log says why. A listing is never partial. ``file://`` sources are symlinked, as in File mode.
 - **Pipe**: for each channel a FIFO ``input/data/<channel>_<epoch>`` per epoch, starting at
   ``<channel>_0``, streaming the host's share object after object (decompressed when
   ``CompressionType="Gzip"``, RecordIO-framed when ``RecordWrapperType="RecordIO"``; order per
@@ -38,8 +35,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import select
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -50,13 +50,14 @@ from typing import Any
 from estimator.backends import _local_layout as layout
 from estimator.spec import Channel, TrainingJobSpec
 from runtime import channels as rules
-from runtime import contract
+from runtime import contract, fastfile
 from runtime.transfer import ObjectInfo, TransferEngine, is_s3, local_path, split_s3_uri
 
-LISTING_SUFFIX = ".smlaunch-listing"
-COMPLETE_SUFFIX = ".smlaunch-complete"
 PIPE_CHUNK = 1 << 20
 _POLL = 0.05
+MOUNT_TIMEOUT_SECONDS = 30.0
+"""Bound on a FastFile server's start (import, S3-free tree, ``fusermount3``) before falling back."""
+UNMOUNT_TIMEOUT_SECONDS = 10.0
 
 Log = Callable[[str], None]
 
@@ -144,6 +145,8 @@ class JobData:
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._mounts: list[FastFileMount] = []
+        self._config_dir = cache_dir / ".smlaunch-fastfile"
 
     # -- staging
 
@@ -207,35 +210,34 @@ class JobData:
 
     def _stage_fastfile(self, channel: Channel, objects: list[ObjectInfo],
                         shares: dict[int, list[ObjectInfo]]) -> None:
+        """s3:// FastFile: one FUSE mount per host (see the module docstring), else File semantics."""
         name = channel.ChannelName
-        readers: dict[str, list[Path]] = {}
-        for index, paths in self.hosts:
-            dest = paths.channel_dir(name)
-            dest.mkdir(parents=True, exist_ok=True)
-            listing = [{"path": o.rel, "size": o.size} for o in shares[index]]
-            for obj in shares[index]:
-                (dest / obj.rel).parent.mkdir(parents=True, exist_ok=True)
-                readers.setdefault(obj.uri, []).append(dest / obj.rel)
-            _write_atomic(paths.input_data_dir / f"{name}{LISTING_SUFFIX}", json.dumps(listing))
-        cache = self._cache_root(channel)
-        needed = sorted({o.uri: o for s in shares.values() for o in s}.values(), key=lambda o: o.rel)
+        reason = fastfile.unavailable()
+        mounts: list[FastFileMount] = []
+        if reason is None:
+            meta = getattr(self.engine.client, "meta", None)
+            s3 = {"s3_endpoint_url": getattr(meta, "endpoint_url", None),
+                  "s3_region_name": getattr(meta, "region_name", None)}
+            def on_error(line: str) -> None:
+                self._fail(f"FastFile channel {name!r}: {line}")
 
-        def arrived(info: ObjectInfo, path: Path) -> None:
-            for link in readers.get(info.uri, []):
-                _atomic_symlink(path, link)
-
-        def feed() -> None:
-            try:
-                self.engine.download_objects(needed, cache, on_done=arrived, cancel=self._stop)
-                if self._stop.is_set():
-                    return  # the job ended first
-                for _, paths in self.hosts:
-                    (paths.input_data_dir / f"{name}{COMPLETE_SUFFIX}").touch()
-                self.log(f"Channel {name!r}: FastFile data complete ({len(needed)} object(s))")
-            except Exception as exc:
-                self._fail(f"FastFile channel {name!r}: {type(exc).__name__}: {exc}")
-
-        self._start(feed, f"fastfile-{name}")
+            for index, paths in self.hosts:  # every server starts, then all are awaited
+                mounts.append(FastFileMount(paths.channel_dir(name), self._cache_root(channel), shares[index],
+                                            s3, self._config_dir / f"{name}-{index}.json", on_error))
+            problems = [problem for mount in mounts if (problem := mount.wait_mounted()) is not None]
+            if problems:
+                reason = problems[0]
+                for mount in mounts:
+                    mount.close()
+                mounts = []
+        if reason is not None:
+            self.log(f"Channel {name!r}: FastFile cannot be mounted here ({reason}); delivering it with "
+                     "File semantics instead: every object is downloaded before the script starts")
+            self._stage_downloaded(channel, objects, shares)
+            return
+        self._mounts += mounts
+        self.log(f"Channel {name!r}: FastFile mounted on {len(mounts)} host(s) (FUSE; objects are fetched "
+                 "on first read)")
 
     def _stage_pipe(self, channel: Channel, shares: dict[int, list[ObjectInfo]]) -> None:
         wrap = channel.RecordWrapperType == "RecordIO"
@@ -266,11 +268,14 @@ class JobData:
         self.log(f"ERROR {message}")
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the Pipe writers and FastFile downloads (downloads under way finish; no new ones)."""
+        """Stop the Pipe writers and unmount the FastFile channels. Idempotent."""
         self._stop.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for mount in self._mounts:
+            mount.close()
+        self._mounts = []
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -279,6 +284,79 @@ def _write_atomic(path: Path, text: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+def _is_mount_point(path: Path) -> bool:
+    """Whether ``path`` is a mount point in this process's mount namespace, even a dead FUSE mount
+    (whose ``stat`` fails with ENOTCONN, so ``os.path.ismount`` cannot tell)."""
+    target = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+            for line in mountinfo:
+                point = line.split()[4]
+                if re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point) == target:
+                    return True
+    except OSError:
+        return os.path.ismount(path)
+    return False
+
+
+class FastFileMount:
+    """One host's FastFile mount: a ``python -m runtime.fastfile`` server for ``objects`` at
+    ``mountpoint``. Lines the server prints starting with ``ERROR`` go to ``on_error``."""
+
+    def __init__(self, mountpoint: Path, cache_dir: Path, objects: list[ObjectInfo], s3: dict[str, Any],
+                 config_file: Path, on_error: Log) -> None:
+        self.mountpoint = mountpoint
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        config = {"mountpoint": str(mountpoint), "cache_dir": str(cache_dir), "parent_pid": os.getpid(),
+                  "objects": [{"uri": o.uri, "rel": o.rel, "size": o.size, "etag": o.etag} for o in objects],
+                  **s3}
+        _write_atomic(config_file, json.dumps(config))
+        self._output: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.fastfile", str(config_file)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self._reader = threading.Thread(target=self._read, args=(on_error,), daemon=True,
+                                        name=f"fastfile-{mountpoint.name}")
+        self._reader.start()
+
+    def _read(self, on_error: Log) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            self._output = [*self._output[-19:], line]
+            if line.startswith("ERROR "):
+                on_error(line.removeprefix("ERROR "))
+
+    def wait_mounted(self, timeout: float = MOUNT_TIMEOUT_SECONDS) -> str | None:
+        """None once the mount serves, else why it does not (the server exited, or took too long)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._reader.join(timeout=5)
+                tail = " | ".join(line for line in self._output[-3:] if line.strip())
+                return f"the FUSE server exited with code {self.proc.returncode}: {tail or 'no output'}"
+            if os.path.ismount(self.mountpoint):
+                return None
+            time.sleep(_POLL)
+        return f"the FUSE mount at {self.mountpoint} was not ready within {timeout:g} s"
+
+    def close(self) -> None:
+        """Unmount: SIGTERM to the server (libfuse unmounts), then a lazy unmount of anything left."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=UNMOUNT_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=UNMOUNT_TIMEOUT_SECONDS)
+        if _is_mount_point(self.mountpoint):  # a server killed before it could unmount
+            subprocess.run([fastfile.FUSERMOUNT, "-u", "-z", str(self.mountpoint)], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=UNMOUNT_TIMEOUT_SECONDS, check=False)
+        self._reader.join(timeout=UNMOUNT_TIMEOUT_SECONDS)
 
 
 class PipeFeeder:

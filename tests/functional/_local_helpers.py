@@ -144,6 +144,17 @@ def kill_leftover_jobs(root: Path) -> None:
                 proc.kill()
 
 
+def host_trees(tmp_path: Path, n: int) -> list[tuple[int, contract.Paths]]:
+    """``n`` emulated hosts' ``/opt/ml`` trees under ``tmp_path``, as the channel stagers take them."""
+    hosts = []
+    for i in range(n):
+        paths = contract.Paths(tmp_path / contract.host_name(i))
+        for directory in paths.directories():
+            directory.mkdir(parents=True, exist_ok=True)
+        hosts.append((i, paths))
+    return hosts
+
+
 @contextlib.contextmanager
 def moto_s3_server(monkeypatch: Any, bucket: str) -> Iterator[Any]:
     """A real S3 API on 127.0.0.1 (moto server), reachable from a job's own processes.

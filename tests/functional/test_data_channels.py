@@ -1,7 +1,7 @@
 """Channel delivery into emulated hosts' /opt/ml trees (estimator.backends.local_data), boto3 on moto.
 
-Real scripts read the data in subprocesses: Pipe FIFOs epoch after epoch, FastFile files as they
-appear, File channels sharded across hosts.
+Real scripts read the data in subprocesses: Pipe FIFOs epoch after epoch, File channels sharded across
+hosts. FastFile mounts: tests/functional/test_fastfile.py.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.backends.local_data import COMPLETE_SUFFIX, LISTING_SUFFIX, JobData
+from estimator.backends.local_data import JobData
 from estimator.spec import TrainingJobSpec
 from runtime import channels as rules
-from runtime import contract
 from runtime.transfer import TransferEngine
+from tests.functional._local_helpers import host_trees
 
 N_OBJECTS = 12
 
@@ -65,22 +65,12 @@ def _channel(uri: str, **extra: Any) -> dict[str, Any]:
     return {"ChannelName": "train", "DataSource": {"S3DataSource": source}, **extra}
 
 
-def _hosts(tmp_path: Path, n: int) -> list[tuple[int, contract.Paths]]:
-    hosts = []
-    for i in range(n):
-        paths = contract.Paths(tmp_path / contract.host_name(i))
-        for directory in paths.directories():
-            directory.mkdir(parents=True, exist_ok=True)
-        hosts.append((i, paths))
-    return hosts
-
-
 def _expected(i: int) -> bytes:
     return (f"record {i}\n" * (i + 1)).encode()
 
 
 def test_file_mode_sharded_from_s3(s3: Any, tmp_path: Path) -> None:
-    hosts = _hosts(tmp_path, 3)
+    hosts = host_trees(tmp_path, 3)
     spec = _spec(_channel("s3://data/train", distribution="ShardedByS3Key"), hosts=3)
     data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
     data.stage()
@@ -98,7 +88,7 @@ def test_file_mode_sharded_from_s3(s3: Any, tmp_path: Path) -> None:
 def test_manifest_channel_expands_to_its_objects(s3: Any, tmp_path: Path) -> None:
     manifest = [{"prefix": "s3://data/train/"}, "part-03.txt", "part-07.txt"]
     s3.put_object(Bucket="data", Key="manifests/m.json", Body=json.dumps(manifest).encode())
-    hosts = _hosts(tmp_path, 1)
+    hosts = host_trees(tmp_path, 1)
     spec = _spec(_channel("s3://data/manifests/m.json", S3DataType="ManifestFile"))
     JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None).stage()
     channel_dir = hosts[0][1].channel_dir("train")
@@ -108,7 +98,7 @@ def test_manifest_channel_expands_to_its_objects(s3: Any, tmp_path: Path) -> Non
                   Body=json.dumps([{"prefix": "s3://data/train/"}, "missing.txt"]).encode())
     spec = _spec(_channel("s3://data/manifests/bad.json", S3DataType="ManifestFile"))
     with pytest.raises(rules.ChannelError, match="does not exist"):
-        JobData(spec, _hosts(tmp_path / "b", 1), tmp_path / "c2", TransferEngine(s3), print).stage()
+        JobData(spec, host_trees(tmp_path / "b", 1), tmp_path / "c2", TransferEngine(s3), print).stage()
 
 
 PIPE_READER = textwrap.dedent("""
@@ -137,7 +127,7 @@ def test_pipe_mode_read_by_a_real_script(s3: Any, tmp_path: Path, source: str) -
         uri = root.as_uri()
     else:
         uri = "s3://data/train/"
-    hosts = _hosts(tmp_path, 2)
+    hosts = host_trees(tmp_path, 2)
     spec = _spec(_channel(uri, distribution="ShardedByS3Key", InputMode="Pipe",
                           ShuffleConfig={"Seed": 7}), mode="File", hosts=2)
     data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
@@ -163,7 +153,7 @@ def test_pipe_mode_read_by_a_real_script(s3: Any, tmp_path: Path, source: str) -
 
 def _first_epoch(s3: Any, tmp_path: Path, channel: dict[str, Any]) -> bytes:
     """Stage one Pipe channel on one host and read its epoch-0 FIFO to the end."""
-    hosts = _hosts(tmp_path, 1)
+    hosts = host_trees(tmp_path, 1)
     engine = TransferEngine(s3, progress=False)
     data = JobData(_spec(channel), hosts, tmp_path / "cache", engine, lambda m: None)
     data.stage()
@@ -192,7 +182,7 @@ def _gzip_objects(s3: Any) -> list[bytes]:
 @pytest.mark.timeout(60)
 def test_pipe_mode_gzip_channel_is_decompressed_for_a_real_script(s3: Any, tmp_path: Path) -> None:
     plain = _gzip_objects(s3)
-    hosts = _hosts(tmp_path, 1)
+    hosts = host_trees(tmp_path, 1)
     spec = _spec(_channel("s3://data/gz/", InputMode="Pipe", CompressionType="Gzip"))
     data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
     data.stage()
@@ -216,7 +206,7 @@ def test_pipe_gzip_with_recordio_frames_each_decompressed_object(s3: Any, tmp_pa
 
 def test_pipe_gzip_object_that_is_not_gzip_fails_the_channel(s3: Any, tmp_path: Path) -> None:
     s3.put_object(Bucket="data", Key="notgz/part-00.txt.gz", Body=b"plain text, not gzip")
-    hosts = _hosts(tmp_path, 1)
+    hosts = host_trees(tmp_path, 1)
     spec = _spec(_channel("s3://data/notgz/", InputMode="Pipe", CompressionType="Gzip"))
     data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
     data.stage()
@@ -232,48 +222,3 @@ def test_pipe_gzip_object_that_is_not_gzip_fails_the_channel(s3: Any, tmp_path: 
     assert "s3://data/notgz/part-00.txt.gz: not valid gzip data" in data.errors[0]
 
 
-FASTFILE_READER = textwrap.dedent("""
-    import hashlib, json, os, sys, time
-    data_dir = sys.argv[1]
-    listing = json.load(open(os.path.join(data_dir, "train.smlaunch-listing")))
-    present_at_start = sum(os.path.exists(os.path.join(data_dir, "train", f["path"])) for f in listing)
-    digests = {}
-    deadline = time.time() + 30
-    for entry in listing:
-        path = os.path.join(data_dir, "train", entry["path"])
-        while not os.path.exists(path):
-            assert time.time() < deadline, path
-            time.sleep(0.01)
-        data = open(path, "rb").read()          # visible means complete
-        assert len(data) == entry["size"], (path, len(data), entry["size"])
-        digests[entry["path"]] = hashlib.sha256(data).hexdigest()
-    print(json.dumps({"present_at_start": present_at_start, "digests": digests}))
-""")
-
-
-@pytest.mark.timeout(60)
-def test_fastfile_starts_before_the_data_and_files_appear_whole(s3: Any, tmp_path: Path) -> None:
-    # Slow every GetObject down so that the channel is still arriving when the script starts.
-    s3.meta.events.register("before-call.s3.GetObject", lambda **kwargs: time.sleep(0.15))
-    hosts = _hosts(tmp_path, 1)
-    spec = _spec(_channel("s3://data/train", InputMode="FastFile"))
-    data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, max_concurrency=2, progress=False),
-                   lambda m: None)
-    data.stage()
-    paths = hosts[0][1]
-    try:
-        # The guarantee at start: the complete listing, before the data.
-        listing = json.loads((paths.input_data_dir / f"train{LISTING_SUFFIX}").read_text())
-        assert [e["path"] for e in listing] == [f"part-{i:02d}.txt" for i in range(N_OBJECTS)]
-        assert not (paths.input_data_dir / f"train{COMPLETE_SUFFIX}").exists()
-        result = subprocess.run([sys.executable, "-c", FASTFILE_READER, str(paths.input_data_dir)],
-                                capture_output=True, text=True, timeout=40, check=False)
-        assert result.returncode == 0, result.stderr
-        report = json.loads(result.stdout)
-        assert report["present_at_start"] < N_OBJECTS, "the script should start before all data arrived"
-        assert report["digests"] == {f"part-{i:02d}.txt": hashlib.sha256(_expected(i)).hexdigest()
-                                     for i in range(N_OBJECTS)}
-    finally:
-        data.close(timeout=20)
-    assert (paths.input_data_dir / f"train{COMPLETE_SUFFIX}").exists()
-    assert not data.errors

@@ -11,25 +11,89 @@
 
 Contents depend on the partitioning, so partial checkpoints are only portable between runs with the same
 pipeline layout; :func:`merge_partial_checkpoint` turns one into a full state dict in a single process.
+
+Checkpoints come back from ``checkpoint_s3_uri``, which other people may be able to write, so every load
+here uses ``torch.load(weights_only=True)``: tensors and plain data only, plus :func:`safe_globals`
+(``argparse.Namespace`` and numpy scalars, dtypes and arrays, which users put in ``user_content``). A
+file holding anything else is refused with :class:`UnsafeCheckpointError` before any of its code can
+run. Trusted files with other types: allow them with ``torch.serialization.add_safe_globals([...])``,
+or opt in to full pickle with ``SMLAUNCH_UNSAFE_CHECKPOINT_LOAD=1`` in the job's environment (or
+``smp.load(..., weights_only=False)``), which warns: a pickle runs whatever code it names.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import pickle
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from runtime import contract
 from runtime.parallel.config import SMPValidationError
 from runtime.parallel.engine import PARTIAL_KEY
 from runtime.parallel.state import STATE
 
 NEWEST_FILE = "newest"
 USER_CONTENT_FILE = "user_content.pt"
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint holds a type that is not allowed to load: unpickling it could run code."""
+
+
+def safe_globals() -> list[Any]:
+    """What smp checkpoints may hold beyond torch's defaults (tensors, containers, numbers, strings):
+    ``argparse.Namespace`` and, when numpy is installed, numpy scalars, dtypes and arrays (not object
+    arrays' contents beyond what the same restricted unpickler allows)."""
+    allowed: list[Any] = [argparse.Namespace]
+    try:
+        import numpy as np
+    except ImportError:
+        return allowed
+    codes = np.typecodes["All"].replace("O", "")
+    allowed += [np.ndarray, np.dtype, np.arange(1).__reduce__()[0], np.float64(0).__reduce__()[0]]
+    allowed += sorted({type(np.dtype(code)) for code in codes}, key=lambda t: t.__name__)
+    return allowed
+
+
+def _unsafe_opt_in(requested: bool) -> bool:
+    unsafe = requested or os.environ.get(contract.SMLAUNCH_UNSAFE_CHECKPOINT_LOAD, "") == "1"
+    if unsafe:
+        warnings.warn(
+            "smp checkpoints are loaded with full pickle (SMLAUNCH_UNSAFE_CHECKPOINT_LOAD=1 or "
+            "weights_only=False): a checkpoint file can run any code in this job; use this only for "
+            "checkpoints you trust", UserWarning, stacklevel=3)
+    return unsafe
+
+
+def _load(path: str | os.PathLike[str], map_location: Any = None, *, unsafe: bool = False,
+          pickle_module: Any = pickle, **pickle_load_args: Any) -> Any:
+    """``torch.load`` with ``weights_only=True`` and :func:`safe_globals`, unless opted out."""
+    if _unsafe_opt_in(unsafe or pickle_module is not pickle):
+        return torch.load(path, map_location=map_location, pickle_module=pickle_module, weights_only=False,
+                          **pickle_load_args)
+    allowing = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5; 2.4: process-wide
+    if allowing is None:
+        torch.serialization.add_safe_globals(safe_globals())
+    try:
+        with allowing(safe_globals()) if allowing is not None else contextlib.nullcontext():
+            return torch.load(path, map_location=map_location, weights_only=True, **pickle_load_args)
+    except pickle.UnpicklingError as error:
+        blocked = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line),
+                       str(error).splitlines()[0] if str(error) else "")
+        raise UnsafeCheckpointError(
+            f"refusing to load checkpoint {os.fspath(path)}: it holds a type that is not a tensor or "
+            f"plain data, and unpickling it could run code ({blocked}). If you trust this file, allow "
+            "the type with torch.serialization.add_safe_globals([...]), or set "
+            f"{contract.SMLAUNCH_UNSAFE_CHECKPOINT_LOAD}=1 in the estimator's environment= (full pickle)."
+        ) from error
 
 
 def _rank_suffix() -> str:
@@ -50,14 +114,17 @@ def save(obj: Any, f: str | os.PathLike[str], partial: bool = True, pickle_modul
 
 def load(f: str | os.PathLike[str], map_location: Any = None, pickle_module: Any = pickle,
          partial: bool = True, **pickle_load_args: Any) -> Any:
-    """smp.load (also reads the older ``f"{f}_{mp_rank}"`` naming)."""
+    """smp.load (also reads the older ``f"{f}_{mp_rank}"`` naming).
+
+    Loads with ``weights_only=True`` (see the module docstring); ``weights_only=False`` or another
+    ``pickle_module`` opts in to full pickle, with a warning."""
     STATE.require()
     path = os.fspath(f)
     if partial:
         candidates = [f"{path}_{_rank_suffix()}.pt", f"{path}_{STATE.group_rank('PT')}"]
         path = next((c for c in candidates if os.path.exists(c)), candidates[0])
-    return torch.load(path, map_location=map_location, pickle_module=pickle_module, weights_only=False,
-                      **pickle_load_args)
+    unsafe = pickle_load_args.pop("weights_only", True) is False
+    return _load(path, map_location, unsafe=unsafe, pickle_module=pickle_module, **pickle_load_args)
 
 
 def _partial_name(kind: str) -> str:
@@ -125,19 +192,19 @@ def resume_from_checkpoint(path: str | os.PathLike[str], tag: str | None = None,
                 "checkpoint was written with, or use a full checkpoint (partial=False)."
             )
         if model is not None:
-            model.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=False))
+            model.load_state_dict(_load(model_file, map_location="cpu"))
         opt_file = folder / model_file.name.replace("model_", "optimizer_", 1)
         if load_optimizer and optimizer is not None and opt_file.exists():
-            optimizer.load_state_dict(torch.load(opt_file, map_location="cpu", weights_only=False))
+            optimizer.load_state_dict(_load(opt_file, map_location="cpu"))
         content_file = folder / USER_CONTENT_FILE
-        return torch.load(content_file, weights_only=False) if content_file.exists() else None
-    state = torch.load(root / tag, map_location="cpu", weights_only=False)
+        return _load(content_file) if content_file.exists() else None
+    state = _load(root / tag, map_location="cpu")
     if translate_function is not None:
         state = translate_function(state)
     if model is not None:
         model.load_state_dict(state, strict=strict)
     content = root / f"user_content_{tag}.pt"
-    return torch.load(content, weights_only=False) if content.exists() else None
+    return _load(content) if content.exists() else None
 
 
 def merge_partial_checkpoint(path: str | os.PathLike[str], tag: str | None = None) -> dict[str, Any]:
@@ -150,7 +217,7 @@ def merge_partial_checkpoint(path: str | os.PathLike[str], tag: str | None = Non
     if not files:
         raise SMPValidationError(f"No partial model files under {root / f'{tag}_partial'}")
     for f in files:
-        part = torch.load(f, map_location="cpu", weights_only=False)
+        part = _load(f, map_location="cpu")
         part.pop(PARTIAL_KEY, None)
         merged.update(part)
     return merged

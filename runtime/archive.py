@@ -155,7 +155,8 @@ class _Member:
 
 
 def _refuse(member: str, problem: str) -> UnsafeArchiveError:
-    return UnsafeArchiveError(f"refusing archive member {member!r}: {problem}")
+    shown = member if len(member) <= 240 else f"{member[:100]}...{member[-100:]}"
+    return UnsafeArchiveError(f"refusing archive member {shown!r}: {problem}")
 
 
 def _normalized_name(member: str, raw: str, what: str = "name") -> str:

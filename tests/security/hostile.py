@@ -170,9 +170,11 @@ class Hostile:
     refused: str
     escapes_naively: bool = False
 
-    def refused_member(self, outside: PurePosixPath) -> str:
-        return self.refused.format(outside=outside, up=up(outside), rel=str(outside).lstrip("/"),
-                                   pwned=MARKER)
+    def refusal(self, outside: PurePosixPath | Path) -> str:
+        """What the refusal must contain: the member's name quoted (the end of a very long one)."""
+        member = repr(self.refused.format(outside=outside, up=up(PurePosixPath(outside)),
+                                          rel=str(outside).lstrip("/"), pwned=MARKER))
+        return member if len(member) < 240 else member[-60:]
 
 
 CASES = [

@@ -20,7 +20,6 @@ from runtime import contract
 from tests.functional._runtime_tree import write_host_tree
 from tests.integration.test_docker_executor import engine, image  # noqa: F401 - session fixtures
 from tests.security import hostile
-from tests.security.test_hostile_code import refusal
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3000)]
 
@@ -53,9 +52,9 @@ def test_the_images_train_refuses_every_hostile_archive(tmp_path: Path, engine: 
         paths = trees[case.name]
         output = (tmp_path / "cases" / case.name / "output.txt").read_text()
         assert (tmp_path / "cases" / case.name / "rc").read_text().strip() == "1", (case.name, python, output)
-        failure = paths.failure_file.read_text()
+        failure = json.loads((paths.output_dir / contract.FAILURE_DETAILS_FILE).read_text())["reason"]
         assert failure.startswith("ClientError: refusing archive member"), (case.name, python, failure)
-        assert refusal(case, outside) in failure, (case.name, failure)
+        assert case.refusal(outside) in failure, (case.name, failure)
         assert "SHOULD NOT RUN" not in output, case.name
         assert os.listdir(paths.code_dir) == [], case.name
     hostile.assert_untouched(before, tmp_path, [p.code_dir for p in trees.values()])

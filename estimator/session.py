@@ -64,6 +64,12 @@ class LocalSession:
     ``instance_count_quota``: the most instances one job may ask for (default: SageMaker's default
     quota, :data:`estimator.estimator.DEFAULT_INSTANCES_PER_TRAINING_JOB`), so a job rehearsed here
     is one SageMaker accepts; raise it as far as your account's quota is raised.
+    ``emulate_cuda``: when the instance type has GPUs this machine lacks (an ``ml.p3.16xlarge`` on a
+    laptop), every rank emulates them on the CPU (``torch.cuda.is_available()`` True, tensors and
+    modules sent to ``"cuda"`` stay on the CPU, NCCL becomes gloo; ``runtime/cuda_emulation.py``)
+    and ``SM_NUM_GPUS`` is the instance type's GPU count. Default ``None``: on in that case;
+    ``False`` turns it off (CUDA is then unavailable, as on any CPU machine); ``True`` emulates the
+    instance type's GPUs even where this machine has enough.
     """
 
     is_local = True
@@ -80,6 +86,7 @@ class LocalSession:
         artifact_conflicts: Literal["warn", "error"] = "warn",
         install_requirements: bool = True,
         instance_count_quota: int | None = None,
+        emulate_cuda: bool | None = None,
     ) -> None:
         require_type("root", root, (str, os.PathLike, type(None)), "pass a directory path, e.g. '~/jobs'")
         require_type("executor", executor, (str, type(None)), "use executor='process' or executor='docker'")
@@ -115,6 +122,12 @@ class LocalSession:
         self.artifact_conflicts = artifact_conflicts
         self.install_requirements = install_requirements
         self.instance_count_quota = _check_quota(instance_count_quota)
+        if emulate_cuda not in (None, True, False):
+            raise ConfigurationError(
+                "emulate_cuda", emulate_cuda, "must be True, False or None",
+                "leave it unset (emulate GPUs this machine lacks) or pass emulate_cuda=False to turn it off",
+            )
+        self.emulate_cuda = emulate_cuda
         self.root = Path(root).expanduser().resolve() if root is not None else default_local_root()
         self.processes_per_host = processes_per_host
         self.executor: Executor = executor  # type: ignore[assignment]

@@ -274,6 +274,8 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_MASTER_PORT     port for the rendezvous of ranked launchers (default MASTER_PORT)
 #   SMLAUNCH_NUM_GPUS        GPUs this host has (emulated instance types on a CPU machine)
 #   SMLAUNCH_NUM_CPUS        CPUs this host reports as SM_NUM_CPUS
+#   SMLAUNCH_EMULATE_CUDA    JSON {"gpus": N, "model": "V100", "memory_gib": 16}: every rank emulates
+#                            N CUDA devices on the CPU (see runtime.cuda_emulation)
 #   SMLAUNCH_PROCESSES_PER_HOST  ranks per host for one-rank-per-GPU launchers (torchrun, smddp)
 #                            when emulating an instance type whose GPUs this machine lacks
 #   SMLAUNCH_FAULTS          JSON list of faults to inject in a local run (see runtime.faults)
@@ -300,6 +302,7 @@ SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
 SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
 SMLAUNCH_NUM_CPUS = "SMLAUNCH_NUM_CPUS"
+SMLAUNCH_EMULATE_CUDA = "SMLAUNCH_EMULATE_CUDA"
 SMLAUNCH_PROCESSES_PER_HOST = "SMLAUNCH_PROCESSES_PER_HOST"
 SMLAUNCH_FAULTS = "SMLAUNCH_FAULTS"
 SMLAUNCH_STOP_GRACE_SECONDS = "SMLAUNCH_STOP_GRACE_SECONDS"

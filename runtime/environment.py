@@ -22,7 +22,8 @@ Rules, where the toolkit leaves a choice (``docs/runtime-contract.md``):
   except in a one-host job, where it is ``127.0.0.1``.
 - Master port: ``SMLAUNCH_MASTER_PORT`` (a free port per local job) else 7777, as SageMaker's
   PyTorch toolkit uses.
-- ``SM_NUM_GPUS``: ``SMLAUNCH_NUM_GPUS`` when set (emulated instance types), else the count of
+- ``SM_NUM_GPUS``: ``SMLAUNCH_NUM_GPUS`` when set (emulated instance types: the instance type's
+  GPUs when ``SMLAUNCH_EMULATE_CUDA`` emulates them on the CPU, else 0), else the count of
   ``GPU `` lines of ``nvidia-smi --list-gpus`` (0 when it is missing or fails). torch is never
   imported here: the runtime must start the user's script within a second.
 - ``SM_NUM_CPUS``: ``SMLAUNCH_NUM_CPUS`` when set (the local backend pins emulated hosts), else
@@ -389,6 +390,11 @@ class Environment:
         if self.current_host in self.distribution_hosts:
             return self.distribution_hosts.index(self.current_host)
         return self.hosts.index(self.current_host)
+
+    @property
+    def cuda_emulated(self) -> bool:
+        """This host's GPUs are emulated on the CPU (``SMLAUNCH_EMULATE_CUDA``; runtime.cuda_emulation)."""
+        return bool(self.environ.get(contract.SMLAUNCH_EMULATE_CUDA))
 
     @property
     def host_count(self) -> int:

@@ -21,6 +21,10 @@ raise, and change nothing the script can observe except two signal handlers and 
   (SIGABRT, "terminate called without an active exception", exit 134) after training succeeded.
   This happens on SageMaker too (it is torch's bug, pytorch/pytorch#179291); smlaunch fixes it
   because a finished job must not be reported as failed.
+- **CUDA emulation.** Only when ``SMLAUNCH_EMULATE_CUDA`` is set (a local job emulating a GPU
+  instance type on a machine without its GPUs): :mod:`runtime.cuda_emulation` patches torch when
+  the script imports it, so CUDA calls run on the CPU. Unlike the rest, it changes what the script
+  observes (``torch.cuda.is_available()`` is True), which is its purpose.
 - **Faults.** Only when ``SMLAUNCH_FAULTS`` is set: a SIGUSR2 handler that performs the action the
   supervisor wrote to ``<dir>/<pid>.fault`` (``{"kind": "crash", "exit_code": 7}`` exits the rank
   with that code after printing where it was; ``{"kind": "hang"}`` blocks the main thread forever at
@@ -38,6 +42,7 @@ RANK_DIR_ENV = "SMLAUNCH_RANK_DIR"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rankboot")
 """The directory holding the ``sitecustomize`` that calls :func:`boot`; first on every rank's path."""
 FAULTS_ENV = "SMLAUNCH_FAULTS"
+EMULATE_CUDA_ENV = "SMLAUNCH_EMULATE_CUDA"  # contract.SMLAUNCH_EMULATE_CUDA, without importing it
 
 _stack_file: Any = None  # kept open for faulthandler (it writes to the file descriptor)
 
@@ -121,6 +126,12 @@ def close_process_groups() -> None:
 def boot() -> None:
     """Called once at interpreter start in every rank. A no-op outside smlaunch's supervisor."""
     global _stack_file
+    if os.environ.get(EMULATE_CUDA_ENV):
+        from runtime import cuda_emulation
+
+        gpus = cuda_emulation.EmulatedGpus.from_environ(os.environ)
+        if gpus is not None and cuda_emulation.active() is None:
+            cuda_emulation.install_on_import(gpus)
     rank_dir = os.environ.get(RANK_DIR_ENV)
     if not rank_dir or not os.path.isdir(rank_dir):
         return

@@ -70,6 +70,23 @@ def instance_ranks(instance_type: str) -> int:
     return max(1, machine_gpu_count() if ranks is None else ranks)
 
 
+def emulated_gpus(instance_type: str, emulate_cuda: bool | None) -> dict[str, Any] | None:
+    """The GPUs every rank emulates on the CPU (``{"gpus", "model", "memory_gib"}``), or None.
+
+    ``emulate_cuda`` None (the default): emulate when the instance type has more GPUs than this
+    machine; True: whenever it has GPUs; False: never. Read by ``runtime/cuda_emulation.py``.
+    """
+    from estimator import catalog
+
+    instance = catalog.lookup(instance_type)
+    if emulate_cuda is False or not instance.gpus:
+        return None
+    if emulate_cuda is None and machine_gpu_count() >= instance.gpus:
+        return None
+    return {"gpus": instance.gpus, "model": instance.accelerator_model or "GPU",
+            "memory_gib": instance.accelerator_memory_gib or 16.0}
+
+
 def resource_config(spec: TrainingJobSpec, host: str, hosts: list[str]) -> dict[str, Any]:
     instance_type = spec.ResourceConfig.InstanceType
     return {
@@ -273,8 +290,12 @@ def host_environment(
     processes_per_host: int,
     stop_grace_seconds: float,
     num_gpus: int | None,
+    emulate_cuda: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """What a host runtime needs besides the inherited environment (``spec.Environment`` included)."""
+    """What a host runtime needs besides the inherited environment (``spec.Environment`` included).
+
+    ``emulate_cuda`` (from :func:`emulated_gpus`) becomes ``SMLAUNCH_EMULATE_CUDA``, which makes
+    every rank emulate those GPUs on the CPU."""
     env = dict(spec.Environment or {})
     env.update(
         {
@@ -289,6 +310,8 @@ def host_environment(
     )
     if num_gpus is not None:
         env[contract.SMLAUNCH_NUM_GPUS] = str(num_gpus)
+    if emulate_cuda:
+        env[contract.SMLAUNCH_EMULATE_CUDA] = json.dumps(dict(emulate_cuda), sort_keys=True)
     return env
 
 

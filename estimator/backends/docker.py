@@ -591,7 +591,7 @@ def _agent_class() -> type[_AgentBase]:
                 env.update(
                     layout.host_environment(
                         self.spec, Path(CONTAINER_BASE_DIR), {}, port, ranks, self.grace,
-                        self.settings.get("num_gpus"),
+                        self.settings.get("num_gpus"), self.settings.get("emulate_cuda"),
                     )
                 )
                 env.update(layout.requirements_environment(self.settings))

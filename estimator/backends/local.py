@@ -233,6 +233,7 @@ class LocalBackend(Backend):
         """How this machine runs ``spec``: resolved once at submit and logged by the agent."""
         ranks = self.session.processes_per_host or instance_ranks(spec.ResourceConfig.InstanceType)
         grace = self.session.stop_grace_seconds
+        emulated = layout.emulated_gpus(spec.ResourceConfig.InstanceType, self.session.emulate_cuda)
         settings: dict[str, Any] = {
             "processes_per_host": max(1, int(ranks)),
             "stop_grace_seconds": contract.DEFAULT_STOP_GRACE_SECONDS if grace is None else float(grace),
@@ -240,7 +241,8 @@ class LocalBackend(Backend):
             "install_requirements": self.session.install_requirements,
             "requirements_cache": str(Path(self.session.root) / REQUIREMENTS_CACHE_DIR)
             if self.layered_requirements else None,
-            "num_gpus": 0 if machine_gpu_count() == 0 else None,
+            "num_gpus": emulated["gpus"] if emulated else (0 if machine_gpu_count() == 0 else None),
+            "emulate_cuda": emulated,
             "python": sys.executable,
             "s3_endpoint_url": None,
             "s3_region_name": None,

@@ -345,6 +345,13 @@ class Agent:
             f"per-GPU launchers, master {self.hosts[0].name}=127.0.0.1:{port}, "
             f"stop grace {self.grace:g} s, max run {self.spec.StoppingCondition.MaxRuntimeInSeconds} s"
         )
+        emulated = self.settings.get("emulate_cuda")
+        if emulated:
+            self.say(
+                f"CUDA emulated on CPU: {emulated['gpus']} {emulated['model']} GPU(s) per host that this "
+                "machine lacks; CUDA calls run on the CPU, NCCL uses gloo, numbers are a CPU run's "
+                "(LocalSession(emulate_cuda=False) turns this off)"
+            )
         die_with_agent = _die_with_parent_hook()
         base_env = dict(os.environ)
         # The S3 the session talks to (e.g. a test's moto server) is the S3 the hosts talk to:
@@ -366,6 +373,7 @@ class Agent:
                     ranks,
                     self.grace,
                     self.settings.get("num_gpus"),
+                    emulated,
                 )
             )
             env.update(layout.requirements_environment(self.settings))

@@ -19,7 +19,8 @@ shared with the other ranked launchers; the ``TORCHELASTIC_*``, ``GROUP_WORLD_SI
 Rank 0 hosts the rendezvous store (``env://``) at ``MASTER_ADDR:MASTER_PORT``.
 ``nproc`` (ranks per host) is ``SMLAUNCH_PROCESSES_PER_HOST`` if set, else the GPU count, else 1
 (:attr:`Environment.processes_per_host`). The process-group backend is the script's choice; the
-topology block notes the one that fits: NCCL with GPUs, gloo on CPU.
+topology block notes the one that fits: NCCL with GPUs, gloo on CPU (also when the host's GPUs are
+emulated on the CPU, where a request for NCCL gets gloo).
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class TorchrunLauncher(Launcher):
             "ranks on this host": f"{first}..{first + nproc - 1} ({nproc} per host)",
             "world size": world_size,
             "master": f"{env.master_hostname} at {env.master_addr}:{env.master_port}",
-            "backend": "nccl (GPUs)" if env.num_gpus > 0 else "gloo (CPU; no GPU on this host)",
+            "backend": (
+                "gloo (CUDA emulated on CPU: NCCL requests use gloo)" if env.cuda_emulated
+                else "nccl (GPUs)" if env.num_gpus > 0 else "gloo (CPU; no GPU on this host)"
+            ),
         }
         return LaunchPlan(launcher=self.name, processes=processes, topology=topology)

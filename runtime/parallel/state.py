@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from runtime import cuda_emulation
 from runtime.parallel.config import (
     ModelParallelConfig,
     SMPValidationError,
@@ -108,10 +109,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _real_cuda() -> bool:
+    """CUDA devices exist (not merely emulated on the CPU by runtime.cuda_emulation)."""
+    return cuda_emulation.active() is None and torch.cuda.is_available()
+
+
 def _backend(config: ModelParallelConfig) -> str:
     choice = config.values["ddp_dist_backend"]
     if choice == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return "nccl" if _real_cuda() else "gloo"
+    if choice == "nccl" and cuda_emulation.active() is not None:
+        return "gloo"  # the emulation's rule: NCCL requested -> gloo
     if choice == "nccl" and not torch.cuda.is_available():
         raise SMPValidationError(
             "ddp_dist_backend='nccl' needs CUDA GPUs, and none is available; use 'auto' or 'gloo' on CPU."
@@ -165,6 +173,8 @@ def init(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
+    elif cuda_emulation.active() is not None:
+        torch.cuda.set_device(local_rank)  # as smp.init does; the emulated device keeps tensors on CPU
     layout = RankLayout(world, cfg.pp, cfg.tp, cfg.placement)
     mesh = build_mesh(layout, device.type)
     coordinate = mesh.get_coordinate()

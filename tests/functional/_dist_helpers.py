@@ -51,6 +51,8 @@ def run_job(
     hyperparameters: dict[str, Any] | None = None,
     max_run: int = 90,
     timeout: float = 120,
+    inputs: dict[str, str] | None = None,
+    emulate_cuda: bool | None = None,
 ) -> JobRun:
     """Submit ``script`` as ``train.py`` the way a notebook does, wait for the end, check that no
     process of the job is left, and return what describe and the log say."""
@@ -58,7 +60,7 @@ def run_job(
     src.mkdir()
     (src / "train.py").write_text(textwrap.dedent(script))
     root = tmp_path / "jobs"
-    session = LocalSession(root, processes_per_host=processes_per_host)
+    session = LocalSession(root, processes_per_host=processes_per_host, emulate_cuda=emulate_cuda)
     estimator = PyTorch(
         entry_point="train.py",
         source_dir=str(src),
@@ -75,7 +77,7 @@ def run_job(
         sagemaker_session=session,
     )
     try:
-        estimator.fit(wait=False)
+        estimator.fit(inputs, wait=False)
         job = estimator.latest_training_job
         assert job is not None
         description = wait_terminal(session.backend(), job.name, timeout)

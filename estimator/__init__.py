@@ -18,6 +18,7 @@ from estimator.errors import (
 )
 
 if TYPE_CHECKING:
+    from estimator.analytics import TrainingJobAnalytics
     from estimator.debugger import TensorBoardOutputConfig
     from estimator.estimator import Estimator, PyTorch
     from estimator.inputs import ShuffleConfig, TrainingInput
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 # agent, started once per job) must not pay for the estimator and the instance catalog.
 _LAZY = {
     "Estimator": "estimator.estimator",
+    "TrainingJobAnalytics": "estimator.analytics",
     "HyperparameterTuner": "estimator.tuner",
     "PyTorch": "estimator.estimator",
     "ShuffleConfig": "estimator.inputs",
@@ -53,6 +55,7 @@ __all__ = [
     "TensorBoardOutputConfig",
     "TrainingInput",
     "TrainingJob",
+    "TrainingJobAnalytics",
     "TrainingJobSpec",
     "UnsupportedByBackendError",
     "UnsupportedFeatureError",

@@ -70,3 +70,14 @@ def require_type(field: str, value: object, expected: type | tuple[type, ...], f
         return
     names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
     raise ConfigurationError(field, value, f"must be {names}, not {type(value).__name__}", fix)
+
+
+class MissingExtraError(SmlaunchError, ImportError):
+    """An optional feature's packages are not installed; the message names the extra to install."""
+
+    def __init__(self, feature: str, package: str, extra: str) -> None:
+        self.feature = feature
+        self.package = package
+        self.extra = extra
+        super().__init__(f"{feature} needs {package}, which is not installed. "
+                         f"Fix: pip install 'smlaunch[{extra}]'")

@@ -727,8 +727,8 @@ class Estimator:
         self._stage_code(spec)
         for channel, path in uploads:
             self.sagemaker_session.stage_local_input(path, spec.TrainingJobName, channel)
-        logger.info("Creating training-job with name: %s", spec.TrainingJobName)
         backend.submit(spec)
+        print(f"Creating training-job with name: {spec.TrainingJobName}", flush=True)
         self._current_job_name = spec.TrainingJobName
         self.latest_training_job = TrainingJob(backend, spec.TrainingJobName)
         if wait:
@@ -771,6 +771,15 @@ class Estimator:
         if uri:
             return uri
         return _join_uri(self._output_path(), job.name, "output", contract.MODEL_TARBALL)
+
+    @property
+    def training_job_analytics(self) -> Any:
+        """The latest job's metrics: a :class:`~estimator.analytics.TrainingJobAnalytics`
+        (``.dataframe()``, ``.plot()``), from any backend, as the SDK's property of this name."""
+        from estimator.analytics import TrainingJobAnalytics
+
+        job = self._require_job()
+        return TrainingJobAnalytics(job.name, sagemaker_session=self.sagemaker_session)
 
     def logs(self) -> None:
         """Print the latest job's logs, following them until it ends."""

@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from estimator.errors import ConfigurationError
@@ -34,6 +35,26 @@ class MetricSample:
     name: str
     value: float
     source: str | None
+
+    @property
+    def host(self) -> str | None:
+        """``algo-1`` for ``algo-1/rank 3``: SageMaker's metrics are per host, ranks share it."""
+        return self.source.split("/", 1)[0] if self.source else None
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    """One value of one metric with when and where it was logged: a row of
+    :meth:`TrainingJobAnalytics.dataframe <estimator.analytics.TrainingJobAnalytics.dataframe>`.
+
+    ``host`` is ``algo-N``, or None where the source aggregates hosts (CloudWatch metrics).
+    ``time`` is None only where the source has no times.
+    """
+
+    name: str
+    value: float
+    time: datetime | None
+    host: str | None
 
 
 def split_prefix(line: str) -> tuple[str | None, str]:

@@ -163,6 +163,18 @@ class LocalSession:
         return self._backend
 
 
+def session_for_job(job_name: str, sagemaker: bool = False) -> LocalSession | Session:
+    """The session that knows ``job_name``: ``LocalSession()`` when a local job of that name exists
+    under :func:`default_local_root` (and ``sagemaker`` is not asked for), else ``Session()``."""
+    from estimator.backends._local_state import JobDir
+
+    if not sagemaker:
+        local = LocalSession()
+        if JobDir(local.root / job_name).spec_file.is_file():
+            return local
+    return Session()
+
+
 # --- Amazon SageMaker ---------------------------------------------------------------------------
 
 def _check_quota(quota: object) -> int | None:
@@ -232,10 +244,10 @@ class Session:
     ``instance_count_quota``: your account's "Number of instances per training job" quota when it
     was raised above SageMaker's default (20); larger jobs are refused before anything is staged.
 
-    Clients (``sagemaker``, ``s3``, ``sts``, ``iam``, ``logs``) are created lazily from ``boto_session``;
-    pass any of them to inject moto-backed or otherwise configured ones. Nothing talks to AWS before
-    a method needs it. Missing credentials give a :class:`ConfigurationError` saying how to configure
-    them, not a botocore trace.
+    Clients (``sagemaker``, ``s3``, ``sts``, ``iam``, ``logs``, ``cloudwatch``) are created lazily from
+    ``boto_session``; pass any of them to inject moto-backed or otherwise configured ones. Nothing
+    talks to AWS before a method needs it. Missing credentials give a :class:`ConfigurationError` saying
+    how to configure them, not a botocore trace.
     """
 
     is_local = False
@@ -251,6 +263,7 @@ class Session:
         iam_client: Any | None = None,
         logs_client: Any | None = None,
         instance_count_quota: int | None = None,
+        cloudwatch_client: Any | None = None,
     ) -> None:
         require_type("default_bucket", default_bucket, (str, type(None)), "pass the bucket name as a string")
         require_type("default_bucket_prefix", default_bucket_prefix, (str, type(None)),
@@ -269,7 +282,7 @@ class Session:
             name: client
             for name, client in (
                 ("sagemaker", sagemaker_client), ("s3", s3_client), ("sts", sts_client),
-                ("iam", iam_client), ("logs", logs_client),
+                ("iam", iam_client), ("logs", logs_client), ("cloudwatch", cloudwatch_client),
             )
             if client is not None
         }
@@ -341,6 +354,10 @@ class Session:
 
     def logs_client(self) -> Any:
         return self._client("logs")
+
+    def cloudwatch_client(self) -> Any:
+        """CloudWatch (metrics), where SageMaker publishes a job's ``MetricDefinitions`` values."""
+        return self._client("cloudwatch")
 
     @property
     def account_id(self) -> str:

@@ -18,12 +18,14 @@ shim and the local ones are emulations):
   (``[algo-2/rank 5] ...``); with ``follow`` the iterator ends only once the job is terminal and
   every line has been yielded.
 - ``stop(job_name)``: ask the job to stop (StopTrainingJob); returns without waiting.
+- ``metric_records(job_name, metric_names)``: every value of the job's metrics with its time and host
+  (local: recorded as lines arrive; SageMaker: CloudWatch metrics, else its logs).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, get_args
 from urllib.parse import urlparse
 
@@ -32,6 +34,7 @@ from pydantic import BaseModel, ConfigDict
 from estimator import hyperparameters as hp
 from estimator.distribution import Distribution, Strategy
 from estimator.errors import ConfigurationError, UnsupportedByBackendError
+from estimator.metrics import MetricParser, MetricRecord
 from estimator.spec import Channel, TrainingJobSpec
 
 
@@ -152,6 +155,14 @@ class Backend(ABC):
     @abstractmethod
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
         """The job's log lines, host-prefixed; with ``follow``, until the job has ended."""
+
+    def metric_records(self, job_name: str, metric_names: Sequence[str] | None = None) -> list[MetricRecord]:
+        """Values of the job's ``MetricDefinitions`` (only ``metric_names`` when given), with the time
+        and host of each where the backend knows them. This default scrapes :meth:`log_lines`, which
+        carry no times; backends override it with a timed source."""
+        definitions = (self.describe(job_name).get("AlgorithmSpecification") or {}).get("MetricDefinitions")
+        parser = MetricParser([d for d in definitions or [] if not metric_names or d["Name"] in metric_names])
+        return [MetricRecord(s.name, s.value, None, s.host) for s in parser.parse(self.log_lines(job_name))]
 
     @abstractmethod
     def stop(self, job_name: str, reason: str | None = None) -> None:

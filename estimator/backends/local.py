@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,9 @@ from estimator.backends._local_layout import file_uri_path, instance_ranks, mach
 from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities
 from estimator.backends.local_checkpoints import request_interruption, spot_faults
+from estimator.backends.local_metrics import METRICS_FILE, final_metric_data, read_metric_records
 from estimator.errors import ConfigurationError, SmlaunchError
+from estimator.metrics import MetricRecord
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.channels import ChannelError
@@ -319,7 +321,16 @@ class LocalBackend(Backend):
             {k: (_to_datetime(v) if k in ("StartTime", "EndTime") else v) for k, v in transition.items()}
             for transition in state.get("SecondaryStatusTransitions", [])
         ]
+        final = final_metric_data(self.metric_records(job_name))
+        if final:
+            description["FinalMetricDataList"] = final
         return description
+
+    def metric_records(self, job_name: str, metric_names: Sequence[str] | None = None) -> list[MetricRecord]:
+        """Every value of the job's ``MetricDefinitions`` its hosts printed so far, with the time the
+        agent read the line and the host that printed it (:mod:`estimator.backends.local_metrics`)."""
+        records = read_metric_records(self._existing(job_name).logs_dir / METRICS_FILE)
+        return [r for r in records if not metric_names or r.name in metric_names]
 
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
         """Lines of the merged job log; with ``follow``, tail it until the job is terminal."""

@@ -75,6 +75,7 @@ from estimator.backends.local_checkpoints import (
     spot_faults,
 )
 from estimator.backends.local_data import JobData
+from estimator.backends.local_metrics import METRICS_FILE, MetricRecorder
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.transfer import TransferEngine
@@ -153,6 +154,8 @@ class Agent:
         self._attempts = Attempts()
         self._spot = SpotFaults(spot_faults(self.spec.Environment), job.path, self.say)
         self._transfer: TransferEngine | None = None
+        definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
+        self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)
 
     # --- logging and state --------------------------------------------------------------------
 
@@ -403,6 +406,7 @@ class Agent:
                     text = f"[{host.name}] {text}"
                 self._write_line(text, host_log)
                 self._spot.on_line(text)
+                self._metrics.on_line(text)
 
     def _supervise(self) -> tuple[str, str, dict[str, Any]]:
         max_run = self.spec.StoppingCondition.MaxRuntimeInSeconds

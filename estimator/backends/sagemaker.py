@@ -27,8 +27,8 @@ import heapq
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
-from datetime import datetime, timezone
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -36,7 +36,7 @@ from botocore.exceptions import ClientError
 from estimator.backends.base import Backend, Capabilities
 from estimator.cloudwatch import LogEvent, LogStreamMerger
 from estimator.errors import ConfigurationError
-from estimator.metrics import SERVICE_SOURCE
+from estimator.metrics import SERVICE_SOURCE, MetricParser, MetricRecord
 from estimator.session import aws_errors
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from estimator.session import Session
 
 logger = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+"""CloudWatch namespace of training-job metrics (dimension ``TrainingJobName``)."""
+METRICS_PERIOD_SECONDS = 60
+"""Aggregation period of the datapoints read, the SDK's ``METRICS_PERIOD_DEFAULT``."""
 
 
 THROTTLING_CODES = frozenset({
@@ -240,6 +245,40 @@ class SageMakerBackend(Backend):
                 if self.describe(job_name)["TrainingJobStatus"] in contract.TERMINAL_STATUSES:
                     return
             raise
+
+    def metric_records(self, job_name: str, metric_names: Sequence[str] | None = None) -> list[MetricRecord]:
+        """Each metric's CloudWatch datapoints (namespace ``/aws/sagemaker/TrainingJobs``, dimension
+        ``TrainingJobName``, ``Average`` per :data:`METRICS_PERIOD_SECONDS`, as the SDK's
+        ``TrainingJobAnalytics`` reads them), in time order. A metric with no datapoints (the job is
+        young, or metrics were not published) is scraped from the job's CloudWatch logs instead, each
+        value with its log event's time and host."""
+        description = self.describe(job_name)
+        definitions = (description.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
+        names = list(metric_names or [d["Name"] for d in definitions])
+        start = description.get("TrainingStartTime") or description.get("CreationTime")
+        end = (description.get("TrainingEndTime") or datetime.now(timezone.utc)) + timedelta(minutes=1)
+        records: list[MetricRecord] = []
+        missing = []
+        with aws_errors(f"read the CloudWatch metrics of {job_name}"):
+            for name in names:
+                points = self.session.cloudwatch_client().get_metric_statistics(
+                    Namespace=METRICS_NAMESPACE, MetricName=name,
+                    Dimensions=[{"Name": "TrainingJobName", "Value": job_name}],
+                    StartTime=start, EndTime=end, Period=METRICS_PERIOD_SECONDS, Statistics=["Average"],
+                )["Datapoints"]
+                if not points:
+                    missing.append(name)
+                points.sort(key=lambda point: point["Timestamp"])
+                records += [MetricRecord(name, float(p["Average"]), p["Timestamp"], None) for p in points]
+        if missing:
+            parser = MetricParser([d for d in definitions if d["Name"] in missing])
+            events = self._events(job_name, follow=False)
+            records += [
+                MetricRecord(sample.name, sample.value,
+                             datetime.fromtimestamp(event.timestamp / 1000, tz=timezone.utc), sample.host)
+                for event in events for sample in parser.parse_line(event.line())
+            ]
+        return records
 
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
         events = self._events(job_name, follow)

@@ -1,0 +1,363 @@
+"""The job commands of ``smlaunch``: run, list, describe, logs, stop, metrics, rm, gc.
+
+Each command is a function ``(args, out) -> exit status`` called by :func:`estimator.cli.main`, which
+turns a :class:`~estimator.errors.ConfigurationError` (bad argument, unknown job, refusal) into exit
+status 2 and a :class:`~estimator.errors.JobFailedError` into 1.
+
+Where a job is: local jobs live under ``$SMLAUNCH_HOME/jobs`` (``LocalSession().root``); a job name
+not found there, or any name with ``--sagemaker``, is looked up on SageMaker (``Session()``: your AWS
+credentials and region). ``list`` shows local jobs, or SageMaker's with ``--sagemaker``. ``rm`` and
+``gc`` clean the local job store only, and never touch a job that is still running.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any, TextIO
+
+from estimator.errors import ConfigurationError
+from runtime import contract
+
+DEFAULT_RETENTION = "30d"
+"""``smlaunch gc`` without ``--older-than`` removes ended local jobs older than this."""
+DISTRIBUTIONS: dict[str, dict[str, Any]] = {
+    "torch_distributed": {"torch_distributed": {"enabled": True}},
+    "pytorchddp": {"pytorchddp": {"enabled": True}},
+    "smddp": {"smdistributed": {"dataparallel": {"enabled": True}}},
+    "mpi": {"mpi": {"enabled": True}},
+    "smp": {"smdistributed": {"modelparallel": {"enabled": True, "parameters": {}}},
+            "mpi": {"enabled": True}},
+}
+"""``--distribution`` names and the ``distribution=`` each stands for (JSON gives any other)."""
+_AGE_RE = re.compile(r"^(?P<count>\d+(?:\.\d+)?)(?P<unit>[smhdw])$")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+# --- where a job is -----------------------------------------------------------------------------
+
+
+def _local_session(args: Any) -> Any:
+    from estimator.session import LocalSession
+
+    return LocalSession(executor="docker" if getattr(args, "docker", False) else None)
+
+
+def _backend_for(job_name: str, args: Any) -> Any:
+    from estimator.session import session_for_job
+
+    return session_for_job(job_name, sagemaker=bool(getattr(args, "sagemaker", False))).backend()
+
+
+def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
+    """The backend that knows ``job_name`` and its description; unknown names exit 2 naming both
+    places looked in."""
+    from estimator.backends.local import JobNotFoundError
+
+    backend = _backend_for(job_name, args)
+    try:
+        return backend, backend.describe(job_name)
+    except JobNotFoundError as exc:
+        raise ConfigurationError("JOB", job_name, str(exc).strip('"'),
+                                 "smlaunch list shows local jobs") from None
+    except ConfigurationError as exc:
+        if getattr(args, "sagemaker", False):
+            raise
+        root = _local_session(args).root
+        raise ConfigurationError(
+            "JOB", job_name, f"no local job of that name under {root}, and on SageMaker: {exc.problem}",
+            "check the name with `smlaunch list` (or `smlaunch list --sagemaker`)",
+        ) from None
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def print_json(data: Any, out: TextIO) -> None:
+    print(json.dumps(data, indent=2, default=_json_default), file=out)
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(flag, item, "expected KEY=VALUE", f"pass e.g. {flag} epochs=10")
+        pairs[key] = value
+    return pairs
+
+
+def _hp_value(text: str) -> Any:
+    # --hp epochs=10 is the number 10, --hp lr=3e-5 a float, --hp name=resnet a string (as in a notebook).
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _distribution(text: str | None, processes_per_host: int | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    if text.lstrip().startswith("{"):
+        from estimator.cli import _json_arg
+
+        return _json_arg(text, "--distribution")
+    if text not in DISTRIBUTIONS:
+        raise ConfigurationError("--distribution", text, "unknown distribution",
+                                 f"use one of {sorted(DISTRIBUTIONS)} or a JSON object")
+    distribution = json.loads(json.dumps(DISTRIBUTIONS[text]))
+    if "mpi" in distribution and processes_per_host:
+        distribution["mpi"]["processes_per_host"] = processes_per_host
+    return distribution
+
+
+def cmd_run(args: Any, out: TextIO) -> int:
+    """Build the estimator from flags, ``fit()``; exit 1 when the job did not complete."""
+    from estimator.estimator import PyTorch
+    from estimator.session import LocalSession, Session
+
+    if args.sagemaker:
+        if not args.instance_type:
+            raise ConfigurationError("--instance-type", None, "SageMaker needs an instance type",
+                                     "pass e.g. --instance-type ml.g5.xlarge")
+        session: Any = Session()
+    else:
+        session = LocalSession(processes_per_host=args.processes_per_host,
+                               executor="docker" if args.docker else None)
+    metrics = _pairs(args.metric, "--metric")
+    estimator = PyTorch(
+        entry_point=args.entry_point, source_dir=args.source_dir, role=args.role,
+        instance_type=args.instance_type or contract.LOCAL_INSTANCE_TYPE, instance_count=args.instance_count,
+        framework_version=None if args.image_uri else args.framework_version,
+        py_version=None if args.image_uri else args.py_version, image_uri=args.image_uri,
+        hyperparameters={k: _hp_value(v) for k, v in _pairs(args.hp, "--hp").items()} or None,
+        distribution=_distribution(args.distribution, args.processes_per_host),
+        metric_definitions=[{"Name": k, "Regex": v} for k, v in metrics.items()] or None,
+        output_path=args.output_path, base_job_name=args.base_job_name, max_run=args.max_run,
+        sagemaker_session=session,
+    )
+    inputs = _pairs(args.input, "--input") or None
+    estimator.fit(inputs, wait=not args.no_wait, job_name=args.job_name)  # JobFailedError: exit 1
+    if args.no_wait:
+        print(estimator.latest_training_job.name, file=out)  # type: ignore[union-attr]
+    return 0
+
+
+# --- list / describe ----------------------------------------------------------------------------
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return None
+
+
+def _duration(description: dict[str, Any]) -> str:
+    start = _when(description.get("TrainingStartTime")) or _when(description.get("CreationTime"))
+    end = _when(description.get("TrainingEndTime")) or (
+        None if description.get("TrainingJobStatus") == contract.STATUS_IN_PROGRESS
+        else _when(description.get("LastModifiedTime")))
+    if start is None:
+        return "-"
+    seconds = int(((end or datetime.now(timezone.utc)) - start).total_seconds())
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _row(description: dict[str, Any]) -> dict[str, Any]:
+    resources = description.get("ResourceConfig") or {}
+    created = _when(description.get("CreationTime"))
+    return {
+        "name": description["TrainingJobName"],
+        "status": description["TrainingJobStatus"],
+        "secondary_status": description.get("SecondaryStatus"),
+        "instance": f"{resources.get('InstanceType', '?')} x {resources.get('InstanceCount', '?')}",
+        "created": created.astimezone().strftime("%Y-%m-%d %H:%M:%S") if created else "-",
+        "duration": _duration(description),
+    }
+
+
+def local_descriptions(session: Any) -> Iterator[dict[str, Any]]:
+    """Every local job's description (jobs whose directory is half-written or unreadable are skipped)."""
+    from estimator.backends._local_state import JobDir
+
+    backend = session.backend()
+    root = session.root
+    if not root.is_dir():
+        return
+    for path in root.iterdir():
+        if not JobDir(path).spec_file.is_file():
+            continue
+        try:
+            yield backend.describe(path.name)
+        except (OSError, ValueError, KeyError):
+            continue
+
+
+def cmd_list(args: Any, out: TextIO) -> int:
+    if args.sagemaker:
+        from estimator.session import Session
+
+        session = Session()
+        summaries = session.list_training_jobs(status=args.status, max_results=args.limit)
+        descriptions = [session.backend().describe(s["TrainingJobName"]) for s in summaries]
+    else:
+        descriptions = [d for d in local_descriptions(_local_session(args))
+                        if args.status is None or d["TrainingJobStatus"] == args.status]
+    epoch = datetime.fromtimestamp(0, tz=timezone.utc)
+    descriptions.sort(key=lambda d: _when(d.get("CreationTime")) or epoch, reverse=True)
+    rows = [_row(d) for d in descriptions[: args.limit]]
+    if args.json:
+        print_json(rows, out)
+        return 0
+    columns = ("name", "status", "instance", "created", "duration")
+    widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in columns}
+    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip(), file=out)
+    for row in rows:
+        print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip(), file=out)
+    return 0
+
+
+def cmd_describe(args: Any, out: TextIO) -> int:
+    _, description = describe_job(args.job, args)
+    print_json(description, out)
+    return 0
+
+
+# --- logs / stop --------------------------------------------------------------------------------
+
+
+def _wanted(line: str, host: str | None, rank: int | None) -> bool:
+    from estimator.metrics import split_prefix
+
+    if host is None and rank is None:
+        return True
+    source, _ = split_prefix(line)
+    if source is None:
+        return False
+    name, _, rank_text = source.partition("/rank ")
+    if host is not None and name != host:
+        return False
+    return rank is None or rank_text == str(rank)
+
+
+def cmd_logs(args: Any, out: TextIO) -> int:
+    backend, _ = describe_job(args.job, args)
+    for line in backend.log_lines(args.job, follow=args.follow):
+        if _wanted(line, args.host, args.rank):
+            print(line, file=out, flush=True)
+    return 0
+
+
+def cmd_stop(args: Any, out: TextIO) -> int:
+    backend, description = describe_job(args.job, args)
+    status = description["TrainingJobStatus"]
+    if status in contract.TERMINAL_STATUSES:
+        print(f"{args.job} already ended {status}", file=out)
+        return 0
+    backend.stop(args.job)
+    print(f"Stopping {args.job}", file=out)
+    return 0
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+def cmd_metrics(args: Any, out: TextIO) -> int:
+    from estimator.analytics import TrainingJobAnalytics
+    from estimator.session import session_for_job
+
+    describe_job(args.job, args)  # a clear exit 2 for an unknown job
+    analytics = TrainingJobAnalytics(args.job, metric_names=args.metric or None,
+                                     sagemaker_session=session_for_job(args.job, sagemaker=args.sagemaker))
+    frame = analytics.dataframe()
+    if args.json:
+        print(frame.to_json(orient="records"), file=out)
+    elif frame.empty:
+        print(f"no metric values yet for {args.job} (metrics: {', '.join(analytics.metric_names) or 'none'})",
+              file=out)
+    else:
+        print(frame.to_string(index=False), file=out)
+    if args.plot:
+        analytics.plot(args.plot)
+        print(f"wrote {args.plot}", file=out)
+    return 0
+
+
+# --- rm / gc ------------------------------------------------------------------------------------
+
+
+def parse_age(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m``, ``2w``, ``90s`` as a timedelta."""
+    match = _AGE_RE.match(text.strip())
+    if match is None:
+        raise ConfigurationError("--older-than", text, "not an age",
+                                 "pass a number and a unit: 7d, 12h, 30m, 2w")
+    return timedelta(seconds=float(match.group("count")) * _AGE_UNITS[match.group("unit")])
+
+
+def _remove(session: Any, description: dict[str, Any], out: TextIO) -> None:
+    from estimator.backends._local_state import JobDir
+
+    name = description["TrainingJobName"]
+    job = JobDir(session.root / name)
+    if job.agent_alive():
+        raise ConfigurationError("JOB", name, f"is still running ({description['TrainingJobStatus']})",
+                                 f"stop it first: smlaunch stop {name}")
+    shutil.rmtree(job.path)
+    print(f"removed {name}", file=out)
+
+
+def cmd_rm(args: Any, out: TextIO) -> int:
+    from estimator.backends.local import JobNotFoundError
+
+    session = _local_session(args)
+    backend = session.backend()
+    descriptions = []
+    for name in args.jobs:  # check every name before removing any
+        try:
+            description = backend.describe(name)
+        except JobNotFoundError:
+            raise ConfigurationError("JOB", name, f"no local job of that name under {session.root}",
+                                     "smlaunch list shows local jobs; SageMaker keeps its jobs' records "
+                                     "itself and cannot delete them") from None
+        if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES:
+            raise ConfigurationError("JOB", name, f"is still running ({description['TrainingJobStatus']})",
+                                     f"stop it first: smlaunch stop {name}")
+        descriptions.append(description)
+    for description in descriptions:
+        _remove(session, description, out)
+    return 0
+
+
+def cmd_gc(args: Any, out: TextIO) -> int:
+    session = _local_session(args)
+    age = parse_age(args.older_than or DEFAULT_RETENTION)
+    cutoff = datetime.now(timezone.utc) - age
+    kept_running = 0
+    removed = 0
+    for description in list(local_descriptions(session)):
+        if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES:
+            kept_running += 1
+            continue
+        ended = (_when(description.get("TrainingEndTime")) or _when(description.get("LastModifiedTime"))
+                 or _when(description.get("CreationTime")))
+        if ended is None or ended > cutoff:
+            continue
+        if args.dry_run:
+            print(f"would remove {description['TrainingJobName']}", file=out)
+        else:
+            _remove(session, description, out)
+        removed += 1
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"gc: {verb} {removed} job(s) ended more than {args.older_than or DEFAULT_RETENTION} ago under "
+          f"{session.root}; kept {kept_running} running", file=out)
+    return 0

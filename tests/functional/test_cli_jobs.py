@@ -1,0 +1,212 @@
+"""``smlaunch`` on real local jobs, through subprocesses as a user types it: run, list, describe, logs
+(-f on a running job), stop, metrics (table, JSON, PNG), rm and gc. One finished two-host job serves
+the read-only checks; the running job and the failing job are their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs
+
+SCRIPT = """\
+import argparse
+import os
+import sys
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--fail", type=str, default="false")
+parser.add_argument("--forever", type=str, default="false")
+args, _ = parser.parse_known_args()
+host = os.environ["SM_CURRENT_HOST"]
+index = int(host.split("-")[1])
+for step in range(args.steps):
+    print(f"step {step} loss={1.0 / (step + index):.6f}", flush=True)
+    if host == "algo-1":
+        print(f"step {step} accuracy={step / 10:.2f}", flush=True)
+if args.fail.lower() == "true":  # --hp fail=true arrives as "True", as SageMaker's toolkit passes it
+    sys.exit(3)
+while args.forever.lower() == "true":
+    print("tick", flush=True)
+    time.sleep(0.2)
+"""
+METRICS = ["--metric", "train:loss=loss=([0-9.]+)", "--metric", "accuracy=accuracy=([0-9.]+)"]
+STEPS = 4
+
+
+def expected_values() -> dict[tuple[str, str], list[float]]:
+    """What the script prints, per (metric, host)."""
+    return {
+        ("train:loss", "algo-1"): [round(1.0 / (s + 1), 6) for s in range(STEPS)],
+        ("train:loss", "algo-2"): [round(1.0 / (s + 2), 6) for s in range(STEPS)],
+        ("accuracy", "algo-1"): [s / 10 for s in range(STEPS)],
+    }
+
+
+class Cli:
+    """``smlaunch ...`` in a subprocess with its own job store."""
+
+    def __init__(self, home: Path, cwd: Path) -> None:
+        self.home = home
+        self.cwd = cwd
+        self.env = dict(os.environ, SMLAUNCH_HOME=str(home))
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "estimator.cli", *args]
+
+    def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.command(*args), cwd=self.cwd, env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.command(*args), cwd=self.cwd, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("cli")
+    (base / "src").mkdir()
+    (base / "src" / "train.py").write_text(SCRIPT)
+    runner = Cli(base / "home", base)
+    yield runner
+    kill_leftover_jobs(base / "home" / "jobs")
+
+
+@pytest.fixture(scope="module")
+def done(cli: Cli) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """A finished two-host job with metrics, run by ``smlaunch run``."""
+    result = cli("run", "train.py", "--source-dir", "src", "--instance-count", "2", "--hp", f"steps={STEPS}",
+                 *METRICS, "--job-name", "cli-done")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return "cli-done", result
+
+
+def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]]) -> None:
+    name, run = done
+    assert "Creating training-job with name: cli-done" in run.stdout
+    assert "[algo-2/rank 0] step 3 loss=0.200000" in run.stdout
+
+    listed = cli("list")
+    assert listed.returncode == 0
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["NAME", "STATUS", "INSTANCE", "CREATED", "DURATION"]
+    assert rows[0].split()[:5] == ["cli-done", "Completed", "local", "x", "2"]
+    as_json = json.loads(cli("list", "--json", "--status", "Completed").stdout)
+    assert [row["name"] for row in as_json] == ["cli-done"]
+
+    described = json.loads(cli("describe", name).stdout)
+    assert described["TrainingJobStatus"] == "Completed"
+    final = {m["MetricName"]: m["Value"] for m in described["FinalMetricDataList"]}
+    expected = expected_values()
+    assert final["accuracy"] == expected[("accuracy", "algo-1")][-1]
+    last_losses = (expected[("train:loss", "algo-1")][-1], expected[("train:loss", "algo-2")][-1])
+    assert final["train:loss"] in last_losses
+
+    host2 = cli("logs", name, "--host", "algo-2").stdout.splitlines()
+    assert host2 and all(line.startswith(("[algo-2]", "[algo-2/")) for line in host2)
+    assert "[algo-2/rank 0] step 0 loss=0.500000" in host2
+    rank0 = cli("logs", name, "--host", "algo-1", "--rank", "0").stdout.splitlines()
+    assert [line for line in rank0 if "accuracy=" in line] == [
+        f"[algo-1/rank 0] step {s} accuracy={s / 10:.2f}" for s in range(STEPS)]
+
+
+def test_metrics_table_json_and_plot(cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]],
+                                     tmp_path: Path) -> None:
+    pandas = pytest.importorskip("pandas")
+    image = pytest.importorskip("matplotlib.image")
+    name, _ = done
+    plot = tmp_path / "metrics.png"
+    result = cli("metrics", name, "--json", "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    records = json.loads(result.stdout.splitlines()[0])
+    found: dict[tuple[str, str], list[float]] = {}
+    for record in records:
+        found.setdefault((record["metric_name"], record["host"]), []).append(record["value"])
+    assert found == expected_values()  # every value the script printed, per host, in order
+    loss_times = [r["timestamp"] for r in records if r["metric_name"] == "train:loss"]
+    assert loss_times[0] == 0 and loss_times == sorted(loss_times)
+
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = image.imread(plot).shape
+    assert width > 300 and height > 300
+
+    from estimator import LocalSession, TrainingJobAnalytics
+
+    analytics = TrainingJobAnalytics(name, sagemaker_session=LocalSession(root=cli.home / "jobs"))
+    frame = analytics.dataframe()
+    assert list(frame.columns) == ["timestamp", "metric_name", "value", "host"]
+    assert list(frame["metric_name"].unique()) == ["train:loss", "accuracy"]
+    pandas.testing.assert_frame_equal(frame, pandas.DataFrame.from_records(records))
+    figure = analytics.plot()
+    assert [ax.get_title() for ax in figure.axes] == ["train:loss", "accuracy"]
+    assert [len(ax.get_lines()) for ax in figure.axes] == [2, 1]  # loss differs between the hosts
+
+    table = cli("metrics", name, "--metric", "accuracy").stdout.splitlines()
+    assert table[0].split() == ["timestamp", "metric_name", "value", "host"]
+    assert len(table) == 1 + STEPS
+
+
+def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
+    failed = cli("run", "train.py", "--source-dir", "src", "--hp", "fail=true", "--job-name", "cli-failed")
+    assert failed.returncode == 1, failed.stdout[-2000:]
+    assert "Training job cli-failed ended Failed" in failed.stderr
+    assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
+    for args in (["describe", "no-such-job"], ["run", "train.py", "--hp", "novalue"],
+                 ["gc", "--older-than", "soon"], ["rm", "no-such-job"], ["logs"]):
+        result = cli(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert result.stderr.strip(), args
+
+
+@pytest.mark.slow
+def test_follow_stop_rm_and_gc_of_a_running_job(cli: Cli) -> None:
+    cli = Cli(cli.home.with_name("home-running"), cli.cwd)  # gc below must not see the other tests' jobs
+    started = cli("run", "train.py", "--source-dir", "src", "--hp", "forever=true", "--no-wait",
+                  "--job-name", "cli-running")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines()[-1] == "cli-running"
+    follower = cli.popen("logs", "cli-running", "-f")
+    try:
+        assert follower.stdout is not None
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = follower.stdout.readline()
+            seen.append(line)
+            if "tick" in line:
+                break
+        assert any("tick" in line for line in seen), seen
+
+        refused = cli("rm", "cli-running")
+        assert refused.returncode == 2 and "still running" in refused.stderr
+        kept = cli("gc", "--older-than", "0s")
+        assert kept.returncode == 0 and "kept 1 running" in kept.stdout
+        assert (cli.home / "jobs" / "cli-running").is_dir()
+
+        stopped = cli("stop", "cli-running")
+        assert stopped.returncode == 0 and "Stopping cli-running" in stopped.stdout
+        follower.communicate(timeout=150)  # -f ends once the job has ended
+        assert follower.returncode == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert json.loads(cli("describe", "cli-running").stdout)["TrainingJobStatus"] == "Stopped"
+    assert_no_job_processes("cli-running", cli.home / "jobs" / "cli-running")
+    assert cli("stop", "cli-running").stdout.strip() == "cli-running already ended Stopped"
+
+    assert cli("rm", "cli-running").returncode == 0
+    assert not (cli.home / "jobs" / "cli-running").exists()
+    dry = cli("gc", "--older-than", "0s", "--dry-run")
+    assert "would remove" in dry.stdout and (cli.home / "jobs").iterdir()
+    removed = cli("gc", "--older-than", "0s")
+    assert removed.returncode == 0 and "removed" in removed.stdout
+    assert list((cli.home / "jobs").iterdir()) == []

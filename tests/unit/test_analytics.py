@@ -1,0 +1,105 @@
+"""TrainingJobAnalytics: the SDK's table from CloudWatch metrics (the installed ``sagemaker`` SDK is the
+oracle, both reading the same moto CloudWatch), the logs fallback, plots and the missing-extra error."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from estimator import TrainingJobAnalytics
+from estimator.analytics import metric_rows
+from estimator.errors import MissingExtraError
+from estimator.metrics import MetricRecord
+from estimator.session import Session
+from tests.functional._sagemaker_moto import FakeSageMaker, fake_aws
+from tests.unit.test_sagemaker_backend import JOB, make_spec
+
+pandas = pytest.importorskip("pandas")
+
+METRICS = [{"Name": "train:loss", "Regex": r"loss=([0-9.]+)"},
+           {"Name": "validation:accuracy", "Regex": r"acc=([0-9.]+)"}]
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSageMaker]:
+    with fake_aws(monkeypatch) as fake:
+        yield fake
+
+
+def started_job(aws: FakeSageMaker, session: Session) -> datetime:
+    algorithm = make_spec().AlgorithmSpecification.model_dump(exclude_none=True)
+    spec = make_spec(AlgorithmSpecification={**algorithm, "MetricDefinitions": METRICS})
+    session.backend().submit(spec)
+    aws.transition(JOB, "Training", "Training in progress.")
+    return aws.job(JOB).training_start_time
+
+
+def test_cloudwatch_metrics_match_the_sdk(aws: FakeSageMaker) -> None:
+    sagemaker_session_module = pytest.importorskip("sagemaker.session")
+    sdk_analytics = pytest.importorskip("sagemaker.analytics")
+    session = Session(boto_session=aws.boto_session)
+    start = started_job(aws, session)
+    cloudwatch = aws.boto_session.client("cloudwatch")
+    minute = timedelta(minutes=1)
+    for i, (loss, accuracy) in enumerate([(0.9, 0.5), (0.6, 0.7), (0.4, 0.8), (0.3, 0.85)]):
+        at = start + (i + 1) * minute
+        data = [{"MetricName": "train:loss", "Value": loss, "Timestamp": at,
+                 "Dimensions": [{"Name": "TrainingJobName", "Value": JOB}]}]
+        if i % 2 == 0 or i == 3:  # accuracy less often: the metrics have their own first datapoint
+            data.append({"MetricName": "validation:accuracy", "Value": accuracy, "Timestamp": at + minute / 2,
+                         "Dimensions": [{"Name": "TrainingJobName", "Value": JOB}]})
+        cloudwatch.put_metric_data(Namespace="/aws/sagemaker/TrainingJobs", MetricData=data)
+    aws.complete(JOB)
+    aws.job(JOB).training_end_time = start + 10 * minute
+
+    ours = TrainingJobAnalytics(JOB, sagemaker_session=session).dataframe()
+    sdk_session = sagemaker_session_module.Session(
+        boto_session=aws.boto_session, sagemaker_client=aws.boto_session.client("sagemaker"))
+    oracle = sdk_analytics.TrainingJobAnalytics(JOB, sagemaker_session=sdk_session).dataframe()
+    assert len(oracle) == 4 + 3
+    pandas.testing.assert_frame_equal(ours[["timestamp", "metric_name", "value"]], oracle)
+    assert ours["host"].isna().all()  # CloudWatch aggregates the hosts
+
+    only_loss = TrainingJobAnalytics(JOB, metric_names=["train:loss"], sagemaker_session=session).dataframe()
+    assert list(only_loss["value"]) == [0.9, 0.6, 0.4, 0.3]
+
+
+def test_logs_are_the_fallback_with_their_times_and_hosts(aws: FakeSageMaker) -> None:
+    session = Session(boto_session=aws.boto_session)
+    started_job(aws, session)
+    first = aws.log(JOB, "algo-1", "step 0 loss=0.8", "step 0 acc=0.5")
+    second = aws.log(JOB, "algo-2", "step 0 loss=0.7")
+    third = aws.log(JOB, "algo-1", "step 1 loss=0.4")
+    aws.complete(JOB)
+    frame = TrainingJobAnalytics(JOB, sagemaker_session=session).dataframe()
+    columns = ["timestamp", "metric_name", "value", "host"]
+    assert frame.to_dict("records") == [dict(zip(columns, row, strict=True)) for row in [
+        (0.0, "train:loss", 0.8, "algo-1"),
+        ((second[0] - first[0]) / 1000, "train:loss", 0.7, "algo-2"),
+        ((third[0] - first[0]) / 1000, "train:loss", 0.4, "algo-1"),
+        (0.0, "validation:accuracy", 0.5, "algo-1"),
+    ]]
+
+
+def test_rows_follow_the_sdk_rules() -> None:
+    t0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
+    records = [MetricRecord("acc", 0.5, t0 + timedelta(seconds=30), "algo-1"),
+               MetricRecord("loss", 0.9, t0 + timedelta(seconds=20), "algo-2"),
+               MetricRecord("loss", 1.0, t0 + timedelta(seconds=10), "algo-1"),
+               MetricRecord("other", 7.0, t0, "algo-1")]
+    assert metric_rows(records, ["loss", "acc"]) == {
+        "timestamp": [0.0, 10.0, 0.0], "metric_name": ["loss", "loss", "acc"], "value": [1.0, 0.9, 0.5],
+        "host": ["algo-1", "algo-2", "algo-1"]}
+
+
+def test_missing_pandas_or_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    analytics = object.__new__(TrainingJobAnalytics)
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(MissingExtraError, match=r"needs pandas.*pip install 'smlaunch\[analytics\]'"):
+        analytics.dataframe()
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"needs matplotlib.*smlaunch\[analytics\]"):
+        analytics.plot("x.png")

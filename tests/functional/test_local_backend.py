@@ -279,6 +279,8 @@ def test_fit_wait_false_returns_at_once_and_ctrl_c_in_wait_stops_the_job(tmp_pat
     )
     try:
         assert proc.stdout is not None
+        created = proc.stdout.readline()  # fit() says the job's name as it creates it
+        assert created.startswith("Creating training-job with name: "), created + proc.stderr.read()  # type: ignore[union-attr]
         first = proc.stdout.readline()
         assert first.startswith("JOB "), first + proc.stderr.read()  # type: ignore[union-attr]
         name = first.split()[1]

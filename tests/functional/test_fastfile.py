@@ -127,10 +127,17 @@ def test_an_object_that_vanished_fails_the_read_and_the_channel(tmp_path: Path, 
     assert len(data.errors) == 1 and f"s3://fastfile/{KEYS[0]}" in data.errors[0], data.errors
 
 
+@pytest.mark.parametrize(("unavailable", "server", "reason"), [
+    ("/dev/fuse does not exist", None, "/dev/fuse does not exist"),
+    (None, "/bin/false", "the FUSE server exited with code 1: no output"),  # a server that cannot start
+], ids=["no-fuse", "mount-fails"])
 @pytest.mark.timeout(120)
-def test_without_fuse_fastfile_has_file_semantics_and_says_so(
-        tmp_path: Path, moto_s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_data.fastfile, "unavailable", lambda: "/dev/fuse does not exist")
+def test_without_a_mount_fastfile_has_file_semantics_and_says_why(
+        tmp_path: Path, moto_s3: Any, monkeypatch: pytest.MonkeyPatch, unavailable: str | None,
+        server: str | None, reason: str) -> None:
+    monkeypatch.setattr(local_data.fastfile, "unavailable", lambda: unavailable)
+    if server is not None:
+        monkeypatch.setattr(local_data.sys, "executable", server)
     hosts = host_trees(tmp_path, 2)
     logged: list[str] = []
     data = JobData(_spec(2, "ShardedByS3Key"), hosts, tmp_path / "cache",
@@ -143,8 +150,8 @@ def test_without_fuse_fastfile_has_file_semantics_and_says_so(
         assert not os.path.ismount(channel)
         assert _tree(channel) == {rel: len(_body(f"train/{rel}")) for rel in rels[index::2]}
         assert all((channel / rel).read_bytes() == _body(f"train/{rel}") for rel in rels[index::2])
-    assert any("FastFile cannot be mounted here (/dev/fuse does not exist); delivering it with File "
-               "semantics" in line for line in logged), logged
+    assert any(f"FastFile cannot be mounted here ({reason}); delivering it with File semantics" in line
+               for line in logged), logged
 
 
 SCRIPT = """

@@ -15,6 +15,9 @@ smlaunch extensions:
 - Every file is checked readable before the archive is written: an unreadable ``source_dir`` or a
   dangling symlink is a :class:`ConfigurationError` naming the path, raised before anything is
   staged.
+- The archive is streamed to a temporary file, never held in memory, so packaging costs the same
+  few megabytes whatever the size of the code; code larger than 100 MiB gets a warning (data
+  belongs in a channel, where it is not re-packed and re-extracted on every host for every job).
 
 Only directories are walked here; nothing outside ``source_dir`` and ``dependencies`` is read.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,9 @@ import pathspec
 from estimator.errors import ConfigurationError
 from runtime import contract
 from runtime.archive import create_tarball
+
+LARGE_CODE_BYTES = 100 * 1024**2
+"""Above this many bytes of files, packaging warns that data should go in a channel."""
 
 
 @dataclass(frozen=True)
@@ -142,8 +149,18 @@ def build_sourcedir(
     dependencies: list[str] | None,
     dest_dir: str | Path,
 ) -> CodeArchive:
-    """Write ``<dest_dir>/sourcedir.tar.gz``; same files give the same bytes."""
+    """Write ``<dest_dir>/sourcedir.tar.gz``; same files give the same bytes.
+
+    Warns (``UserWarning``) when the files add up to more than :data:`LARGE_CODE_BYTES`."""
     entries = code_entries(entry_point, source_dir, dependencies)
+    size = sum(local.stat().st_size for local, _ in entries)
+    if size > LARGE_CODE_BYTES:
+        warnings.warn(
+            f"source_dir={str(source_dir)!r}: the code archive holds {size / 1024**2:.0f} MiB of files "
+            f"(more than {LARGE_CODE_BYTES // 1024**2} MiB), packed, uploaded and extracted on every host "
+            "for every job. Put data in a channel (fit(inputs={'train': ...})) and keep large files out "
+            "of the code with .smlaunchignore.",
+            UserWarning, stacklevel=2)
     dest = Path(dest_dir) / contract.SOURCEDIR_TARBALL
     digest = create_tarball(entries, dest)
     return CodeArchive(dest, digest, tuple(sorted(arcname for _, arcname in entries)))

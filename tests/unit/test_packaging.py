@@ -134,3 +134,27 @@ def test_stage_to_s3_skips_identical_content(src: Path, tmp_path: Path) -> None:
         assert stage(changed, uri, s3) is True
         body = s3.get_object(Bucket="code-bucket", Key="prefix/job-1/source/sourcedir.tar.gz")["Body"].read()
         assert body == changed.path.read_bytes()
+
+
+def test_the_streamed_archive_keeps_the_format_of_earlier_versions(tmp_path: Path) -> None:
+    """The tar bytes and the gzip header are those of the in-memory builder this replaced, so code
+    staged by an earlier version is recognised as unchanged (same content, same hash)."""
+    import gzip
+    import hashlib
+    import warnings
+
+    root = tmp_path / "src"
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "train.py").write_text("import pkg\nprint('train')\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(root / "run.sh", 0o700)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "sub" / "data.bin").write_bytes(bytes(range(256)) * 8192)
+    (root / "link.py").symlink_to("train.py")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # small code: no size warning
+        archive = build_sourcedir("train.py", root, None, tmp_path / "out")
+    data = archive.path.read_bytes()
+    assert data[:10] == bytes.fromhex("1f8b08000000000002ff")  # no mtime, no file name
+    assert hashlib.sha256(gzip.decompress(data)).hexdigest() == (
+        "5aef370a83701251dee44bc6ccefa5504534905ae2a3cf174cb1d5d5d673c8f5")

@@ -276,10 +276,12 @@ class Estimator:
         self._hyperparameters = dict(hyperparameters or {})
         hp.check_user_keys(self._hyperparameters)
         hp.check_limits(hp.encode(self._hyperparameters))
-        self.distribution = Distribution.parse(distribution)
-        self.distribution.check(self.instance, instance_count, local=self.is_local,
-                                emulated_processes_per_host=getattr(session, "processes_per_host", None))
-        if self.distribution.torch_distributed is not None and self.distribution.torch_distributed.enabled:
+        self._distribution = Distribution.parse(distribution)
+        self._distribution.check(self.instance, instance_count, local=self.is_local,
+                                 emulated_processes_per_host=getattr(session, "processes_per_host", None))
+        self._distribution_arg: dict[str, Any] = distribution if isinstance(distribution, dict) else (
+            self._distribution.to_dict())
+        if self._distribution.torch_distributed is not None and self._distribution.torch_distributed.enabled:
             if entry_point is not None and not entry_point.endswith(".py"):
                 raise ConfigurationError(
                     "entry_point", entry_point, "torch_distributed runs Python programs (*.py) only",
@@ -314,7 +316,7 @@ class Estimator:
             )
         self.subnets = list(subnets) if subnets else None
         self.security_group_ids = list(security_group_ids) if security_group_ids else None
-        self.enable_network_isolation = enable_network_isolation
+        self._enable_network_isolation = enable_network_isolation
         self.encrypt_inter_container_traffic = encrypt_inter_container_traffic
         if max_retry_attempts is not None and (
             isinstance(max_retry_attempts, bool) or not isinstance(max_retry_attempts, int)
@@ -335,6 +337,16 @@ class Estimator:
         self.tensorboard_output_config = self._check_tensorboard(tensorboard_output_config)
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
+
+    @property
+    def distribution(self) -> dict[str, Any]:
+        """The ``distribution`` dict as passed (``{}`` when none), as the SDK keeps it, so code such as
+        ``est.distribution["mpi"]`` works; the checked, typed form stays internal."""
+        return self._distribution_arg
+
+    def enable_network_isolation(self) -> bool:
+        """Whether the job runs without network access (a method, as in the SDK)."""
+        return bool(self._enable_network_isolation)
 
     # --- construction checks ------------------------------------------------------------------
 
@@ -590,7 +602,7 @@ class Estimator:
         code_uri = self._code_uri(name, output_path)
         if code_uri is not None:
             submit_directory = code_uri
-            if self.enable_network_isolation:
+            if self._enable_network_isolation:
                 # As the SDK: an isolated container cannot read S3, so the code comes in as a channel.
                 if any(c.ChannelName == CODE_CHANNEL for c in channels or []):
                     raise ConfigurationError(f"inputs[{CODE_CHANNEL!r}]", CODE_CHANNEL,
@@ -609,7 +621,7 @@ class Estimator:
                 contract.HP_JOB_NAME: name,
                 contract.HP_REGION: region,
             }))
-        wire.update(hp.encode(self.distribution.to_hyperparameters(self.instance_type), "distribution"))
+        wire.update(hp.encode(self._distribution.to_hyperparameters(self.instance_type), "distribution"))
         hp.check_limits(wire)
 
         algorithm: dict[str, Any] = {"TrainingInputMode": self.input_mode}
@@ -649,7 +661,7 @@ class Estimator:
                 VpcConfig(SecurityGroupIds=self.security_group_ids, Subnets=self.subnets)
                 if self.subnets and self.security_group_ids else None
             ),
-            EnableNetworkIsolation=True if self.enable_network_isolation else None,
+            EnableNetworkIsolation=True if self._enable_network_isolation else None,
             EnableInterContainerTrafficEncryption=True if self.encrypt_inter_container_traffic else None,
             EnableManagedSpotTraining=True if self.use_spot_instances else None,
             RetryStrategy=(
@@ -707,6 +719,10 @@ class Estimator:
 
     def plan(self, inputs: Any = None, job_name: str | None = None) -> TrainingJobSpec:
         """The exact request ``fit(inputs)`` would send; stages and submits nothing.
+
+        ``plan(...).to_request()`` is the dict boto3's ``create_training_job`` receives, and
+        ``print(plan(...))`` shows it as indented JSON; its fields read as attributes
+        (``plan().ResourceConfig.InstanceType``).
 
         The code URI in ``sagemaker_submit_directory`` is where the code *will* be staged. The only
         I/O is checking that local input paths exist (and, for a SageMaker session without an
@@ -940,7 +956,7 @@ class PyTorch(Estimator):
                 "PyTorch image table (CPU and GPU images) does not cover",
                 "pass image_uri='763104351884.dkr.ecr.<region>.amazonaws.com/pytorch-training-neuronx:<tag>'",
             )
-        dist = self.distribution
+        dist = self._distribution
         if dist.smddp_enabled:
             if version not in SMDDP_FRAMEWORK_VERSIONS:
                 raise ConfigurationError("framework_version", version,
@@ -975,7 +991,7 @@ class PyTorch(Estimator):
             row = image_uris.version_config(version, py)
             return f"{row['repository']}:{version}-{self.instance.processor}-{py}"
         return image_uris.retrieve(version, py, self.instance, region,
-                                   smdistributed=self.distribution.smdistributed is not None)
+                                   smdistributed=self._distribution.smdistributed is not None)
 
     def _base_name(self) -> str:
         if self.base_job_name:

@@ -33,6 +33,11 @@ class TrainingJob:
     def __repr__(self) -> str:
         return f"TrainingJob({self.name!r}, backend={self.backend.capabilities.name!r})"
 
+    @property
+    def job_name(self) -> str:
+        """The job's name, under the SDK's spelling (``estimator.latest_training_job.job_name``)."""
+        return self.name
+
     def describe(self) -> dict[str, Any]:
         return self.backend.describe(self.name)
 

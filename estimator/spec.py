@@ -9,6 +9,7 @@ backends emulate it.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -175,6 +176,10 @@ class TrainingJobSpec(_Wire):
     def to_request(self) -> dict[str, Any]:
         """The keyword arguments of ``create_training_job``: unset (None) fields are left out."""
         return self.model_dump(exclude_none=True)
+
+    def __str__(self) -> str:
+        """The request as indented JSON, so ``print(est.plan())`` shows what would be sent."""
+        return json.dumps(self.to_request(), indent=2)
 
     def channel(self, name: str) -> Channel | None:
         for channel in self.InputDataConfig or []:

@@ -155,7 +155,7 @@ def test_fit_stages_submits_follows_and_completes(
     sleeps = len(aws.sleeps)
     attached = PyTorch.attach(job, sagemaker_session=session)
     assert len(aws.sleeps) == sleeps
-    assert attached.distribution.to_dict() == DISTRIBUTION
+    assert attached.distribution == DISTRIBUTION
     assert attached.metric_definitions == METRICS
     assert (attached.instance_count, attached.instance_type) == (3, "ml.p4d.24xlarge")
     assert attached.model_data == est.model_data

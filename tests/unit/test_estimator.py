@@ -262,7 +262,7 @@ def test_attach_restores_distribution_and_metrics(src: Path, tmp_path: Path) -> 
     est.fit(job_name="smp-run-2026-11-22-02-27-47-316", wait=False)
     session = est.sagemaker_session
     attached = PyTorch.attach("smp-run-2026-11-22-02-27-47-316", sagemaker_session=session)
-    assert attached.distribution.to_dict() == est.distribution.to_dict()
+    assert attached.distribution == est.distribution == distribution
     assert attached.metric_definitions == metrics
     assert attached.hyperparameters() == {"lr": 0.1, "layers": [1, 2]}
     assert (attached.framework_version, attached.py_version) == ("2.1.0", "py310")
@@ -283,7 +283,7 @@ def test_attach_sagemaker_image(src: Path) -> None:
     spec = est.plan(job_name="td-1")
     session.recording.submit(spec)
     attached = PyTorch.attach("td-1", sagemaker_session=session)
-    assert attached.distribution.to_dict() == {"torch_distributed": {"enabled": True}}
+    assert attached.distribution == {"torch_distributed": {"enabled": True}}
     assert attached.plan(job_name="td-1").to_request() == spec.to_request()
 
 

@@ -157,12 +157,13 @@ def sdk_capture():
             boto_session.client("s3").create_bucket(
                 Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
 
-        def run(kwargs: dict[str, Any], inputs: Any, job_name: str) -> dict[str, Any]:
+        def run(kwargs: dict[str, Any], inputs: Any, job_name: str, **fit_kwargs: Any) -> dict[str, Any]:
             captured.clear()
             # The SDK adds its sagemaker_* keys to the hyperparameters dict it was given: give it a copy.
             kwargs = copy.deepcopy(kwargs)
             estimator = SdkPyTorch(role=ROLE, sagemaker_session=sm_session, **kwargs)
-            estimator.fit(inputs, wait=False, job_name=job_name)
+            estimator.fit(inputs, wait=False, job_name=job_name, **fit_kwargs)
+            run.estimator = estimator  # type: ignore[attr-defined]  # for the attribute oracles
             assert len(captured) == 1
             return captured[0]
 
@@ -249,3 +250,41 @@ def test_no_inputs_and_default_job_name_shape(src: Path, sdk_capture: Any) -> No
     assert _differences(sdk, ours) == []
     generated = PyTorch(role=ROLE, sagemaker_session=FakeSageMakerSession(), **kwargs).plan().TrainingJobName
     assert generated.startswith("pytorch-training-") and len(generated) == len("pytorch-training-") + 23
+
+
+def test_plan_prints_the_request_as_json(src: Path) -> None:
+    kwargs = {**CASES["torch_distributed_2x_p4d"], "entry_point": "train.py", "source_dir": str(src)}
+    spec = PyTorch(role=ROLE, sagemaker_session=FakeSageMakerSession(), **kwargs).plan(
+        INPUTS["default"], job_name="printed")
+    assert json.loads(str(spec)) == spec.to_request()
+    assert str(spec).startswith('{\n  "TrainingJobName": "printed"')
+    assert spec.ResourceConfig.InstanceType == "ml.p4d.24xlarge"  # attributes still read
+
+
+@pytest.mark.parametrize("distribution", [
+    None,
+    {"mpi": {"enabled": True, "processes_per_host": 4, "custom_mpi_options": "-verbose"}},
+    {"smdistributed": {"dataparallel": {"enabled": True}}},
+])
+def test_sdk_v2_attributes_equal_sdk(src: Path, sdk_capture: Any, distribution: dict[str, Any] | None,
+                                     ) -> None:
+    """``distribution`` (the dict as passed), ``enable_network_isolation()`` (a method) and
+    ``latest_training_job.job_name`` read as they do on the SDK's estimator."""
+    from tests.unit.test_estimator import FakeSageMakerSession as RecordingSession
+
+    kwargs: dict[str, Any] = dict(instance_type="ml.p3.16xlarge", instance_count=2, framework_version="1.8.0",
+                                  py_version="py3", entry_point="train.py", source_dir=str(src),
+                                  enable_network_isolation=True)
+    if distribution is not None:
+        kwargs["distribution"] = distribution
+    sdk_capture(kwargs, INPUTS["default"], "attributes-job")
+    sdk = sdk_capture.estimator
+    session = RecordingSession(s3=boto3.client("s3", region_name=REGION))
+    session.recording.capabilities = session.recording.capabilities.model_copy(
+        update={"network_isolation": True})
+    ours = PyTorch(role=ROLE, sagemaker_session=session, **kwargs)
+    ours.fit(INPUTS["default"], wait=False, job_name="attributes-job")
+    assert ours.distribution == sdk.distribution == (distribution or {})
+    assert ours.enable_network_isolation() is sdk.enable_network_isolation() is True
+    assert ours.latest_training_job is not None
+    assert ours.latest_training_job.job_name == sdk.latest_training_job.job_name == "attributes-job"

@@ -41,7 +41,6 @@ import subprocess
 import sys
 import sysconfig
 import threading
-import venv
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -133,6 +132,8 @@ def layered_environment(code_dir: Path, cache: Path, environ: Mapping[str, str],
 
 def _create_layer(root: Path) -> None:
     """A venv over this interpreter that sees this interpreter's packages (and uses its pip)."""
+    import venv  # ~50 ms: only when a layer is built
+
     has_pip = _importable("pip")
     venv.EnvBuilder(system_site_packages=True, symlinks=True, with_pip=not has_pip).create(root)
     site_packages = Path(sysconfig.get_path("purelib", vars={"base": str(root), "platbase": str(root)}))

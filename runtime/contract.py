@@ -157,6 +157,8 @@ MODEL_TARBALL = "model.tar.gz"
 OUTPUT_TARBALL = "output.tar.gz"
 IGNORE_FILE = ".smlaunchignore"
 REQUIREMENTS_FILE = "requirements.txt"
+CA_REPOSITORY_ARN_ENV = "CA_REPOSITORY_ARN"
+"""The toolkit's variable naming a CodeArtifact repository that pip installs requirements from."""
 
 # FailureReason is the first 1024 characters of the failure file.
 FAILURE_REASON_MAX_CHARS = 1024

@@ -26,6 +26,10 @@ Where they go depends on who runs the host (:func:`prepare`):
   (``setup.py``) are not installed into the layer: their code dir is the ranks' working directory.
 - **Nowhere** (``SMLAUNCH_INSTALL_REQUIREMENTS=0``, from ``LocalSession(install_requirements=False)``).
 
+With ``CA_REPOSITORY_ARN`` set (``environment=`` of the estimator), pip installs requirements from
+that AWS CodeArtifact repository, as the toolkit does: its index, with a fresh authorization token,
+is given to pip through ``PIP_INDEX_URL`` (the toolkit passes ``-i``), so the token never reaches a log.
+
 Pip's output is logged line by line as it runs (so it lands in the job's log); a failure raises
 :class:`InstallRequirementsError` with the end of pip's output.
 """
@@ -36,6 +40,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +48,7 @@ import sysconfig
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from runtime import contract
 
@@ -52,6 +58,8 @@ READY_MARKER = ".smlaunch-ready"
 LAYER_PTH = "smlaunch-base-interpreter.pth"
 
 Log = Callable[[str], None]
+_CODEARTIFACT_ARN = re.compile(r"arn:(?P<partition>[^:]+):codeartifact:(?P<region>[^:]+):(?P<account>[^:]+)"
+                               r":repository/(?P<domain>[^/]+)/(?P<repository>.+)")
 
 
 class InstallRequirementsError(RuntimeError):
@@ -78,8 +86,13 @@ def toolkit_pip_arguments(code_dir: Path, entry_point: str | None) -> list[str] 
     return None
 
 
-def prepare(code_dir: Path, entry_point: str | None, environ: Mapping[str, str], log: Log) -> str:
-    """Install the code's requirements as the module docstring says; return the ranks' Python."""
+def prepare(code_dir: Path, entry_point: str | None, environ: Mapping[str, str], log: Log,
+            codeartifact: Callable[[str], Any] | None = None) -> str:
+    """Install the code's requirements as the module docstring says; return the ranks' Python.
+
+    ``codeartifact(region)``: a boto3 CodeArtifact client, used when ``CA_REPOSITORY_ARN`` is set
+    (default: ``boto3.client("codeartifact", region_name=region)``).
+    """
     python = sys.executable
     if environ.get(contract.SMLAUNCH_INSTALL_REQUIREMENTS, "1") == "0":
         if (Path(code_dir) / contract.REQUIREMENTS_FILE).is_file():
@@ -88,6 +101,10 @@ def prepare(code_dir: Path, entry_point: str | None, environ: Mapping[str, str],
     arguments = toolkit_pip_arguments(code_dir, entry_point)
     if arguments is None:
         return python
+    arn = environ.get(contract.CA_REPOSITORY_ARN_ENV)
+    if arn and contract.REQUIREMENTS_FILE in arguments:
+        # The toolkit passes ``-i <index>``; the environment keeps the token out of every log line.
+        environ = {**environ, "PIP_INDEX_URL": codeartifact_index(arn, codeartifact, log)}
     cache = environ.get(contract.SMLAUNCH_REQUIREMENTS_CACHE)
     if not cache:
         run_pip([python, "-m", "pip", "install", *arguments], code_dir, environ, log)
@@ -95,6 +112,35 @@ def prepare(code_dir: Path, entry_point: str | None, environ: Mapping[str, str],
     if contract.REQUIREMENTS_FILE not in arguments:
         return python  # a package without requirements.txt: nothing to layer
     return str(layered_environment(Path(code_dir), Path(cache), environ, log))
+
+
+def codeartifact_index(arn: str, client: Callable[[str], Any] | None, log: Log) -> str:
+    """The authenticated pip index of a CodeArtifact repository, as the toolkit builds it
+    (``modules._get_codeartifact_index`` in ``sagemaker_training``)."""
+    match = _CODEARTIFACT_ARN.match(arn)
+    if match is None:
+        raise InstallRequirementsError(
+            f"InstallRequirementsError: {contract.CA_REPOSITORY_ARN_ENV}={arn!r} is not a CodeArtifact "
+            "repository ARN; use arn:aws:codeartifact:<region>:<account>:repository/<domain>/<repository>")
+    domain, owner, repository = match["domain"], match["account"], match["repository"]
+    log(f"pip index: CodeArtifact repository {domain}/{repository} of {owner} ({match['region']})")
+    if client is None:
+        import boto3
+
+        def client(region: str) -> Any:
+            return boto3.client("codeartifact", region_name=region)
+
+    api = client(match["region"])
+    try:
+        token = api.get_authorization_token(domain=domain, domainOwner=owner)["authorizationToken"]
+        endpoint = api.get_repository_endpoint(domain=domain, domainOwner=owner, repository=repository,
+                                               format="pypi")["repositoryEndpoint"]
+    except Exception as exc:
+        raise InstallRequirementsError(
+            f"InstallRequirementsError: CodeArtifact repository {domain}/{repository}: "
+            f"{type(exc).__name__}: {exc}") from exc
+    index = re.sub(f"{re.escape(repository)}/?$", f"{repository}/simple/", endpoint)
+    return re.sub("^https://", f"https://aws:{token}@", index)
 
 
 def environment_key(requirements: bytes) -> str:

@@ -122,3 +122,56 @@ def test_a_failed_layer_is_not_kept(tmp_path: Path) -> None:
         prepare(tmp_path, "train.py", environ, lambda _: None)
     key = environment_key((tmp_path / contract.REQUIREMENTS_FILE).read_bytes())
     assert not (cache / key).exists()
+
+
+class FakeCodeArtifact:
+    """The two CodeArtifact calls the toolkit makes, answering for a ``file://`` pip index."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.calls: list[tuple[str, dict[str, str]]] = []
+
+    def get_authorization_token(self, **kwargs: str) -> dict[str, str]:
+        self.calls.append(("get_authorization_token", kwargs))
+        return {"authorizationToken": "SECRET-TOKEN"}
+
+    def get_repository_endpoint(self, **kwargs: str) -> dict[str, str]:
+        self.calls.append(("get_repository_endpoint", kwargs))
+        return {"repositoryEndpoint": self.endpoint}
+
+
+def test_ca_repository_arn_installs_from_that_codeartifact_repository(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "wheels", "smlaunch_probe", "1.0", {"smlaunch_probe.py": "V = 1\n"})
+    project = tmp_path / "pypi" / "simple" / "smlaunch-probe"  # what the repository's index serves
+    project.mkdir(parents=True)
+    (project / "index.html").write_text(f'<a href="{wheel.as_uri()}">{wheel.name}</a>\n')
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / contract.REQUIREMENTS_FILE).write_text("smlaunch_probe==1.0\n")
+    fake = FakeCodeArtifact((tmp_path / "pypi").as_uri() + "/")
+    regions: list[str] = []
+
+    def client(region: str) -> FakeCodeArtifact:
+        regions.append(region)
+        return fake
+
+    arn = "arn:aws:codeartifact:eu-west-1:111122223333:repository/my-domain/pypi"
+    environ = {**os.environ, **PIP_QUIET, "PIP_TARGET": str(tmp_path / "site"), "CA_REPOSITORY_ARN": arn}
+    logged: list[str] = []
+    prepare(code, "train.py", environ, logged.append, codeartifact=client)
+    assert (tmp_path / "site" / "smlaunch_probe.py").is_file()
+    assert regions == ["eu-west-1"]
+    assert fake.calls == [
+        ("get_authorization_token", {"domain": "my-domain", "domainOwner": "111122223333"}),
+        ("get_repository_endpoint", {"domain": "my-domain", "domainOwner": "111122223333",
+                                     "repository": "pypi", "format": "pypi"}),
+    ]
+    assert "pip index: CodeArtifact repository my-domain/pypi of 111122223333 (eu-west-1)" in logged
+    assert not any("SECRET-TOKEN" in line for line in logged)
+
+
+def test_a_malformed_ca_repository_arn_is_refused(tmp_path: Path) -> None:
+    (tmp_path / contract.REQUIREMENTS_FILE).write_text("x\n")
+    environ = {"CA_REPOSITORY_ARN": "arn:aws:s3:::bucket"}
+    with pytest.raises(InstallRequirementsError, match="is not a CodeArtifact repository ARN"):
+        prepare(tmp_path, "train.py", environ, lambda _: None, codeartifact=lambda region: None)

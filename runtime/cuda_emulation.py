@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.contract import SMLAUNCH_EMULATE_CUDA
+from runtime.rankboot import AfterImport
 
 CUDA_ONLY_MODULES = ("apex", "amp_C", "fused_layer_norm_cuda", "flash_attn", "flash_attn_2_cuda",
                      "transformer_engine")
@@ -121,50 +122,11 @@ def install_on_import(gpus: EmulatedGpus) -> None:
         if name in sys.modules:
             patch(sys.modules[name])
         else:
-            sys.meta_path.insert(0, _AfterImport(name, patch))
+            sys.meta_path.insert(0, AfterImport(name, patch, "CUDA emulation"))
     sys.meta_path.insert(0, _CudaOnlyModules())
 
 
 # --- import hooks ----------------------------------------------------------------------------------
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``patch(module)`` once, right after ``name`` has been imported by the finders after it."""
-
-    def __init__(self, name: str, patch: Callable[[types.ModuleType], None]) -> None:
-        self.name = name
-        self.patch = patch
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        patch = self.patch
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec: Any) -> Any:
-                return loader.create_module(spec)
-
-            def exec_module(self, module: types.ModuleType) -> None:
-                loader.exec_module(module)
-                try:
-                    patch(module)
-                except Exception as error:  # the script must still start; say why CUDA will fail
-                    print(f"smlaunch: CUDA emulation could not be installed: {error!r}", file=sys.stderr)
-
-        spec.loader = _Loader()
-        return spec
 
 
 class _CudaOnlyModules(importlib.abc.MetaPathFinder):

@@ -25,6 +25,11 @@ raise, and change nothing the script can observe except two signal handlers and 
   instance type on a machine without its GPUs): :mod:`runtime.cuda_emulation` patches torch when
   the script imports it, so CUDA calls run on the CPU. Unlike the rest, it changes what the script
   observes (``torch.cuda.is_available()`` is True), which is its purpose.
+- **First collective.** Once ``torch.distributed`` is imported, its ``init_process_group`` (the
+  rendezvous every distributed rank starts with) is wrapped so that its first call creates
+  ``<dir>/<pid>.live``: the stall watchdog counts a stall only from the moment every rank printed a
+  line or reached that point, never while ranks are still importing torch on a busy machine. The
+  wrapper (``functools.wraps``) calls the original unchanged; nothing is imported ahead of the script.
 - **Faults.** Only when ``SMLAUNCH_FAULTS`` is set: a SIGUSR2 handler that performs the action the
   supervisor wrote to ``<dir>/<pid>.fault`` (``{"kind": "crash", "exit_code": 7}`` exits the rank
   with that code after printing where it was; ``{"kind": "hang"}`` blocks the main thread forever at
@@ -33,9 +38,12 @@ raise, and change nothing the script can observe except two signal handlers and 
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 RANK_DIR_ENV = "SMLAUNCH_RANK_DIR"
@@ -43,6 +51,8 @@ BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rankboot")
 """The directory holding the ``sitecustomize`` that calls :func:`boot`; first on every rank's path."""
 FAULTS_ENV = "SMLAUNCH_FAULTS"
 EMULATE_CUDA_ENV = "SMLAUNCH_EMULATE_CUDA"  # contract.SMLAUNCH_EMULATE_CUDA, without importing it
+LIVE_SUFFIX = ".live"
+"""``<dir>/<pid>.live``: the rank reached its first collective (:func:`mark_live`)."""
 
 _stack_file: Any = None  # kept open for faulthandler (it writes to the file descriptor)
 
@@ -77,6 +87,79 @@ def register(rank_dir: str | None = None) -> None:
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(info, handle)
     os.replace(tmp, path)
+
+
+def mark_live(rank_dir: str | None = None) -> None:
+    """Tell the supervisor this rank reached its first collective: create ``<dir>/<pid>.live``."""
+    rank_dir = rank_dir or os.environ.get(RANK_DIR_ENV)
+    if not rank_dir:
+        return
+    try:
+        open(os.path.join(rank_dir, f"{os.getpid()}{LIVE_SUFFIX}"), "a").close()
+    except OSError:
+        pass
+
+
+def _wrap_init_process_group(module: Any) -> None:
+    import functools
+
+    original = getattr(module, "init_process_group", None)
+    if original is None or getattr(original, "_smlaunch_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        mark_live()
+        return original(*args, **kwargs)
+
+    init_process_group._smlaunch_wrapped = True  # type: ignore[attr-defined]
+    module.init_process_group = init_process_group
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    if c10d is not None and getattr(c10d, "init_process_group", None) is original:
+        c10d.init_process_group = init_process_group
+
+
+class AfterImport:
+    """A ``sys.meta_path`` entry that runs ``patch(module)`` once, right after ``name`` has been
+    imported by the finders after it (before the import statement that loaded it returns). It
+    imports nothing itself; a patch that fails is reported on stderr as ``what`` and the script
+    goes on. Used for the first-collective mark here and by :mod:`runtime.cuda_emulation`."""
+
+    def __init__(self, name: str, patch: Callable[[Any], None], what: str) -> None:
+        self.name = name
+        self.patch = patch
+        self.what = what
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        patch, what = self.patch, self.what
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                try:
+                    patch(module)
+                except Exception as error:  # the script must still start; say what is missing
+                    print(f"smlaunch: {what} could not be installed: {error!r}", file=sys.stderr)
+
+        spec.loader = _Loader()
+        return spec
 
 
 def _on_fault(signum: int, frame: Any) -> None:
@@ -141,6 +224,11 @@ def boot() -> None:
 
     if _stack_file is None:  # first call in this process
         atexit.register(close_process_groups)
+        if "torch.distributed" in sys.modules:
+            _wrap_init_process_group(sys.modules["torch.distributed"])
+        else:
+            mark = AfterImport("torch.distributed", _wrap_init_process_group, "the first-collective mark")
+            sys.meta_path.insert(0, mark)
         _stack_file = open(os.path.join(rank_dir, f"{os.getpid()}.stack"), "w")
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
     if os.environ.get(FAULTS_ENV):

@@ -5,7 +5,11 @@ A distributed job that hangs (one rank stuck in a collective its peers never rea
 data loader) burns its whole ``max_run`` and tells the user nothing. The watchdog ends it early and
 explains it. It fires when, on this host, **no process has exited, the job has not finished, and no
 rank has written a line of output for the stall timeout** (``SMLAUNCH_STALL_TIMEOUT_SECONDS``; off
-unless set, because a legitimately quiet script must not be killed by default). Then it:
+unless set, because a legitimately quiet script must not be killed by default). The stall is
+counted only once **every rank of the host is under way**: it printed its first line, or reached its
+first collective (``init_process_group``; :mod:`runtime.rankboot` marks it). Time a rank spends
+starting (``import torch`` on a busy machine can take longer than any stall timeout) is never a
+stall; a rank that neither prints nor reaches a collective is never considered stalled. Then it:
 
 1. dumps the Python stack of every rank of the host: with ``py-spy dump`` when it is installed
    (it reads a process from outside, even one stuck in C code), else through ``faulthandler``,
@@ -42,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from runtime import contract
 from runtime.rankboot import BOOT_DIR as _BOOT_DIR
-from runtime.rankboot import RANK_DIR_ENV
+from runtime.rankboot import LIVE_SUFFIX, RANK_DIR_ENV
 from runtime.supervisor import RankFailure
 
 if TYPE_CHECKING:
@@ -170,6 +174,11 @@ class RankRegistry(SupervisorHook):
                 found[key] = info
         return sorted(found.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
 
+    def live_ranks(self) -> set[int]:
+        """Ranks that reached their first collective (``<pid>.live``, :func:`runtime.rankboot.mark_live`)."""
+        live = {path.name[: -len(LIVE_SUFFIX)] for path in self.dir.glob(f"*{LIVE_SUFFIX}")}
+        return {info.rank for info in self.ranks() if info.rank is not None and str(info.pid) in live}
+
     def find(self, rank: int, host: str | None = None) -> RankInfo | None:
         for info in self.ranks():
             if info.rank == rank and (host is None or info.host is None or info.host == host):
@@ -284,6 +293,7 @@ def dump_stacks(
 _PY_SPY_FRAME = re.compile(r"^\s+(?P<func>.+?) \((?P<file>.+):(?P<line>\d+)\)\s*$")
 _FAULTHANDLER_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
 _THREAD_HEAD = re.compile(r"^(Thread |Current thread |Process )")
+_RANK_LABEL = re.compile(r"(?:^|/)rank (\d+)$")
 
 
 def _threads(text: str) -> list[list[tuple[str, int, str]]]:
@@ -377,25 +387,38 @@ class StallWatchdog(SupervisorHook):
         self.dumper = dumper
         self.clock = clock
         self._last_output: float | None = None
+        self._spawned_ranks: set[int] = set()
+        self._printed: set[int] = set()
+        self._under_way_at: float | None = None
         self._exited = False
         self._fired = False
 
     def on_start(self, processes: Sequence[StartedProcess]) -> None:
-        self._last_output = self.clock()
+        self._spawned_ranks = {p.rank for p in processes if p.rank is not None}
 
     def on_output(self, label: str) -> None:
         self._last_output = self.clock()
+        match = _RANK_LABEL.search(label)
+        if match:
+            self._printed.add(int(match[1]))
 
     def on_exit(self, label: str, exit_code: int) -> None:
         self._exited = True
 
+    def _under_way(self) -> bool:
+        """Every rank known on this host (spawned or registered) printed or reached a collective."""
+        if self._under_way_at is None:
+            known = self._spawned_ranks | {r.rank for r in self.registry.ranks() if r.rank is not None}
+            if known and known <= self._printed | self.registry.live_ranks():
+                self._under_way_at = self.clock()
+        return self._under_way_at is not None
+
     def stalled(self) -> bool:
-        return (
-            not self._fired
-            and not self._exited
-            and self._last_output is not None
-            and self.clock() - self._last_output >= self.stall_timeout
-        )
+        if self._fired or self._exited or not self._under_way():
+            return False
+        assert self._under_way_at is not None
+        quiet_since = max(self._last_output or self._under_way_at, self._under_way_at)
+        return self.clock() - quiet_since >= self.stall_timeout
 
     def poll(self) -> RankFailure | None:
         if not self.stalled():

@@ -46,6 +46,10 @@ def test_hang_dumps_every_stack_and_names_where_each_rank_was(tmp_path: Path) ->
         processes_per_host=2,
         distribution={"torch_distributed": {"enabled": True}},
         environment={contract.SMLAUNCH_STALL_TIMEOUT_SECONDS: "6"},
+        # A busy machine (another job beside this one) may take minutes to import torch in both ranks:
+        # the stall clock only starts once both are under way, and nothing else here may run out.
+        max_run=600,
+        timeout=660,
     )
     assert run.status == contract.STATUS_FAILED
     reason = run.reason

@@ -148,6 +148,10 @@ def test_stall_dumps_every_stack_and_names_where_each_rank_was(
     procs = [start_rank(registry, tmp_path, rank) for rank in (0, 1)]
     try:
         watchdog.on_start([StartedProcess(f"rank {i}", i, p.pid) for i, p in enumerate(procs)])
+        watchdog.on_output("rank 0")
+        clock.now += 300  # rank 1 is still starting (import torch on a busy machine): no stall
+        assert watchdog.poll() is None
+        watchdog.on_output("rank 1")  # every rank is under way: the stall clock starts
         clock.now += 29
         assert watchdog.poll() is None
         watchdog.on_output("rank 0")  # output resets the stall clock
@@ -169,6 +173,58 @@ def test_stall_dumps_every_stack_and_names_where_each_rank_was(
     dump = (output / "smlaunch-stacks-algo-1.txt").read_text()
     assert dump.count("wait_for_peer") >= 2 and "main" in dump
     assert any("stacks:" in line and "wait_for_peer" in line for line in logged)
+
+
+# A stand-in for torch.distributed (importing torch takes seconds): the rank bootstrap must wrap its
+# init_process_group however the script reaches it.
+FAKE_DISTRIBUTED = '''
+def init_process_group(backend=None, **kwargs):
+    """The real one's docstring."""
+    print("init", backend, flush=True)
+'''
+
+FIRST_COLLECTIVE = """
+import sys, time
+from torch.distributed import init_process_group
+import torch.distributed as dist
+assert dist.init_process_group.__doc__ == "The real one's docstring."
+print("ready", flush=True)
+sys.stdin.readline()
+init_process_group("gloo")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_first_collective_marks_a_silent_rank_under_way(registry: RankRegistry, tmp_path: Path) -> None:
+    package = tmp_path / "torch" / "distributed"
+    package.mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text(FAKE_DISTRIBUTED)
+    clock = FakeClock()
+    watchdog = StallWatchdog("algo-1", registry, 5, lambda _m: None, clock=clock)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SMLAUNCH_", "SM_"))}
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env.update({"RANK": "0", "SM_CURRENT_HOST": "algo-1", "PYTHONPATH": path})
+    spec = registry.prepare(ProcessSpec(label="rank 0", argv=[], env=env, cwd=str(tmp_path)))
+    (tmp_path / "train.py").write_text(FIRST_COLLECTIVE)
+    proc = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=spec.env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"  # read here: the watchdog never sees it
+        watchdog.on_start([StartedProcess("rank 0", 0, proc.pid)])
+        clock.now += 60
+        assert watchdog.poll() is None and registry.live_ranks() == set()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "init gloo"  # the original ran, with its arguments
+        assert registry.live_ranks() == {0}
+        assert watchdog.poll() is None  # under way from now on
+        clock.now += 6
+        assert watchdog.poll() is not None
+    finally:
+        stop([proc])
 
 
 def test_no_stall_once_a_process_exited(registry: RankRegistry) -> None:

@@ -26,6 +26,10 @@ class ConfigurationError(SmlaunchError, ValueError):
         super().__init__(message)
 
 
+class JobNameTakenError(ConfigurationError):
+    """``job_name`` is already used (or being claimed right now) in the backend's job store."""
+
+
 class UnsupportedByBackendError(ConfigurationError):
     """The chosen backend cannot honour an argument; raised before anything is staged."""
 

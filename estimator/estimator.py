@@ -43,6 +43,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
@@ -52,7 +53,7 @@ from estimator import hyperparameters as hp
 from estimator import inputs as channel_inputs
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
-from estimator.errors import ConfigurationError, UnsupportedFeatureError, require_type
+from estimator.errors import ConfigurationError, JobNameTakenError, UnsupportedFeatureError, require_type
 from estimator.job import TrainingJob
 from estimator.packaging import build_and_stage, check_readable_dir
 from estimator.spec import (
@@ -94,6 +95,8 @@ TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS = (
     "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1", "2.4.1", "2.5.1", "2.6.0",
     "2.7.1", "2.8.0",
 )
+MAX_JOB_NAME_ATTEMPTS = 100
+"""Generated names ``fit()`` tries (one per millisecond) while other submitters hold them."""
 DEFAULT_INSTANCES_PER_TRAINING_JOB = 20
 """SageMaker's default quota "Number of instances per training job" (AWS General Reference, "Amazon
 SageMaker endpoints and quotas"; adjustable through Service Quotas). There is no public table of
@@ -560,10 +563,10 @@ class Estimator:
 
     # --- plan -----------------------------------------------------------------------------------
 
-    def _job_name(self, job_name: str | None) -> str:
+    def _job_name(self, job_name: str | None, now: datetime | None = None) -> str:
         if job_name is not None:
             return naming.validate_job_name(job_name)
-        return naming.validate_job_name(naming.name_from_base(self._base_name()), "base_job_name")
+        return naming.validate_job_name(naming.name_from_base(self._base_name(), now), "base_job_name")
 
     def _output_path(self) -> str:
         return self.output_path or self.sagemaker_session.default_output_path()
@@ -587,10 +590,12 @@ class Estimator:
         assert self.entry_point is not None
         return self.entry_point if self.source_dir is not None else os.path.basename(self.entry_point)
 
-    def _plan(self, inputs: Any, job_name: str | None) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
-        """The spec, and the local input paths to upload as (channel, path) before submitting."""
+    def _plan(self, inputs: Any, job_name: str | None,
+              now: datetime | None = None) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+        """The spec, and the local input paths to upload as (channel, path) before submitting.
+        ``now``: the time a generated job name carries (default: the clock)."""
         session = self.sagemaker_session
-        name = self._job_name(job_name)
+        name = self._job_name(job_name, now)
         region = str(session.region_name)
         output_path = self._output_path()
 
@@ -737,19 +742,47 @@ class Estimator:
         """Plan, check with the backend, stage code and inputs, submit; wait when asked."""
         require_type("wait", wait, bool, "pass wait=True or wait=False")
         require_type("logs", logs, (bool, str), "pass logs=True or logs=False")
-        spec, uploads = self._plan(inputs, job_name)
         backend = self.sagemaker_session.backend()
-        backend.check(spec)
-        self._stage_code(spec)
-        for channel, path in uploads:
-            self.sagemaker_session.stage_local_input(path, spec.TrainingJobName, channel)
-        backend.submit(spec)
+        spec, uploads = self._claim(backend, inputs, job_name)
+        try:
+            self._stage_code(spec)
+            for channel, path in uploads:
+                self.sagemaker_session.stage_local_input(path, spec.TrainingJobName, channel)
+            backend.submit(spec)
+        except BaseException:
+            backend.release(spec)  # the name is free again, and nothing staged for it is left
+            raise
         print(f"Creating training-job with name: {spec.TrainingJobName}", flush=True)
         self._current_job_name = spec.TrainingJobName
         self.latest_training_job = TrainingJob(backend, spec.TrainingJobName)
         if wait:
             show_logs = logs not in (False, "None")
             self.latest_training_job.wait(logs=show_logs)
+
+    def _claim(self, backend: Any, inputs: Any,
+               job_name: str | None) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+        """Plan, check and reserve the job's name before anything is staged (``backend.reserve``).
+
+        A generated name that another submitter holds (same base, same millisecond: concurrent
+        ``fit(wait=False)`` calls) is replaced by the next millisecond's, as the SDK's
+        ``name_from_base`` gives every call a fresh name; a name the user chose is refused.
+        """
+        moment = datetime.now(timezone.utc)
+        for _ in range(MAX_JOB_NAME_ATTEMPTS):
+            spec, uploads = self._plan(inputs, job_name, moment)
+            try:
+                backend.check(spec)
+                backend.reserve(spec)
+                return spec, uploads
+            except JobNameTakenError:
+                if job_name is not None:
+                    raise
+            moment = max(datetime.now(timezone.utc), moment + timedelta(milliseconds=1))
+        raise JobNameTakenError(
+            "base_job_name", self._base_name(),
+            f"{MAX_JOB_NAME_ATTEMPTS} generated job names in a row were taken",
+            "pass job_name=... explicitly, or another base_job_name",
+        )
 
     def _stage_code(self, spec: TrainingJobSpec) -> None:
         if self.entry_point is None or (self.source_dir is not None and _is_uri(self.source_dir)):

@@ -9,6 +9,9 @@ declared :class:`Capabilities` so that an unsupported option fails before anythi
 Contract of the four operations (they mirror SageMaker's API, so the SageMaker backend is a thin
 shim and the local ones are emulations):
 
+- ``reserve(spec)`` / ``release(spec)``: claim the job's name atomically before anything is staged
+  (so two submitters of one name never stage over each other), and give it back when staging or
+  submitting failed. No-ops where the service itself is the arbiter (SageMaker).
 - ``submit(spec)``: start the job and return at once (CreateTrainingJob).
 - ``describe(job_name)``: a dict with DescribeTrainingJob's shape: at least ``TrainingJobName``,
   ``TrainingJobStatus``, ``SecondaryStatus``, ``SecondaryStatusTransitions``, ``FailureReason``
@@ -143,6 +146,16 @@ class Backend(ABC):
         if spec.RetryStrategy is not None and not caps.retry_strategy:
             refuse("retry_strategy", spec.RetryStrategy.MaximumRetryAttempts, "retry strategy not supported",
                    "drop retry_strategy")
+
+    def reserve(self, spec: TrainingJobSpec) -> None:
+        """Claim ``spec.TrainingJobName`` before anything is staged, or raise
+        :class:`~estimator.errors.JobNameTakenError`. Default: nothing to claim."""
+        return None
+
+    def release(self, spec: TrainingJobSpec) -> None:
+        """Give back a name :meth:`reserve` claimed when the job was not submitted after all, leaving
+        nothing of it behind. Default: nothing to give back."""
+        return None
 
     @abstractmethod
     def submit(self, spec: TrainingJobSpec) -> None:

@@ -1,6 +1,8 @@
 """The local backend: every host of the job emulated as processes on this machine (no AWS, no Docker).
 
-``submit(spec)`` checks the spec, creates the job directory ``<session.root>/<job>/`` (layout in
+``reserve(spec)`` claims the job's name by creating the job directory ``<session.root>/<job>/``
+(one ``mkdir``: of two submitters of one name exactly one gets it, before either stages code there);
+``submit(spec)`` checks the spec, fills the directory (layout in
 :mod:`estimator.backends._local_state`), and starts ONE detached supervisor process per job,
 ``python -m estimator.backends.local_agent <job dir>``, then returns at once. The agent writes the
 hosts' ``/opt/ml`` trees, starts one ``python -m runtime`` per host, streams their logs, applies the
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +33,7 @@ from urllib.parse import urlparse
 import psutil
 
 from estimator import naming
+from estimator.artifacts import output_prefix
 from estimator.backends import _local_layout as layout
 from estimator.backends import local_data
 from estimator.backends._local_layout import file_uri_path, instance_ranks, machine_gpu_count
@@ -37,7 +41,7 @@ from estimator.backends._local_state import JobDir, is_terminal, write_json_atom
 from estimator.backends.base import Backend, Capabilities
 from estimator.backends.local_checkpoints import request_interruption, spot_faults
 from estimator.backends.local_metrics import METRICS_FILE, final_metric_data, read_metric_records
-from estimator.errors import ConfigurationError, SmlaunchError
+from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError
 from estimator.metrics import MetricRecord
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -80,6 +84,7 @@ class LocalBackend(Backend):
 
     def __init__(self, session: LocalSession) -> None:
         self.session = session
+        self._reserved: set[str] = set()
 
     # --- where things are -------------------------------------------------------------------
 
@@ -98,8 +103,10 @@ class LocalBackend(Backend):
     def check(self, spec: TrainingJobSpec) -> None:
         """Capabilities, plus what only this machine can tell: writable output path and job root,
         ``file://`` inputs that exist, checkpoint and TensorBoard paths each host can have, a job name
-        not used yet, and ManifestFile channels that parse and name existing objects
-        (AugmentedManifestFile is not emulated). Raises before anything starts."""
+        not used yet (unless this backend reserved it), no earlier artifacts at
+        ``<output_path>/<job>/output/`` (they would be overwritten), and ManifestFile channels that
+        parse and name existing objects (AugmentedManifestFile is not emulated). Raises before
+        anything starts."""
         super().check(spec)
         output = spec.OutputDataConfig.S3OutputPath
         if urlparse(output).scheme == "file":
@@ -145,15 +152,59 @@ class LocalBackend(Backend):
                 "a spot fault interrupts a managed-spot job, and this job does not use managed spot",
                 "pass use_spot_instances=True (and max_wait), or drop the spot fault",
             )
-        # The directory itself may exist already: the estimator stages code to <root>/<job>/source.
-        if self.job_dir(spec.TrainingJobName).spec_file.exists():
-            raise ConfigurationError(
-                "job_name",
-                spec.TrainingJobName,
-                f"a job of that name already exists under {self.session.root}",
-                "pass another job_name, or leave it unset for a fresh timestamped name",
-            )
+        if spec.TrainingJobName not in self._reserved and self.job_dir(spec.TrainingJobName).path.exists():
+            raise self._name_taken(spec.TrainingJobName)
+        self._check_no_earlier_output(spec)
         self._check_manifests(spec)  # last: the only check that reads data
+
+    def _name_taken(self, job_name: str) -> JobNameTakenError:
+        job = self.job_dir(job_name)
+        where = (f"a job of that name exists under {self.session.root}" if job.spec_file.exists() else
+                 f"{job.path} exists: a submit of that name is in progress, or one was interrupted "
+                 "(then remove the directory)")
+        return JobNameTakenError("job_name", job_name, where,
+                                 "pass another job_name, or leave it unset for a fresh timestamped name")
+
+    def _check_no_earlier_output(self, spec: TrainingJobSpec) -> None:
+        """Refuse a job whose ``<output_path>/<job>/output/`` already holds objects (a job of the
+        same name from another job store, or one whose directory was removed): packaging this
+        job's artifacts would overwrite them. A prefix that cannot be listed (no bucket yet, no
+        credentials) shows nothing to protect; the job's own upload reports such S3 problems."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        output = spec.OutputDataConfig.S3OutputPath
+        prefix = output_prefix(output, spec.TrainingJobName) + "/"
+        try:
+            existing = TransferEngine(client_factory=self.session.s3_client, progress=False).list(prefix)
+        except (ClientError, BotoCoreError, OSError):
+            existing = []
+        if existing:
+            raise ConfigurationError(
+                "output_path", output,
+                f"{existing[0].uri} already exists (an earlier job named {spec.TrainingJobName!r}); this "
+                "job's artifacts would overwrite it",
+                "pass another job_name (or leave it unset for a fresh timestamped name), another "
+                f"output_path, or move {prefix} away first",
+            )
+
+    def reserve(self, spec: TrainingJobSpec) -> None:
+        """Claim the name: create ``<root>/<job>/`` with one ``mkdir``, which fails when it exists."""
+        job = self.job_dir(spec.TrainingJobName)
+        try:
+            job.path.mkdir()
+        except FileExistsError:
+            raise self._name_taken(spec.TrainingJobName) from None
+        self._reserved.add(spec.TrainingJobName)
+
+    def release(self, spec: TrainingJobSpec) -> None:
+        """Remove a reserved job directory whose agent was never started (code staged into it,
+        half-written files), so the failed submit leaves nothing behind and the name is free."""
+        if spec.TrainingJobName not in self._reserved:
+            return
+        self._reserved.discard(spec.TrainingJobName)
+        job = self.job_dir(spec.TrainingJobName)
+        if not job.agent_file.exists():
+            shutil.rmtree(job.path, ignore_errors=True)
 
     def _check_manifests(self, spec: TrainingJobSpec) -> None:
         """Read every ManifestFile channel and prove each object it names exists, so a bad manifest
@@ -256,19 +307,20 @@ class LocalBackend(Backend):
         return settings
 
     def submit(self, spec: TrainingJobSpec) -> None:
-        """Create the job directory and start its agent; returns once the agent process exists."""
+        """Fill the (reserved) job directory and start its agent; returns once the agent process
+        exists. Reserves the name first when the caller did not; on failure, releases it."""
         self.check(spec)
+        if spec.TrainingJobName not in self._reserved:
+            self.reserve(spec)
+        try:
+            self._start(spec)
+        except BaseException:
+            self.release(spec)
+            raise
+        self._reserved.discard(spec.TrainingJobName)
+
+    def _start(self, spec: TrainingJobSpec) -> None:
         job = self.job_dir(spec.TrainingJobName)
-        job.path.mkdir(parents=True, exist_ok=True)
-        try:  # claim the name atomically: two submits of one name cannot both win
-            os.close(os.open(job.spec_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            raise ConfigurationError(
-                "job_name",
-                spec.TrainingJobName,
-                "a job of that name was just submitted",
-                "pass another job_name",
-            ) from None
         job.logs_dir.mkdir(exist_ok=True)
         job.job_log.touch()
         write_json_atomic(job.spec_file, spec.to_request())

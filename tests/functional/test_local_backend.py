@@ -224,8 +224,10 @@ def test_missing_file_channel_and_duplicate_job_name_are_refused(tmp_path: Path)
     spec = make_spec(tmp_path, "bad-input", "print(1)", inputs={"train": (tmp_path / "nope").as_uri()})
     with pytest.raises(ConfigurationError, match=r"inputs\['train'\]"):
         backend.check(spec)
+    # A directory alone is a name being claimed by another submitter (or an interrupted submit).
     backend.job_dir("taken").path.mkdir(parents=True)
-    backend.check(make_spec(tmp_path, "taken", "print(1)"))  # a directory alone (staged code) is fine
+    with pytest.raises(ConfigurationError, match="in progress, or one was interrupted"):
+        backend.check(make_spec(tmp_path, "taken", "print(1)"))
     backend.job_dir("taken").spec_file.write_text("{}")
     with pytest.raises(ConfigurationError, match="job_name"):
         backend.check(make_spec(tmp_path, "taken", "print(1)"))

@@ -155,6 +155,29 @@ def host_trees(tmp_path: Path, n: int) -> list[tuple[int, contract.Paths]]:
     return hosts
 
 
+def _dummy_credentials(monkeypatch: Any) -> None:
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(var, value)
+
+
+@contextlib.contextmanager
+def moto_s3_in_process(monkeypatch: Any, bucket: str) -> Iterator[Any]:
+    """An S3 API mocked inside this process only (moto), with dummy credentials in the environment
+    and ``bucket`` created; for checks that never leave the test process."""
+    import boto3
+    from moto import mock_aws
+
+    _dummy_credentials(monkeypatch)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        yield client
+
+
 @contextlib.contextmanager
 def moto_s3_server(monkeypatch: Any, bucket: str) -> Iterator[Any]:
     """A real S3 API on 127.0.0.1 (moto server), reachable from a job's own processes.
@@ -165,12 +188,7 @@ def moto_s3_server(monkeypatch: Any, bucket: str) -> Iterator[Any]:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    for var, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(var, value)
+    _dummy_credentials(monkeypatch)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from moto import mock_aws
 
 from estimator import LocalSession, PyTorch
 from estimator import estimator as estimator_module
 from estimator.errors import ConfigurationError, JobNameTakenError
 from runtime import contract
-from tests.functional._local_helpers import kill_leftover_jobs, wait_terminal
+from tests.functional._local_helpers import kill_leftover_jobs, moto_s3_in_process, wait_terminal
 
 ROUNDS = 20
 SUBMITTERS = 6
@@ -165,14 +164,7 @@ def test_earlier_artifacts_at_the_output_path_are_never_overwritten(tmp_path: Pa
 
 
 def test_earlier_artifacts_in_s3_are_never_overwritten(tmp_path: Path, monkeypatch: Any) -> None:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        import boto3
-
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket="models")
+    with moto_s3_in_process(monkeypatch, "models") as s3:
         s3.put_object(Bucket="models", Key="runs/shared-name/output/model.tar.gz", Body=b"first")
         store = tmp_path / "store"
         estimator = PyTorch(entry_point="train.py", source_dir=str(_source(tmp_path, "A")),

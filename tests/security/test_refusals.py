@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from moto import mock_aws
 
 from estimator import LocalSession, PyTorch, Session
 from estimator.errors import ConfigurationError
 from runtime import contract
 from runtime.transfer import TransferEngine
+from tests.functional._local_helpers import moto_s3_in_process
 
 MP_FIELD = "distribution.smdistributed.modelparallel.parameters"
 
@@ -186,16 +186,9 @@ def test_local_backend_refuses_job_names_that_are_paths(tmp_path: Path) -> None:
 def test_downloaded_object_keys_stay_under_the_directory(tmp_path: Path, key: str, monkeypatch: Any) -> None:
     """An object whose key climbs out of its prefix (S3 allows ``..`` in keys) is refused, and no
     file appears outside the download directory."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     dest = tmp_path / "a" / "b" / "channel"
     dest.mkdir(parents=True)
-    with mock_aws():
-        import boto3
-
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="bucket")
+    with moto_s3_in_process(monkeypatch, "bucket") as client:
         client.put_object(Bucket="bucket", Key=key, Body=b"escaped")
         client.put_object(Bucket="bucket", Key="data/ok.txt", Body=b"fine")
         with TransferEngine(s3_client=client, progress=False) as engine:

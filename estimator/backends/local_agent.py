@@ -5,7 +5,8 @@ the job survives the notebook; every handle talks to it through the files of the
 (:mod:`estimator.backends._local_state`). It is the only writer of ``state.json``.
 
 What it does, in order: write every host's ``/opt/ml`` tree and channel views (SecondaryStatus
-``Downloading``); start one ``python -m runtime`` per host (``Training``), each with its own
+``Downloading``); start one ``python -m runtime`` per host (``Training``), each in its own mount
+namespace where its tree is ``/opt/ml`` (:mod:`estimator.backends.local_mounts`), with its own
 ``SAGEMAKER_BASE_DIR``, the host->address map (all ``127.0.0.1``) and a free master port, so
 concurrent jobs never collide; copy every line the hosts print to ``logs/<host>.log`` and the merged
 ``logs/job.log`` (prefixed ``[algo-N] `` unless the runtime already prefixed it); when the hosts
@@ -76,6 +77,7 @@ from estimator.backends.local_checkpoints import (
 )
 from estimator.backends.local_data import JobData
 from estimator.backends.local_metrics import METRICS_FILE, MetricRecorder
+from estimator.backends.local_mounts import PrivateOptMl
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.transfer import TransferEngine
@@ -156,6 +158,7 @@ class Agent:
         self._transfer: TransferEngine | None = None
         definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
         self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)
+        self._opt_ml: PrivateOptMl | bool | None = None
 
     # --- logging and state --------------------------------------------------------------------
 
@@ -356,6 +359,7 @@ class Agent:
                 "(LocalSession(emulate_cuda=False) turns this off)"
             )
         die_with_agent = _die_with_parent_hook()
+        opt_ml = self._private_opt_ml()
         base_env = dict(os.environ)
         # The S3 the session talks to (e.g. a test's moto server) is the S3 the hosts talk to:
         # the runtime fetches s3:// code with boto3, which honours these variables.
@@ -364,7 +368,8 @@ class Agent:
         if self.settings.get("s3_region_name"):
             base_env.setdefault("AWS_REGION", str(self.settings["s3_region_name"]))
         # Every host is spawned from this (main) thread, before the log threads start: PDEATHSIG
-        # is tied to the thread that forked, and the pre-exec hook only calls prctl and getppid.
+        # is tied to the thread that forked, and the pre-exec hooks only enter the host's mount
+        # namespace (local_mounts) and call prctl and getppid, PDEATHSIG last.
         for host in self.hosts:
             env = dict(base_env)
             env.update(
@@ -387,13 +392,27 @@ class Agent:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                preexec_fn=die_with_agent,
+                preexec_fn=_in_order(opt_ml and opt_ml.hook(host.base), die_with_agent),
             )
         for host in self.hosts:
             host.pump = threading.Thread(
                 target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True
             )
             host.pump.start()
+
+    def _private_opt_ml(self) -> PrivateOptMl | None:
+        """What gives each host its own tree at /opt/ml (probed once per job), or None after saying
+        once why this machine cannot."""
+        if self._opt_ml is None:
+            mounts = PrivateOptMl()
+            why = mounts.unavailable(self.hosts[0].base)
+            self._opt_ml = mounts if why is None else False
+            if why is not None:
+                self.say(
+                    f"No private /opt/ml per host on this machine ({why}): scripts must take their "
+                    "paths from SM_* variables (or use LocalSession(executor='docker'))"
+                )
+        return self._opt_ml or None
 
     def _pump(self, host: _Host) -> None:
         assert host.proc is not None and host.proc.stdout is not None
@@ -617,6 +636,19 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
             os._exit(129)
 
     return die_with_agent
+
+
+def _in_order(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One pre-exec hook running ``hooks`` (None ones skipped) in order."""
+    present = [hook for hook in hooks if hook is not None]
+    if not present:
+        return None
+
+    def run() -> None:
+        for hook in present:
+            hook()
+
+    return run
 
 
 def _exit_code(code: int) -> int:

@@ -101,17 +101,21 @@ def prepare(code_dir: Path, entry_point: str | None, environ: Mapping[str, str],
     arguments = toolkit_pip_arguments(code_dir, entry_point)
     if arguments is None:
         return python
-    arn = environ.get(contract.CA_REPOSITORY_ARN_ENV)
-    if arn and contract.REQUIREMENTS_FILE in arguments:
+
+    def pip_environ() -> Mapping[str, str]:
+        arn = environ.get(contract.CA_REPOSITORY_ARN_ENV)
+        if not arn or contract.REQUIREMENTS_FILE not in arguments:
+            return environ
         # The toolkit passes ``-i <index>``; the environment keeps the token out of every log line.
-        environ = {**environ, "PIP_INDEX_URL": codeartifact_index(arn, codeartifact, log)}
+        return {**environ, "PIP_INDEX_URL": codeartifact_index(arn, codeartifact, log)}
+
     cache = environ.get(contract.SMLAUNCH_REQUIREMENTS_CACHE)
     if not cache:
-        run_pip([python, "-m", "pip", "install", *arguments], code_dir, environ, log)
+        run_pip([python, "-m", "pip", "install", *arguments], code_dir, pip_environ(), log)
         return python
     if contract.REQUIREMENTS_FILE not in arguments:
         return python  # a package without requirements.txt: nothing to layer
-    return str(layered_environment(Path(code_dir), Path(cache), environ, log))
+    return str(layered_environment(Path(code_dir), Path(cache), pip_environ, log))
 
 
 def codeartifact_index(arn: str, client: Callable[[str], Any] | None, log: Log) -> str:
@@ -150,8 +154,10 @@ def environment_key(requirements: bytes) -> str:
     return digest.hexdigest()[:24]
 
 
-def layered_environment(code_dir: Path, cache: Path, environ: Mapping[str, str], log: Log) -> Path:
-    """The Python of the layered environment for ``code_dir/requirements.txt``, built if needed."""
+def layered_environment(code_dir: Path, cache: Path, pip_environ: Callable[[], Mapping[str, str]],
+                        log: Log) -> Path:
+    """The Python of the layered environment for ``code_dir/requirements.txt``, built if needed
+    (pip runs in ``pip_environ()``, asked for only then)."""
     requirements = (code_dir / contract.REQUIREMENTS_FILE).read_bytes()
     key = environment_key(requirements)
     root = cache / key
@@ -168,7 +174,7 @@ def layered_environment(code_dir: Path, cache: Path, environ: Mapping[str, str],
         try:
             _create_layer(root)
             run_pip([str(python), "-m", "pip", "install", "-r", contract.REQUIREMENTS_FILE],
-                    code_dir, {**environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, log)
+                    code_dir, {**pip_environ(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, log)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise

@@ -110,7 +110,12 @@ def test_layered_environment_shadows_for_the_ranks_only_and_is_reused(tmp_path: 
     for wheel in (new, old):
         wheel.unlink()  # pip would fail now: a second preparation must not run it
     again: list[str] = []
-    assert prepare(code, "train.py", environ, again.append) == python
+
+    def no_codeartifact(region: str) -> None:
+        raise AssertionError("a cached environment needs no package index")
+
+    reuse = {**environ, "CA_REPOSITORY_ARN": "arn:aws:codeartifact:us-east-1:111122223333:repository/d/r"}
+    assert prepare(code, "train.py", reuse, again.append, codeartifact=no_codeartifact) == python
     assert again == [f"requirements.txt: reusing the environment {cache / key} (nothing to install)"]
 
 

@@ -35,7 +35,7 @@ class UnsupportedByBackendError(ConfigurationError):
 
 
 class JobFailedError(SmlaunchError):
-    """A training job ended Failed (or Stopped, when waiting asked for success).
+    """A training job ended Failed (a Stopped job ends ``wait()`` with a warning, as in the SDK).
 
     Carries the job name, the final status and the FailureReason as DescribeTrainingJob reports
     them, plus the exit code of the failing rank when the backend knows it.

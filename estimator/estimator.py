@@ -61,6 +61,7 @@ from estimator.spec import (
     Channel,
     CheckpointConfig,
     DebugHookConfig,
+    ExperimentConfig,
     MetricDefinition,
     OutputDataConfig,
     ProfilerConfig,
@@ -102,7 +103,30 @@ DEFAULT_INSTANCES_PER_TRAINING_JOB = 20
 SageMaker endpoints and quotas"; adjustable through Service Quotas). There is no public table of
 per-instance-type limits: the per-type quotas ("<type> for training job usage") are set per account,
 often 0 on new accounts, so this documented per-job default is the one limit checked, for every type."""
+# botocore ResourceConfig.KeepAlivePeriodInSeconds (max) and ExperimentEntityName (pattern, 1..120).
+MAX_KEEP_ALIVE_SECONDS = 21600
+_EXPERIMENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,119}$")
 _DLC_TAG = re.compile(r"^(?:.+/)?pytorch-training:(?P<version>[0-9.]+)-(?:cpu|gpu)-(?P<py>py[0-9]+)")
+
+
+def _experiment_config(config: Any) -> ExperimentConfig | None:
+    """``fit(experiment_config=...)`` as the request's ``ExperimentConfig`` (``None`` when empty, as
+    the SDK leaves it out), every name checked against the API's pattern."""
+    if config is None or (isinstance(config, Mapping) and not config):
+        return None
+    fix = "pass e.g. {'ExperimentName': 'my-experiment', 'TrialName': 'my-trial'}"
+    if not isinstance(config, Mapping):
+        raise ConfigurationError("experiment_config", config, "must be a dict", fix)
+    unknown = sorted(set(config) - set(ExperimentConfig.model_fields))
+    if unknown:
+        raise ConfigurationError(f"experiment_config[{unknown[0]!r}]", config[unknown[0]], "unknown key",
+                                 f"use only {', '.join(ExperimentConfig.model_fields)}")
+    for key, value in config.items():
+        if value is not None and (not isinstance(value, str) or not _EXPERIMENT_NAME.match(value)):
+            raise ConfigurationError(
+                f"experiment_config[{key!r}]", value,
+                "must be 1 to 120 letters, digits or hyphens, starting with a letter or digit", fix)
+    return ExperimentConfig(**config)
 
 
 def _is_uri(value: str) -> bool:
@@ -233,6 +257,7 @@ class Estimator:
         disable_profiler: bool = False,
         debugger_hook_config: bool | None = None,
         tensorboard_output_config: TensorBoardOutputConfig | None = None,
+        keep_alive_period_in_seconds: int | None = None,
     ) -> None:
         self.instance = catalog.lookup(instance_type, "instance_type")
         self.instance_type: str = self.instance.name
@@ -338,6 +363,19 @@ class Estimator:
         self.disable_profiler = disable_profiler
         self.debugger_hook_config = debugger_hook_config
         self.tensorboard_output_config = self._check_tensorboard(tensorboard_output_config)
+        keep_alive = keep_alive_period_in_seconds
+        if keep_alive is not None and (
+            isinstance(keep_alive, bool) or not isinstance(keep_alive, int)
+            or not 0 <= keep_alive <= MAX_KEEP_ALIVE_SECONDS
+        ):
+            raise ConfigurationError(
+                "keep_alive_period_in_seconds", keep_alive_period_in_seconds,
+                f"must be an integer 0..{MAX_KEEP_ALIVE_SECONDS} (seconds a warm pool keeps the instances)",
+                "pass e.g. keep_alive_period_in_seconds=1800, or leave it unset",
+            )
+        self.keep_alive_period_in_seconds = keep_alive_period_in_seconds
+        """SageMaker warm pools; sent as ``ResourceConfig.KeepAlivePeriodInSeconds``. Local runs
+        accept it and it has no effect there (hosts are processes or containers of this machine)."""
         self.latest_training_job: TrainingJob | None = None
         self._current_job_name: str | None = None
 
@@ -590,8 +628,9 @@ class Estimator:
         assert self.entry_point is not None
         return self.entry_point if self.source_dir is not None else os.path.basename(self.entry_point)
 
-    def _plan(self, inputs: Any, job_name: str | None,
-              now: datetime | None = None) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+    def _plan(self, inputs: Any, job_name: str | None, now: datetime | None = None,
+              experiment_config: Mapping[str, str] | None = None,
+              ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
         """The spec, and the local input paths to upload as (channel, path) before submitting.
         ``now``: the time a generated job name carries (default: the clock)."""
         session = self.sagemaker_session
@@ -652,6 +691,7 @@ class Estimator:
             ResourceConfig=ResourceConfig(
                 InstanceType=self.instance_type, InstanceCount=self.instance_count,
                 VolumeSizeInGB=self.volume_size, VolumeKmsKeyId=self.volume_kms_key,
+                KeepAlivePeriodInSeconds=self.keep_alive_period_in_seconds,
             ),
             StoppingCondition=StoppingCondition(MaxRuntimeInSeconds=self.max_run,
                                                 MaxWaitTimeInSeconds=self.max_wait),
@@ -680,6 +720,7 @@ class Estimator:
                 TensorBoardOutputSpec(**self.tensorboard_output_config._to_request_dict())
                 if self.tensorboard_output_config is not None else None
             ),
+            ExperimentConfig=_experiment_config(experiment_config),
         )
         return spec, uploads
 
@@ -722,7 +763,8 @@ class Estimator:
             return ProfilerConfig(DisableProfiler=True)
         return ProfilerConfig(S3OutputPath=output_path, DisableProfiler=False)
 
-    def plan(self, inputs: Any = None, job_name: str | None = None) -> TrainingJobSpec:
+    def plan(self, inputs: Any = None, job_name: str | None = None,
+             experiment_config: Mapping[str, str] | None = None) -> TrainingJobSpec:
         """The exact request ``fit(inputs)`` would send; stages and submits nothing.
 
         ``plan(...).to_request()`` is the dict boto3's ``create_training_job`` receives, and
@@ -733,17 +775,22 @@ class Estimator:
         I/O is checking that local input paths exist (and, for a SageMaker session without an
         ``output_path``, the session resolving its default bucket).
         """
-        return self._plan(inputs, job_name)[0]
+        return self._plan(inputs, job_name, experiment_config=experiment_config)[0]
 
     # --- fit and the job handle -----------------------------------------------------------------
 
     def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True,
-            job_name: str | None = None) -> None:
-        """Plan, check with the backend, stage code and inputs, submit; wait when asked."""
+            job_name: str | None = None, experiment_config: Mapping[str, str] | None = None) -> None:
+        """Plan, check with the backend, stage code and inputs, submit; wait when asked.
+
+        ``experiment_config`` (``ExperimentName``, ``TrialName``, ``TrialComponentDisplayName``,
+        ``RunName``) is sent as the request's ``ExperimentConfig``, as the SDK sends it; a local job
+        records it in its ``describe()``.
+        """
         require_type("wait", wait, bool, "pass wait=True or wait=False")
         require_type("logs", logs, (bool, str), "pass logs=True or logs=False")
         backend = self.sagemaker_session.backend()
-        spec, uploads = self._claim(backend, inputs, job_name)
+        spec, uploads = self._claim(backend, inputs, job_name, experiment_config)
         try:
             self._stage_code(spec)
             for channel, path in uploads:
@@ -759,8 +806,9 @@ class Estimator:
             show_logs = logs not in (False, "None")
             self.latest_training_job.wait(logs=show_logs)
 
-    def _claim(self, backend: Any, inputs: Any,
-               job_name: str | None) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+    def _claim(self, backend: Any, inputs: Any, job_name: str | None,
+               experiment_config: Mapping[str, str] | None = None,
+               ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
         """Plan, check and reserve the job's name before anything is staged (``backend.reserve``).
 
         A generated name that another submitter holds (same base, same millisecond: concurrent
@@ -769,7 +817,7 @@ class Estimator:
         """
         moment = datetime.now(timezone.utc)
         for _ in range(MAX_JOB_NAME_ATTEMPTS):
-            spec, uploads = self._plan(inputs, job_name, moment)
+            spec, uploads = self._plan(inputs, job_name, moment, experiment_config)
             try:
                 backend.check(spec)
                 backend.reserve(spec)
@@ -882,6 +930,7 @@ class Estimator:
             "instance_type": resources.get("InstanceType"),
             "volume_size": resources.get("VolumeSizeInGB", 30),
             "volume_kms_key": resources.get("VolumeKmsKeyId"),
+            "keep_alive_period_in_seconds": resources.get("KeepAlivePeriodInSeconds"),
             "max_run": stopping.get("MaxRuntimeInSeconds", 24 * 60 * 60),
             "max_wait": stopping.get("MaxWaitTimeInSeconds"),
             "input_mode": algorithm.get("TrainingInputMode", "File"),

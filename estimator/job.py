@@ -6,6 +6,7 @@ second handle made from the same name (another notebook, ``Estimator.attach``) s
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -15,12 +16,16 @@ from estimator.backends.base import Backend
 from estimator.errors import JobFailedError
 from runtime import contract
 
+logger = logging.getLogger(__name__)
+
 
 class TrainingJob:
     """Wait on, stream, describe and stop one job.
 
-    ``wait`` policy: it returns the final description when the job Completed and raises
-    :class:`JobFailedError` (job name, status, FailureReason) when it Failed or was Stopped.
+    ``wait`` policy, as the SDK's: it returns the final description when the job Completed; when it
+    was Stopped (``stop()``, ``max_run`` as MaxRuntimeExceeded) it logs a warning saying so and why,
+    and returns the description too; it raises :class:`JobFailedError` (job name, status,
+    FailureReason) when it Failed.
     Ctrl-C while waiting stops the job on backends whose capabilities say ``interrupt_stops_job``
     (local runs: the job is yours, on your machine), and otherwise only stops waiting and says
     how to re-attach (SageMaker: the job keeps running and billing).
@@ -109,6 +114,14 @@ class TrainingJob:
     def _outcome(self, description: dict[str, Any]) -> dict[str, Any]:
         status = description["TrainingJobStatus"]
         if status == contract.STATUS_COMPLETED:
+            return description
+        if status == contract.STATUS_STOPPED:
+            why = description.get("FailureReason") or description.get("SecondaryStatus") or status
+            logger.warning(
+                "Training job %s ended with status 'Stopped' rather than 'Completed' (%s). This could "
+                "mean it timed out (max_run) or was stopped early: check whether it completed as you "
+                "expect.", self.name, why,
+            )
             return description
         reason = description.get("FailureReason") or description.get("SecondaryStatus") or status
         raise JobFailedError(self.name, status, reason, exit_code=description.get("ExitCode"))

@@ -150,6 +150,17 @@ class ProfilerConfig(_Wire):
 _ProfilerConfig = ProfilerConfig
 
 
+class ExperimentConfig(_Wire):
+    """Which SageMaker Experiments run the job belongs to (``fit(experiment_config=...)``)."""
+
+    ExperimentName: str | None = None
+    TrialName: str | None = None
+    TrialComponentDisplayName: str | None = None
+    RunName: str | None = None
+
+_ExperimentConfig = ExperimentConfig
+
+
 class TrainingJobSpec(_Wire):
     """CreateTrainingJob, field for field. ``HyperParameters`` values are already wire strings."""
 
@@ -172,6 +183,7 @@ class TrainingJobSpec(_Wire):
     DebugHookConfig: _DebugHookConfig | None = None
     ProfilerConfig: _ProfilerConfig | None = None
     TensorBoardOutputConfig: _TensorBoardOutputConfig | None = None
+    ExperimentConfig: _ExperimentConfig | None = None
 
     def to_request(self) -> dict[str, Any]:
         """The keyword arguments of ``create_training_job``: unset (None) fields are left out."""

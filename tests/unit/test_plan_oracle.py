@@ -110,6 +110,8 @@ CASES: dict[str, dict[str, Any]] = {
         instance_type="ml.trn1.32xlarge", instance_count=2, framework_version="1.13.1", py_version="py38",
         image_uri="763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:1.13.1-neuronx-py38",
         distribution={"torch_distributed": {"enabled": True}}),
+    "warm_pool_keep_alive": dict(instance_type="ml.g5.2xlarge", instance_count=1, framework_version="2.1.0",
+                                 py_version="py310", keep_alive_period_in_seconds=1800),
     "metrics_off_old_version": dict(instance_type="ml.m5.large", instance_count=1,
                                     framework_version="1.2.0", py_version="py3"),
 }
@@ -274,7 +276,7 @@ def test_sdk_v2_attributes_equal_sdk(src: Path, sdk_capture: Any, distribution: 
 
     kwargs: dict[str, Any] = dict(instance_type="ml.p3.16xlarge", instance_count=2, framework_version="1.8.0",
                                   py_version="py3", entry_point="train.py", source_dir=str(src),
-                                  enable_network_isolation=True)
+                                  enable_network_isolation=True, keep_alive_period_in_seconds=600)
     if distribution is not None:
         kwargs["distribution"] = distribution
     sdk_capture(kwargs, INPUTS["default"], "attributes-job")
@@ -286,5 +288,22 @@ def test_sdk_v2_attributes_equal_sdk(src: Path, sdk_capture: Any, distribution: 
     ours.fit(INPUTS["default"], wait=False, job_name="attributes-job")
     assert ours.distribution == sdk.distribution == (distribution or {})
     assert ours.enable_network_isolation() is sdk.enable_network_isolation() is True
+    assert ours.keep_alive_period_in_seconds == sdk.keep_alive_period_in_seconds == 600
     assert ours.latest_training_job is not None
     assert ours.latest_training_job.job_name == sdk.latest_training_job.job_name == "attributes-job"
+
+
+@pytest.mark.parametrize("experiment_config", [
+    {"ExperimentName": "bert-finetune", "TrialName": "lr-3e-5"},
+    {"ExperimentName": "bert-finetune", "TrialName": "lr-3e-5", "TrialComponentDisplayName": "epoch-10",
+     "RunName": "run-7"},
+    {},
+])
+def test_experiment_config_equals_sdk(src: Path, sdk_capture: Any, experiment_config: dict[str, str]) -> None:
+    kwargs = {**CASES["single_2.1.0_py310"], "entry_point": "train.py", "source_dir": str(src)}
+    sdk = _normalise(sdk_capture(kwargs, INPUTS["default"], "experiment-job",
+                                 experiment_config=experiment_config))
+    spec = PyTorch(role=ROLE, sagemaker_session=FakeSageMakerSession(), **kwargs).plan(
+        INPUTS["default"], job_name="experiment-job", experiment_config=experiment_config)
+    assert _differences(sdk, _normalise(spec.to_request())) == []
+    assert ("ExperimentConfig" in sdk) is bool(experiment_config)

@@ -1,0 +1,89 @@
+"""SDK v2 habits the estimator keeps: Stopped vs Failed endings, experiment_config and
+keep_alive_period_in_seconds checks (the SDK oracle for the request is in test_plan_oracle)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from estimator import JobFailedError
+from tests.unit.test_estimator import FakeSageMakerSession, TestLocalSession, config_error, local, remote
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    root.mkdir()
+    (root / "train.py").write_text("print('train')\n")
+    return root
+
+
+def test_a_stopped_job_ends_fit_with_a_warning(src: Path, tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    est = local(src, tmp_path)
+    session = est.sagemaker_session
+    assert isinstance(session, TestLocalSession)
+    session.recording.status = "Stopped"
+    session.recording.failure_reason = "MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds 60"
+    with caplog.at_level(logging.WARNING, logger="estimator.job"):
+        est.fit(job_name="stopped-job", logs=False)
+    assert "stopped-job" in caplog.text and "'Stopped' rather than 'Completed'" in caplog.text
+    assert "MaxRuntimeExceeded" in caplog.text
+    assert est.latest_training_job is not None and est.latest_training_job.status == "Stopped"
+
+
+def test_a_failed_job_still_raises(src: Path, tmp_path: Path) -> None:
+    est = local(src, tmp_path)
+    est.sagemaker_session.recording.status = "Failed"
+    est.sagemaker_session.recording.failure_reason = "AlgorithmError: rank 0 exited with code 1"
+    with pytest.raises(JobFailedError, match="rank 0 exited with code 1") as failed:
+        est.fit(job_name="failed-job", logs=False)
+    assert failed.value.status == "Failed"
+
+
+def test_experiment_config_is_recorded_in_a_local_describe(src: Path, tmp_path: Path) -> None:
+    est = local(src, tmp_path)
+    config = {"ExperimentName": "bert-finetune", "TrialName": "lr-3e-5", "RunName": "run-1"}
+    est.fit(job_name="experiment-job", wait=False, experiment_config=config)
+    assert est.latest_training_job is not None
+    assert est.latest_training_job.describe()["ExperimentConfig"] == config
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    ({"ExperimentName": "has space"}, "experiment_config['ExperimentName']"),
+    ({"Experiment": "x"}, "experiment_config['Experiment']"),
+    ({"ExperimentName": "x" * 121}, "experiment_config['ExperimentName']"),
+    ("bert", "experiment_config"),
+])
+def test_bad_experiment_config_is_refused_before_anything_runs(src: Path, config: object, field: str) -> None:
+    session = FakeSageMakerSession()
+    err = config_error(lambda: remote(src, session).fit(job_name="x-1", experiment_config=config))  # type: ignore[arg-type]
+    assert err.field == field
+    assert session.recording.jobs == {}
+
+
+def test_keep_alive_is_sent_and_accepted_locally(src: Path, tmp_path: Path) -> None:
+    spec = remote(src, keep_alive_period_in_seconds=1800).plan()
+    assert spec.ResourceConfig.KeepAlivePeriodInSeconds == 1800
+    assert remote(src).plan().to_request()["ResourceConfig"].get("KeepAlivePeriodInSeconds") is None
+    est = local(src, tmp_path, keep_alive_period_in_seconds=600)  # accepted; no warm pools locally
+    est.fit(job_name="warm-1", wait=False)
+    assert est.latest_training_job is not None
+    assert est.latest_training_job.describe()["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
+
+
+@pytest.mark.parametrize("value", [-1, 21601, "600", True, 1.5])
+def test_bad_keep_alive_is_refused(src: Path, value: object) -> None:
+    err = config_error(lambda: remote(src, keep_alive_period_in_seconds=value))
+    assert err.field == "keep_alive_period_in_seconds" and err.value == value
+
+
+def test_attach_restores_keep_alive(src: Path) -> None:
+    from estimator import PyTorch
+
+    session = FakeSageMakerSession()
+    spec = remote(src, session, keep_alive_period_in_seconds=900).plan(job_name="warm-2")
+    session.recording.submit(spec)
+    assert PyTorch.attach("warm-2", sagemaker_session=session).keep_alive_period_in_seconds == 900

@@ -16,14 +16,6 @@ from tests.unit.test_estimator import ROLE, FakeSageMakerSession, config_error, 
 NEURON_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310"
 
 
-@pytest.fixture
-def src(tmp_path: Path) -> Path:
-    root = tmp_path / "src"
-    root.mkdir()
-    (root / "train.py").write_text("print('train')\n")
-    return root
-
-
 def test_sagemaker_accepts_every_training_type_botocore_lists(src: Path) -> None:
     botocore_session = pytest.importorskip("botocore.session")
     model = botocore_session.get_session().get_service_model("sagemaker")

@@ -12,14 +12,6 @@ from estimator import JobFailedError
 from tests.unit.test_estimator import FakeSageMakerSession, TestLocalSession, config_error, local, remote
 
 
-@pytest.fixture
-def src(tmp_path: Path) -> Path:
-    root = tmp_path / "src"
-    root.mkdir()
-    (root / "train.py").write_text("print('train')\n")
-    return root
-
-
 def test_a_stopped_job_ends_fit_with_a_warning(src: Path, tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
     est = local(src, tmp_path)

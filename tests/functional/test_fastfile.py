@@ -4,6 +4,7 @@ mounts served by ``python -m runtime.fastfile``); File semantics where FUSE is u
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -17,6 +18,7 @@ import pytest
 from estimator import PyTorch, TrainingInput
 from estimator.backends import local_data
 from estimator.backends.local_data import JobData
+from estimator.errors import JobFailedError
 from estimator.session import LocalSession
 from estimator.spec import TrainingJobSpec
 from runtime import contract, fastfile
@@ -168,25 +170,30 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], host + ".json"), "w") as out:
 """
 
 
+def _fit(tmp_path: Path, moto_s3: Any, script: str, job_name: str, hosts: int,
+         distribution: str) -> tuple[dict[str, Any], str]:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(script)
+    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=5)
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge", instance_count=hosts, framework_version="2.1.0", py_version="py310",
+        hyperparameters={"epochs": 1}, output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+    )
+    channel = TrainingInput("s3://fastfile/train/", distribution=distribution, input_mode="FastFile")
+    with contextlib.suppress(JobFailedError):
+        estimator.fit({"train": channel}, logs=False, job_name=job_name)
+    return session.backend().describe(job_name), "\n".join(session.backend().log_lines(job_name))
+
+
 @needs_fuse
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_fit_with_a_sharded_fastfile_channel(tmp_path: Path, moto_s3: Any) -> None:
     import hashlib
 
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "train.py").write_text(SCRIPT)
-    session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=5)
-    estimator = PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.1.0", py_version="py310",
-        hyperparameters={"epochs": 1}, output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
-    )
-    estimator.fit({"train": TrainingInput("s3://fastfile/train/", distribution="ShardedByS3Key",
-                                          input_mode="FastFile")}, logs=False, job_name="fastfile-e2e")
-    description = session.backend().describe("fastfile-e2e")
-    log = "\n".join(session.backend().log_lines("fastfile-e2e"))
+    description, log = _fit(tmp_path, moto_s3, SCRIPT, "fastfile-e2e", 2, "ShardedByS3Key")
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
     assert "FastFile mounted on 2 host(s)" in log
     with tarfile.open(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
@@ -202,3 +209,25 @@ def test_fit_with_a_sharded_fastfile_channel(tmp_path: Path, moto_s3: Any) -> No
     job_dir = tmp_path / "jobs" / "fastfile-e2e"
     assert_no_job_processes("fastfile-e2e", job_dir)
     assert not any(os.path.ismount(job_dir / "hosts" / h / "input/data/train") for h in ("algo-1", "algo-2"))
+
+
+VANISHING = """
+import os, boto3
+data_dir = os.environ["SM_CHANNEL_TRAIN"]
+assert "part-01.bin" in os.listdir(data_dir)
+boto3.client("s3").delete_object(Bucket="fastfile", Key="train/part-01.bin")
+open(os.path.join(data_dir, "part-01.bin"), "rb").read()
+"""
+
+
+@needs_fuse
+@pytest.mark.timeout(180)
+def test_an_object_gone_before_its_first_read_fails_the_job(tmp_path: Path, moto_s3: Any) -> None:
+    description, log = _fit(tmp_path, moto_s3, VANISHING, "fastfile-gone", 1, "FullyReplicated")
+    assert description["TrainingJobStatus"] == contract.STATUS_FAILED, log
+    reason = description["FailureReason"]
+    assert "[Errno 5] Input/output error" in reason or "Data download failed" in reason, reason
+    assert "ERROR FastFile channel 'train': s3://fastfile/train/part-01.bin: TransferVerificationError" in log
+    job_dir = tmp_path / "jobs" / "fastfile-gone"
+    assert_no_job_processes("fastfile-gone", job_dir)
+    assert not os.path.ismount(job_dir / "hosts" / "algo-1" / "input/data/train")

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import shutil
+from collections.abc import Iterator
+
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""A write that failed for want of room: the filesystem is full, or the user's quota is."""
+
 
 class SmlaunchError(Exception):
     """Base of every error smlaunch raises on purpose."""
@@ -85,3 +94,51 @@ class MissingExtraError(SmlaunchError, ImportError):
         self.extra = extra
         super().__init__(f"{feature} needs {package}, which is not installed. "
                          f"Fix: pip install 'smlaunch[{extra}]'")
+
+
+class NoSpaceLeftError(SmlaunchError, OSError):
+    """A write failed because its filesystem is full (or over quota); names the path and the fix.
+
+    Still an ``OSError`` with the original ``errno``, so ``except OSError`` handlers keep working.
+    ``str()`` reads ``No space left on device: <path> (<free> free there). Fix: <fix>``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fix: str, error_number: int = errno.ENOSPC) -> None:
+        self.path = str(path)
+        self.fix = fix
+        self.message = f"{no_space_reason(self.path)}. Fix: {fix}"
+        super().__init__(error_number, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def is_no_space(error: BaseException) -> bool:
+    """Whether ``error`` is a write that failed for want of room (ENOSPC, EDQUOT)."""
+    return isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS
+
+
+def no_space_reason(path: str | os.PathLike[str]) -> str:
+    """``No space left on device: <path> (<N> KiB free there)``: what a full disk did, where."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        free = f" ({shutil.disk_usage(probe).free // 1024} KiB free there)"
+    except OSError:
+        free = ""
+    return f"No space left on device: {path}{free}"
+
+
+@contextlib.contextmanager
+def no_space_errors(path: str | os.PathLike[str], fix: str) -> Iterator[None]:
+    """Turn a full disk inside the block into :class:`NoSpaceLeftError` naming the file that failed
+    (``path`` when the error names none: a failed ``write`` names no file). Other errors pass."""
+    try:
+        yield
+    except NoSpaceLeftError:
+        raise
+    except OSError as error:
+        if not is_no_space(error):
+            raise
+        raise NoSpaceLeftError(error.filename or path, fix, error.errno) from None

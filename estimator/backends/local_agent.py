@@ -40,6 +40,11 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
   ``PR_SET_PDEATHSIG=SIGKILL`` against it. The agent is also a child subreaper, so ranks orphaned
   by a dying runtime are reparented to it and killed before it exits. Readers see the job
   ``Failed`` (the agent's pid is gone).
+- **The job store fills up** (ENOSPC or a quota, on any write of the agent: logs, state, host
+  trees, artifacts): the job ends as for a failed host, ``FailureReason`` ``ClientError: No space
+  left on device: <the path that failed> (...)``. Every write of the agent survives a full disk
+  (logs lines are dropped while it lasts; ``state.json`` keeps its last complete version), and the
+  agent sets ``SPACE_RESERVE_BYTES`` aside at start, which it frees to write the terminal state.
 - Artifacts are packaged whatever the outcome (a stopped job keeps what it saved, as on SageMaker).
 """
 
@@ -78,12 +83,16 @@ from estimator.backends.local_checkpoints import (
 from estimator.backends.local_data import JobData
 from estimator.backends.local_metrics import METRICS_FILE, MetricRecorder
 from estimator.backends.local_mounts import PrivateOptMl
+from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.transfer import TransferEngine
 
 FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
+SPACE_RESERVE_BYTES = 1 << 20
+"""Set aside in the job directory while the agent runs, freed to write the terminal state."""
+STORE_FULL_FIX = "free space on that filesystem, or pass LocalSession(root=...) a job store with more room"
 DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05
@@ -159,6 +168,9 @@ class Agent:
         definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
         self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)
         self._opt_ml: PrivateOptMl | bool | None = None
+        self._reserve = job.path / ".space-reserve"
+        self._no_space: str | None = None
+        """The FailureReason once a write of the agent found the job store full."""
 
     # --- logging and state --------------------------------------------------------------------
 
@@ -166,16 +178,45 @@ class Agent:
         """A line from smlaunch itself, in the job log and the agent log."""
         for line in message.splitlines() or [""]:
             self._write_line(f"[smlaunch] {line}", None)
-        print(message, flush=True)
+        with contextlib.suppress(OSError):  # stdout is logs/agent.log: on the same, maybe full, disk
+            print(message, flush=True)
 
     def _write_line(self, line: str, host_log: IO[bytes] | None) -> None:
         data = (line + "\n").encode("utf-8", errors="replace")
         with self._log_lock:
-            if host_log is not None:
-                host_log.write(data)
-                host_log.flush()
-            self._job_log.write(data)
-            self._job_log.flush()
+            try:
+                if host_log is not None:
+                    host_log.write(data)
+                    host_log.flush()
+                self._job_log.write(data)
+                self._job_log.flush()
+            except OSError as error:  # the line is lost; the job goes on (or ends, if the disk is full)
+                self._write_failed(error, self.job.logs_dir)
+
+    def _write_failed(self, error: OSError, path: Path) -> str | None:
+        """Note a failed write; the first one that found the store full becomes the job's reason."""
+        if is_no_space(error) and self._no_space is None:
+            self._no_space = f"ClientError: {NoSpaceLeftError(error.filename or path, STORE_FULL_FIX)}"
+        return self._no_space if is_no_space(error) else None
+
+    def _probe_space(self) -> None:
+        """Write one page into the job directory: proof that the store still has room, or the reason."""
+        probe = self.job.path / ".space-probe"
+        try:
+            with open(probe, "wb") as handle:
+                handle.write(bytes(4096))
+        except OSError as error:  # named by the job directory, not by the probe's own name
+            self._write_failed(OSError(error.errno, error.strerror), self.job.path)
+        finally:
+            probe.unlink(missing_ok=True)
+
+    def _set_space_aside(self) -> None:
+        try:
+            with open(self._reserve, "wb") as handle:
+                handle.write(bytes(SPACE_RESERVE_BYTES))
+        except OSError as error:
+            self._reserve.unlink(missing_ok=True)
+            self._write_failed(error, self._reserve)
 
     def transition(self, secondary: str, status: str | None = None, **fields: Any) -> None:
         at = time.time()
@@ -195,7 +236,14 @@ class Agent:
             self.state["TrainingJobStatus"] = status
         self.state["LastModifiedTime"] = at
         self.state.update(fields)
-        self.job.write_state(self.state)
+        if status in contract.TERMINAL_STATUSES:
+            self._reserve.unlink(missing_ok=True)  # room for the last word, even on a full disk
+        try:
+            self.job.write_state(self.state)
+        except OSError as error:
+            # state.json keeps its last complete version; the terminal state must not be lost.
+            if self._write_failed(error, self.job.state_file) is None or status in contract.TERMINAL_STATUSES:
+                raise
 
     # --- the job ------------------------------------------------------------------------------
 
@@ -205,16 +253,15 @@ class Agent:
                 _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        self._set_space_aside()
         try:
             outcome = self._run()
         except Exception as exc:  # the agent's own bug or an I/O error: never leave InProgress behind
             self.say(traceback.format_exc())
             self._kill_everything()
-            outcome = (
-                contract.STATUS_FAILED,
-                contract.SECONDARY_FAILED,
-                {"FailureReason": f"InternalServerError: {type(exc).__name__}: {exc}"},
-            )
+            reason = self._no_space_reason(exc, self.job.path) or (
+                f"InternalServerError: {type(exc).__name__}: {exc}")
+            outcome = (contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason})
         if self._data is not None:
             self._data.close()  # whatever the path: no FastFile mount outlives the job
         status, secondary, fields = outcome
@@ -222,7 +269,8 @@ class Agent:
         start = self.state.get("TrainingStartTime", ended)
         seconds = max(0, round(ended - start))
         self.say(f"Job {self.spec.TrainingJobName} ended {status} ({secondary}) after {seconds} s")
-        self._job_log.close()
+        with contextlib.suppress(OSError):  # a full disk: the buffered tail is lost
+            self._job_log.close()
         times: dict[str, Any] = {"TrainingTimeInSeconds": seconds, "BillableTimeInSeconds": seconds}
         times.update(self._attempts.describe_fields(ended, spot=bool(self.spec.EnableManagedSpotTraining)))
         self.transition(secondary, status, TrainingEndTime=ended, **times, **fields)
@@ -242,12 +290,9 @@ class Agent:
                 self._prepare()
             except Exception as exc:
                 self.say(f"ERROR preparing the hosts: {type(exc).__name__}: {exc}")
-                return (
-                    contract.STATUS_FAILED,
-                    contract.SECONDARY_FAILED,
-                    {"FailureReason": "ClientError: preparing the hosts failed: "
-                     f"{type(exc).__name__}: {exc}"},
-                )
+                reason = self._no_space_reason(exc, self.job.hosts_dir) or (
+                    f"ClientError: preparing the hosts failed: {type(exc).__name__}: {exc}")
+                return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
             if self._stop_requested():
                 return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
             self._attempts.begin()
@@ -282,16 +327,20 @@ class Agent:
         except Exception as exc:
             self.say(f"ERROR packaging artifacts: {type(exc).__name__}: {exc}")
             if outcome[0] == contract.STATUS_COMPLETED:
-                return (
-                    contract.STATUS_FAILED,
-                    contract.SECONDARY_FAILED,
-                    {"FailureReason": f"ClientError: packaging the model artifacts failed: {exc}"},
-                )
+                reason = self._no_space_reason(exc, self.job.artifacts_dir) or (
+                    f"ClientError: packaging the model artifacts failed: {exc}")
+                return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
             return outcome
         self.say(f"Model artifacts: {uris['model']}")
         outcome[2]["ModelArtifacts"] = {"S3ModelArtifacts": uris["model"]}
         outcome[2]["OutputArtifacts"] = {"S3OutputArtifacts": uris["output"]}
         return outcome
+
+    def _no_space_reason(self, error: BaseException, path: Path) -> str | None:
+        """The FailureReason when ``error`` (or an earlier write) found the job store full."""
+        if isinstance(error, OSError):
+            self._write_failed(error, path)
+        return self._no_space
 
     def _engine(self) -> TransferEngine:
         if self._transfer is None:
@@ -425,7 +474,10 @@ class Agent:
                     text = f"[{host.name}] {text}"
                 self._write_line(text, host_log)
                 self._spot.on_line(text)
-                self._metrics.on_line(text)
+                try:
+                    self._metrics.on_line(text)
+                except OSError as error:  # keep draining the host's output whatever happens
+                    self._write_failed(error, self.job.logs_dir / METRICS_FILE)
 
     def _supervise(self) -> tuple[str, str, dict[str, Any]]:
         max_run = self.spec.StoppingCondition.MaxRuntimeInSeconds
@@ -472,6 +524,11 @@ class Agent:
                         f"Data download failed: ending every host (SIGTERM, SIGKILL after "
                         f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
                     )
+                    kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))
+                elif self._no_space is not None:
+                    outcome = ("failed", "", {})
+                    self.say(f"{self._no_space}: ending every host (SIGTERM, SIGKILL after "
+                             f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)")
                     kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))
                 elif self._stop_requested():
                     outcome = (contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {})
@@ -526,7 +583,11 @@ class Agent:
                 else (contract.STATUS_COMPLETED, contract.SECONDARY_COMPLETED, {})
             )
         if outcome[0] == "failed":
-            return contract.STATUS_FAILED, contract.SECONDARY_FAILED, self._root_cause()
+            cause = self._root_cause()
+            self._probe_space()  # a rank may have died of a full disk the agent's own writes missed
+            if self._no_space is not None:  # then the disk is the cause; the rank's words follow
+                cause["FailureReason"] = f"{self._no_space}\n{cause['FailureReason']}"
+            return contract.STATUS_FAILED, contract.SECONDARY_FAILED, cause
         return outcome
 
     def _terminate(self, running: list[_Host], grace: float) -> float:

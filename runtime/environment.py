@@ -522,8 +522,9 @@ class Environment:
 
         The runtime's own environment, plus the ``SM_*`` variables, plus what the toolkit exports
         into its process (``CURRENT_HOST``, ``SAGEMAKER_JOB_NAME``, ``SAGEMAKER_REGION``), plus a
-        ``PYTHONPATH`` that starts with the code dir and, when the real ``smdistributed`` is not
-        importable, ``runtime/compat`` (the smdistributed API shims).
+        ``PYTHONPATH`` that starts with the code dir and, when the real library is not importable,
+        ``runtime/compat`` (the smdistributed API shims) and ``runtime/compat/horovod_shim`` (the
+        ``horovod.torch`` API on torch.distributed).
         """
         env = dict(self.environ)
         env.update(self.to_env_vars())
@@ -537,9 +538,9 @@ class Environment:
         )
         env["SAGEMAKER_REGION"] = str(region)
         path_entries = [str(self.code_dir)]
-        compat = compat_dir()
-        if compat is not None:
-            path_entries.append(str(compat))
+        for compat in (compat_dir(), horovod_compat_dir()):
+            if compat is not None:
+                path_entries.append(str(compat))
         if self.environ.get("PYTHONPATH"):
             path_entries.append(self.environ["PYTHONPATH"])
         env["PYTHONPATH"] = os.pathsep.join(path_entries)
@@ -551,13 +552,24 @@ def compat_dir() -> Path | None:
 
     Looks for the package without importing anything, so it costs a directory scan, not an import.
     """
+    return _shim_root("smdistributed", Path(__file__).resolve().parent / "compat")
+
+
+def horovod_compat_dir() -> Path | None:
+    """``runtime/compat/horovod_shim`` (the ``horovod`` shim's root) when the real ``horovod`` is
+    absent, else None. A root of its own, so that a machine with the real smdistributed but no
+    Horovod still gets the shim, and one with the real Horovod never sees it."""
+    return _shim_root("horovod", Path(__file__).resolve().parent / "compat" / "horovod_shim")
+
+
+def _shim_root(package: str, here: Path) -> Path | None:
+    """``here`` when it holds a shim of ``package`` and no real ``package`` is importable."""
     import importlib.util
 
-    here = Path(__file__).resolve().parent / "compat"
-    if not (here / "smdistributed").is_dir():
+    if not (here / package).is_dir():
         return None
     try:
-        found = importlib.util.find_spec("smdistributed")
+        found = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         found = None
     if found is not None and found.origin is not None and here not in Path(found.origin).parents:

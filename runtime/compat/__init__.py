@@ -4,6 +4,10 @@ This directory (not the ``runtime.compat`` package) is what goes on the user's `
 ``runtime/compat/smdistributed/dataparallel/...`` imports as ``smdistributed.dataparallel...``. It is
 put there only when the real ``smdistributed`` is not importable, so on a SageMaker image with AWS's
 library the shims never shadow it. Nothing here is imported by the runtime itself.
+
+``horovod_shim/`` is a second root of the same kind, for ``horovod.torch`` (see
+:func:`runtime.environment.horovod_compat_dir`): it has its own root so that each shim is added only
+where its own library is missing.
 """
 
 from __future__ import annotations

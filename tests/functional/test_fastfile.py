@@ -221,6 +221,7 @@ open(os.path.join(data_dir, "part-01.bin"), "rb").read()
 
 
 @needs_fuse
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_an_object_gone_before_its_first_read_fails_the_job(tmp_path: Path, moto_s3: Any) -> None:
     description, log = _fit(tmp_path, moto_s3, VANISHING, "fastfile-gone", 1, "FullyReplicated")

@@ -42,6 +42,7 @@ def test_what_the_toolkit_installs(tmp_path: Path, files: list[str], entry_point
     assert toolkit_pip_arguments(tmp_path, entry_point) == expected
 
 
+@pytest.mark.slow
 def test_without_a_cache_pip_installs_into_the_interpreter_as_the_toolkit_does(tmp_path: Path) -> None:
     code = tmp_path / "code"
     wheel = make_wheel(tmp_path / "wheels", "h2demo", "0.1", {"h2demo/__init__.py": "VALUE = 42\n"})
@@ -145,6 +146,7 @@ class FakeCodeArtifact:
         return {"repositoryEndpoint": self.endpoint}
 
 
+@pytest.mark.slow
 def test_ca_repository_arn_installs_from_that_codeartifact_repository(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / "wheels", "smlaunch_probe", "1.0", {"smlaunch_probe.py": "V = 1\n"})
     project = tmp_path / "pypi" / "simple" / "smlaunch-probe"  # what the repository's index serves

@@ -24,6 +24,8 @@ from estimator.errors import ConfigurationError
 
 SERVICE_SOURCE = "sagemaker"
 """Prefix of lines written by the service, not a host (status transitions, billing summary): never scraped."""
+LOCAL_SOURCE = "smlaunch"
+"""Prefix of lines smlaunch itself writes to a local job's log (topology, transitions): never scraped."""
 
 _PREFIX_RE = re.compile(r"^\[(?P<source>[^\]\s]+(?:/rank \d+)?)\] ?")
 
@@ -100,7 +102,7 @@ class MetricParser:
         """Every metric value in one (possibly host-prefixed) log line, in definition order."""
         source, message = split_prefix(line)
         samples: list[MetricSample] = []
-        if source == SERVICE_SOURCE:
+        if source in (SERVICE_SOURCE, LOCAL_SOURCE):
             return samples
         for name, pattern in self._compiled:
             for match in pattern.finditer(message):

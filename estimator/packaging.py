@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,13 @@ import pathspec
 from estimator.errors import ConfigurationError
 from runtime import contract
 from runtime.archive import create_tarball
+from runtime.transfer import (
+    PROGRESS_MIN_BYTES,
+    ProgressBar,
+    TransferEngine,
+    TransferSummary,
+    interactive_output,
+)
 
 LARGE_CODE_BYTES = 100 * 1024**2
 """Above this many bytes of files, packaging warns that data should go in a channel."""
@@ -162,7 +170,15 @@ def build_sourcedir(
             "of the code with .smlaunchignore.",
             UserWarning, stacklevel=2)
     dest = Path(dest_dir) / contract.SOURCEDIR_TARBALL
-    digest = create_tarball(entries, dest)
+    started = time.monotonic()
+    progress = ProgressBar(size, "package", interactive_output() and size >= PROGRESS_MIN_BYTES)
+    try:
+        digest = create_tarball(entries, dest, on_file=progress)
+    finally:
+        progress.close()
+    summary = TransferSummary(transferred=[str(local) for local, _ in entries], bytes=size,
+                              seconds=time.monotonic() - started)
+    progress.report(summary.line(f"package {contract.SOURCEDIR_TARBALL}"))
     return CodeArchive(dest, digest, tuple(sorted(arcname for _, arcname in entries)))
 
 
@@ -174,9 +190,7 @@ def stage(archive: CodeArchive, uri: str, s3_client: Any | None = None,
     ``extra_args`` are S3 upload arguments (``ServerSideEncryption``, ``SSEKMSKeyId``,
     ``ExpectedBucketOwner``); the SHA-256 is added to the object's metadata.
     """
-    from runtime.transfer import TransferEngine
-
-    with TransferEngine(s3_client=s3_client, progress=False) as engine:
+    with TransferEngine(s3_client=s3_client) as engine:  # a bar where someone watches (large code)
         summary = engine.upload_file(archive.path, uri, skip_unchanged=True, extra_args=extra_args)
     return bool(summary.transferred)
 

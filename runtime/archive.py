@@ -35,7 +35,7 @@ import shutil
 import stat
 import tarfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -66,12 +66,14 @@ def _normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def create_tarball(entries: Iterable[tuple[Path, str]], dest: Path) -> str:
+def create_tarball(entries: Iterable[tuple[Path, str]], dest: Path,
+                   on_file: Callable[[int], None] | None = None) -> str:
     """Write a gzipped tar of ``entries`` (local path, name in the archive) to ``dest``.
 
     Symlinks are followed (as the SageMaker SDK does), directories recurse, and every member is
     added in sorted order with normalised metadata. The tar stream goes straight through gzip to
-    ``dest`` (never held in memory). Returns the SHA-256 of the bytes written.
+    ``dest`` (never held in memory). ``on_file(size)`` is called as each file is added (progress).
+    Returns the SHA-256 of the bytes written.
     """
     members: dict[str, Path] = {}
     for local, arcname in entries:
@@ -96,6 +98,8 @@ def create_tarball(entries: Iterable[tuple[Path, str]], dest: Path) -> str:
             if info.isfile():
                 with open(local, "rb") as handle:
                     tar.addfile(info, handle)
+                if on_file is not None:
+                    on_file(info.size)
             else:
                 tar.addfile(info)
     return sha256_file(dest)

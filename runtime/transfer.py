@@ -24,8 +24,11 @@ Contracts:
   ``(path, size, mtime_ns, inode)``, as git and rsync do, so an unchanged tree is not re-read.
   Downloads skip local files whose size and hash already match.
 - **file://** sources and destinations behave the same way (copy to a temporary name, verify, rename).
-- **Progress.** A progress bar (tqdm when installed, else one stderr line) for transfers of at least
-  ``progress_min_bytes``; shown when ``progress=True``, or when ``progress=None`` and stderr is a TTY.
+- **Progress.** A progress bar (``tqdm.auto``: a widget in Jupyter, text in a terminal; else one
+  stderr line) for transfers of at least ``progress_min_bytes`` (files skipped as unchanged count),
+  ending in one summary line (files, bytes, seconds, skipped unchanged); shown when
+  ``progress=True``, or when ``progress=None`` and :func:`interactive_output` (a terminal or a
+  Jupyter kernel). Nothing when the output is a file or a pipe.
 
 S3 prefix semantics (as SageMaker channels): ``s3://b/p`` selects every key starting with ``p``; a
 key's relative path is the key with the prefix removed and leading ``/`` stripped (an object whose
@@ -188,9 +191,25 @@ class TransferSummary:
         self.skipped += other.skipped
         self.bytes += other.bytes
 
+    def line(self, label: str) -> str:
+        """``upload: 12 file(s), 80.0 MiB in 3.2 s, 4 skipped unchanged``."""
+        return (f"{label}: {len(self.transferred)} file(s), {self.bytes / MiB:.1f} MiB in "
+                f"{self.seconds:.1f} s, {len(self.skipped)} skipped unchanged")
 
-class _Progress:
-    """A byte counter drawn as tqdm (if importable) or one self-overwriting stderr line."""
+
+PROGRESS_MIN_BYTES = 64 * MiB
+"""Transfers (and code archives) smaller than this show no progress bar and no summary line."""
+
+
+def interactive_output() -> bool:
+    """True where someone watches the output: stderr is a terminal, or this process is a Jupyter
+    kernel (``ipykernel`` is loaded). Progress bars and their summary lines appear only then."""
+    return sys.stderr.isatty() or "ipykernel" in sys.modules
+
+
+class ProgressBar:
+    """A byte counter drawn with ``tqdm.auto`` (a widget in Jupyter, text in a terminal), or one
+    self-overwriting stderr line without tqdm. Disabled, it does nothing."""
 
     def __init__(self, total: int, label: str, enabled: bool) -> None:
         self._lock = threading.Lock()
@@ -203,7 +222,7 @@ class _Progress:
         if not enabled:
             return
         try:
-            from tqdm import tqdm
+            from tqdm.auto import tqdm
         except ImportError:
             return
         self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
@@ -226,12 +245,19 @@ class _Progress:
                 sys.stderr.flush()
 
     def close(self) -> None:
+        """Remove the bar."""
         if not self._enabled:
             return
         if self._bar is not None:
             self._bar.close()
         else:
             sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    def report(self, summary: str) -> None:
+        """Print the one-line summary that replaces a closed bar."""
+        if self._enabled:
+            sys.stderr.write(summary + "\n")
             sys.stderr.flush()
 
 
@@ -254,7 +280,7 @@ class TransferEngine:
         multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
         multipart_chunksize: int = DEFAULT_MULTIPART_CHUNKSIZE,
         progress: bool | None = None,
-        progress_min_bytes: int = 64 * MiB,
+        progress_min_bytes: int = PROGRESS_MIN_BYTES,
         retries: int = 3,
         client_factory: Callable[[], Any] | None = None,
     ) -> None:
@@ -327,9 +353,11 @@ class TransferEngine:
     def _digest(self, path: Path) -> FileDigest:
         return self.hashes.digest(path, self.multipart_threshold)
 
-    def _progress(self, total: int, label: str) -> _Progress:
-        enabled = self.progress if self.progress is not None else sys.stderr.isatty()
-        return _Progress(total, label, bool(enabled) and total >= self.progress_min_bytes)
+    def _progress(self, total: int, label: str, considered: int) -> ProgressBar:
+        """A bar for ``total`` bytes to move, shown per :attr:`progress` when the bytes ``considered``
+        (files skipped as unchanged included) reach ``progress_min_bytes``."""
+        enabled = self.progress if self.progress is not None else interactive_output()
+        return ProgressBar(total, label, bool(enabled) and considered >= self.progress_min_bytes)
 
     def _pool_map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         if len(items) <= 1:
@@ -439,7 +467,7 @@ class TransferEngine:
                 summary.skipped.append(f"s3://{bucket}/{key}")
             else:
                 todo.append((path, bucket, key, digest))
-        progress = self._progress(sum(d.size for *_, d in todo), label)
+        progress = self._progress(sum(d.size for *_, d in todo), label, sum(d.size for d in digests))
         small = [job for job in todo if job[3].size < self.multipart_threshold]
         large = [job for job in todo if job[3].size >= self.multipart_threshold]
         try:
@@ -475,6 +503,7 @@ class TransferEngine:
             summary.transferred.append(f"s3://{bucket}/{key}")
             summary.bytes += digest.size
         summary.seconds = time.monotonic() - started
+        progress.report(summary.line(label))
         return summary
 
     @staticmethod
@@ -536,7 +565,7 @@ class TransferEngine:
                         on_done(info, dest)
                     continue
             todo.append((info, dest))
-        progress = self._progress(sum(o.size for o, _ in todo), "download")
+        progress = self._progress(sum(o.size for o, _ in todo), "download", sum(o.size for o in objects))
 
         def fetch(job: tuple[ObjectInfo, Path]) -> None:
             info, dest = job
@@ -562,9 +591,10 @@ class TransferEngine:
                 summary.transferred.append(info.uri)
                 summary.bytes += info.size
         summary.seconds = time.monotonic() - started
+        progress.report(summary.line("download"))
         return summary
 
-    def _download_verified(self, info: ObjectInfo, dest: Path, progress: _Progress) -> None:
+    def _download_verified(self, info: ObjectInfo, dest: Path, progress: ProgressBar) -> None:
         bucket, key = split_s3_uri(info.uri)
         dest.parent.mkdir(parents=True, exist_ok=True)
         last_problem = ""
@@ -589,7 +619,7 @@ class TransferEngine:
             f"download of {info.uri} failed after {self.retries + 1} attempts: {last_problem}")
 
     def _fetch_to(self, bucket: str, key: str, info: ObjectInfo, tmp: Path,
-                  progress: _Progress) -> tuple[str | None, int, str]:
+                  progress: ProgressBar) -> tuple[str | None, int, str]:
         """Fetch one object into ``tmp``; return (declared sha256, declared size, ETag)."""
         if info.size < self.multipart_threshold:
             response = self.client.get_object(Bucket=bucket, Key=key)
@@ -647,13 +677,26 @@ class TransferEngine:
                 Path(tmp_name).unlink(missing_ok=True)
             return "transferred", want.size
 
-        for (_src, dest), (outcome, nbytes) in zip(pairs, self._pool_map(copy, pairs), strict=True):
+        sizes = [src.stat().st_size for src, _ in pairs]
+        progress = self._progress(sum(sizes), label, sum(sizes))
+
+        def copy_counted(pair: tuple[Path, Path]) -> tuple[str, int]:
+            outcome = copy(pair)
+            progress(pair[0].stat().st_size)
+            return outcome
+
+        try:
+            outcomes = self._pool_map(copy_counted, pairs)
+        finally:
+            progress.close()
+        for (_src, dest), (outcome, nbytes) in zip(pairs, outcomes, strict=True):
             if outcome == "skipped":
                 summary.skipped.append(dest.as_uri())
             else:
                 summary.transferred.append(dest.as_uri())
                 summary.bytes += nbytes
         summary.seconds = time.monotonic() - started
+        progress.report(summary.line(label))
         return summary
 
     # -- deletions

@@ -41,8 +41,9 @@ from estimator.backends._local_state import JobDir, is_terminal, write_json_atom
 from estimator.backends.base import Backend, Capabilities
 from estimator.backends.local_checkpoints import request_interruption, spot_faults
 from estimator.backends.local_metrics import METRICS_FILE, final_metric_data, read_metric_records
+from estimator.backends.status import StatusTracker, summary_lines
 from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError
-from estimator.metrics import MetricRecord
+from estimator.metrics import LOCAL_SOURCE, MetricRecord
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.channels import ChannelError
@@ -55,6 +56,8 @@ REQUIREMENTS_CACHE_DIR = ".requirements"
 """Under the session's root: the layered environments of ``requirements.txt``, one per file hash."""
 _TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
 _POLL_SECONDS = 0.1
+_STATUS_SECONDS = 0.5
+"""While following a log, new status transitions are looked for at least this often."""
 
 
 class JobNotFoundError(SmlaunchError, KeyError):
@@ -385,11 +388,18 @@ class LocalBackend(Backend):
         return [r for r in records if not metric_names or r.name in metric_names]
 
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
-        """Lines of the merged job log; with ``follow``, tail it until the job is terminal."""
+        """Lines of the merged job log; with ``follow``, tail it until the job is terminal, with each
+        secondary-status transition as it happens and the training seconds at the end
+        (:mod:`estimator.backends.status`, prefixed ``[smlaunch]``)."""
         job = self._existing(job_name)
+        statuses = StatusTracker(LOCAL_SOURCE)
+        checked = 0.0
         buffer = b""
         with open(job.job_log, "rb") as handle:
             while True:
+                if follow and time.monotonic() - checked >= _STATUS_SECONDS:
+                    checked = time.monotonic()
+                    yield from (event.line() for event in statuses.new_events(job.read_state()))
                 chunk = handle.read(1 << 16)
                 if chunk:
                     buffer += chunk
@@ -410,6 +420,11 @@ class LocalBackend(Backend):
                 time.sleep(_POLL_SECONDS)
         if buffer:
             yield buffer.decode("utf-8", errors="replace")
+        if follow:
+            yield from (event.line() for event in statuses.new_events(job.read_state()))
+            # The agent's own line already says where the model artifact is.
+            yield from summary_lines(self.describe(job_name), LOCAL_SOURCE, billable_seconds=False,
+                                     artifact=False)
 
     def stop(self, job_name: str, reason: str | None = None) -> None:
         """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period).

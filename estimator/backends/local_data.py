@@ -200,8 +200,7 @@ class JobData:
         needed = {o.uri: o for share in shares.values() for o in share}
         cache = self._cache_root(channel)
         summary = self.engine.download_objects(sorted(needed.values(), key=lambda o: o.rel), cache)
-        self.log(f"Channel {channel.ChannelName!r}: downloaded {len(summary.transferred)} object(s) "
-                 f"({summary.bytes} bytes) in {summary.seconds:.1f} s")
+        self.log(summary.line(f"Channel {channel.ChannelName!r}: download"))
         for index, paths in self.hosts:
             dest = paths.channel_dir(channel.ChannelName)
             dest.mkdir(parents=True, exist_ok=True)

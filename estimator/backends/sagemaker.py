@@ -27,13 +27,14 @@ import heapq
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from estimator.backends.base import Backend, Capabilities
+from estimator.backends.status import StatusTracker, instance_count, summary_lines
 from estimator.cloudwatch import LogEvent, LogStreamMerger
 from estimator.errors import ConfigurationError
 from estimator.metrics import SERVICE_SOURCE, MetricParser, MetricRecord
@@ -65,85 +66,6 @@ def _error_code(error: ClientError) -> str:
 
 def _error_message(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Message", ""))
-
-
-def _millis(value: Any) -> int:
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return int(value.timestamp() * 1000)
-    if isinstance(value, (int, float)):
-        return int(value * 1000)
-    return 0
-
-
-def _clock_text(value: Any) -> str:
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc)
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    return ""
-
-
-def instance_count(description: Mapping[str, Any]) -> int:
-    """Hosts in the job: ``ResourceConfig.InstanceCount``, or the sum over ``InstanceGroups``."""
-    resources = description.get("ResourceConfig") or {}
-    groups = resources.get("InstanceGroups") or []
-    if groups:
-        return sum(int(group.get("InstanceCount", 0)) for group in groups) or 1
-    return int(resources.get("InstanceCount") or 1)
-
-
-def summary_lines(description: Mapping[str, Any]) -> list[str]:
-    """Training and billable seconds of a Completed job (times instance count, as the SDK prints them),
-    and the Managed Spot Training saving. Empty for any other status; a figure the service did not
-    report is left out rather than guessed."""
-    if description.get("TrainingJobStatus") != contract.STATUS_COMPLETED:
-        return []
-    count = instance_count(description)
-    training = description.get("TrainingTimeInSeconds")
-    if training is None:
-        start, end = description.get("TrainingStartTime"), description.get("TrainingEndTime")
-        if isinstance(start, datetime) and isinstance(end, datetime):
-            training = max(0, int((end - start).total_seconds()))
-    billable = description.get("BillableTimeInSeconds")
-    lines = []
-    if training is not None:
-        lines.append(f"[{SERVICE_SOURCE}] Training seconds: {int(training) * count}")
-    if billable is not None:
-        lines.append(f"[{SERVICE_SOURCE}] Billable seconds: {int(billable) * count}")
-        if description.get("EnableManagedSpotTraining") and training:
-            saving = (1 - float(billable) / float(training)) * 100
-            lines.append(f"[{SERVICE_SOURCE}] Managed Spot Training savings: {saving:.1f}%")
-    return lines
-
-
-class _StatusTracker:
-    """Secondary-status transitions not printed yet, as log events merged with the hosts' lines.
-
-    A transition is printed once; if SageMaker later rewrites its ``StatusMessage`` (it does for the
-    current one), the new message is printed once too.
-    """
-
-    def __init__(self) -> None:
-        self._seen: set[tuple[str, int, str]] = set()
-
-    def new_events(self, description: Mapping[str, Any]) -> list[LogEvent]:
-        events = []
-        for index, transition in enumerate(description.get("SecondaryStatusTransitions") or []):
-            status = str(transition.get("Status", ""))
-            started = transition.get("StartTime")
-            message = str(transition.get("StatusMessage", ""))
-            key = (status, _millis(started), message)
-            if key in self._seen:
-                continue
-            updated = any(seen[:2] == key[:2] for seen in self._seen)
-            self._seen.add(key)
-            when = description.get("LastModifiedTime") if updated else started
-            text = f"{_clock_text(when)} {status} - {message}".strip()
-            events.append(LogEvent(_millis(when), -1, index, SERVICE_SOURCE, text))
-        events.sort()
-        return events
 
 
 class SageMakerBackend(Backend):
@@ -300,7 +222,7 @@ class SageMakerBackend(Backend):
             self.session.logs_client(), job_name,
             streams_page_size=self.streams_page_size, events_page_size=self.events_page_size,
         )
-        statuses = _StatusTracker()
+        statuses = StatusTracker()
         description = self.describe(job_name)
         expected_hosts = instance_count(description)
         delay = self.poll_seconds

@@ -94,6 +94,12 @@ def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedP
     name, run = done
     assert "Creating training-job with name: cli-done" in run.stdout
     assert "[algo-2/rank 0] step 3 loss=0.200000" in run.stdout
+    statuses = [line.split(" ", 3)[3].split(" - ")[0] for line in run.stdout.splitlines()
+                if line.startswith("[smlaunch] 20")]  # each transition as it happened, SageMaker's words
+    assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
+    assert "[smlaunch] Training seconds: " in run.stdout.splitlines()[-1]
+    model = f"{(cli.home / 'jobs' / name).as_uri()}/output/model.tar.gz"
+    assert f"[smlaunch] Model artifacts: {model}" in run.stdout
 
     listed = cli("list")
     assert listed.returncode == 0
@@ -160,6 +166,7 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
     assert failed.returncode == 1, failed.stdout[-2000:]
     assert "Training job cli-failed ended Failed" in failed.stderr
     assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
+    assert " Failed - Training job failed" in failed.stdout
     for args in (["describe", "no-such-job"], ["run", "train.py", "--hp", "novalue"],
                  ["gc", "--older-than", "soon"], ["rm", "no-such-job"], ["logs"]):
         result = cli(*args)

@@ -266,3 +266,14 @@ def test_summary_lines_only_for_completed() -> None:
     assert summary_lines({"TrainingJobStatus": "Failed", "TrainingTimeInSeconds": 5}) == []
     assert summary_lines({"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 2},
                           "TrainingTimeInSeconds": 5}) == ["[sagemaker] Training seconds: 10"]
+
+
+def test_summary_says_where_the_model_is_and_local_jobs_bill_nothing() -> None:
+    description = {"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 1},
+                   "TrainingTimeInSeconds": 7, "BillableTimeInSeconds": 7,
+                   "ModelArtifacts": {"S3ModelArtifacts": "s3://b/job/output/model.tar.gz"}}
+    assert summary_lines(description) == [
+        "[sagemaker] Model artifact: s3://b/job/output/model.tar.gz",
+        "[sagemaker] Training seconds: 7", "[sagemaker] Billable seconds: 7"]
+    assert summary_lines(description, "smlaunch", billable_seconds=False, artifact=False) == [
+        "[smlaunch] Training seconds: 7"]

@@ -23,7 +23,7 @@ from runtime.parallel.checkpoint import (
     save,
     save_checkpoint,
 )
-from runtime.parallel.config import SMPUnsupportedError, SMPValidationError
+from runtime.parallel.config import SMPUnsupportedAPIError, SMPUnsupportedError, SMPValidationError
 from runtime.parallel.engine import DistributedModel, DistributedOptimizer, StepFunction, step
 from runtime.parallel.layout import CommGroup, RankType
 from runtime.parallel.microbatch import StepOutput, TensorSplitError
@@ -229,6 +229,18 @@ def _checkpointed(forward: Callable[..., Any], preserve_rng_state: bool) -> Call
     return wrapper
 
 
+def _checkpoint_groups(children: list[nn.Module], strategy: str) -> list[list[nn.Module]]:
+    """smp's activation-checkpointing strategies over a sequence of modules."""
+    if strategy == "each":
+        return [[c] for c in children]
+    if strategy == "contiguous":
+        return [children]
+    if strategy.startswith("group_") and strategy[6:].isdigit() and int(strategy[6:]) > 0:
+        n = int(strategy[6:])
+        return [children[i:i + n] for i in range(0, len(children), n)]
+    raise SMPValidationError(f"strategy={strategy!r}: must be 'each', 'contiguous' or 'group_N' with N >= 1.")
+
+
 def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = True,
                                  pack_args_as_tuple: bool = False, strategy: str = "each") -> None:
     """Recompute ``module``'s activations in backward (torch.utils.checkpoint, non-reentrant).
@@ -240,17 +252,7 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
     """
     if isinstance(module, nn.Sequential):
         children = list(module)
-        if strategy == "each":
-            groups = [[c] for c in children]
-        elif strategy == "contiguous":
-            groups = [children]
-        elif strategy.startswith("group_") and strategy[6:].isdigit() and int(strategy[6:]) > 0:
-            n = int(strategy[6:])
-            groups = [children[i:i + n] for i in range(0, len(children), n)]
-        else:
-            raise SMPValidationError(
-                f"strategy={strategy!r}: must be 'each', 'contiguous' or 'group_N' with N >= 1."
-            )
+        groups = _checkpoint_groups(children, strategy)
         if strategy == "each":
             for c in children:
                 c.forward = _checkpointed(c.forward, preserve_rng_state)  # type: ignore[method-assign]
@@ -268,6 +270,21 @@ def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = T
         module.forward = grouped_forward  # type: ignore[method-assign]
         return
     module.forward = _checkpointed(module.forward, preserve_rng_state)  # type: ignore[method-assign]
+
+
+def checkpoint(module: nn.Module, *args: Any, preserve_rng_state: bool = True) -> Any:
+    """``smp.checkpoint(module, *args)``: ``module(*args)`` with its activations recomputed in backward."""
+    return _checkpointed(module, preserve_rng_state)(*args)
+
+
+def checkpoint_sequential(sequential_module: nn.Sequential, input: Any, strategy: str = "each",
+                          preserve_rng_state: bool = True, pack_args_as_tuple: bool = False) -> Any:
+    """``smp.checkpoint_sequential``: run an ``nn.Sequential`` on ``input``, checkpointing its
+    children by ``strategy`` (``each``, ``contiguous``, ``group_N``)."""
+    x = input
+    for group in _checkpoint_groups(list(sequential_module), strategy):
+        x = _checkpointed(nn.Sequential(*group), preserve_rng_state)(x)
+    return x
 
 
 @contextlib.contextmanager
@@ -298,16 +315,59 @@ def model_creation(tensor_parallelism: bool = False, dtype: torch.dtype | None =
         torch.set_default_dtype(old)
 
 
+def tp_register(dist_module: Any, init_hook: Any = None, forward_hook: Any = None,
+                return_hook: Any = None) -> Any:
+    """Unsupported (tensor parallelism): raises naming the alternative."""
+    raise SMPUnsupportedAPIError("smp.tp_register", _NO_TP)
+
+
+def tp_register_with_module(module_cls: Any, dist_module: Any, init_hook: Any = None,
+                            forward_hook: Any = None, return_hook: Any = None) -> None:
+    """Unsupported (tensor parallelism): raises naming the alternative."""
+    raise SMPUnsupportedAPIError("smp.tp_register_with_module", _NO_TP)
+
+
+def set_tensor_parallelism(module: nn.Module, enabled: bool = True, **tp_config: Any) -> None:
+    """Accepted with ``enabled=False``; tensor parallelism itself is unsupported."""
+    if enabled:
+        raise SMPUnsupportedAPIError("smp.set_tensor_parallelism(enabled=True)", _NO_TP)
+
+
+_NO_TP = "pipeline and data parallelism only (tensor_parallel_degree=1): drop the tensor-parallel call"
+
+state = STATE
+"""``smp.state``: what ``smp.init`` established (``state.model``, ``state.optimizer``, ``state.cfg``)."""
+
+_ALTERNATIVES = {
+    "optimizers": "torch.optim (e.g. AdamW) instead of smp.optimizers.FusedLamb/FusedNovoGrad",
+    "nn.huggingface": "the Hugging Face model itself (no tensor-parallel translation)",
+    "shard_optimizer_state": "torch.distributed.optim.ZeroRedundancyOptimizer (smp.get_dp_process_group())",
+}
+
+
+def unknown_name(module: str, name: str) -> AttributeError:
+    """The error for a name smlaunch's smp does not have: says what to use where smp v1 had it."""
+    hint = _ALTERNATIVES.get(name)
+    if hint is not None:
+        return AttributeError(str(SMPUnsupportedAPIError(f"smp.{name}", hint)))
+    return AttributeError(
+        f"module {module!r} has no attribute {name!r} (smlaunch's smp v1 on torch.distributed.pipelining; "
+        "its API and fidelity: runtime/parallel/README.md)"
+    )
+
+
 __all__ = [
-    "DP_GROUP", "MP_GROUP", "PP_GROUP", "RDP_GROUP", "TP_GROUP", "WORLD", "CommGroup",
-    "DistributedModel", "DistributedOptimizer", "RankType", "SMPUnsupportedError", "SMPValidationError",
-    "StepFunction", "StepOutput", "TensorSplitError", "allgather", "barrier", "broadcast",
-    "delay_param_initialization", "dp_barrier", "dp_rank", "dp_size", "gather", "get_dp_group",
-    "get_dp_process_group", "get_mp_group", "get_mp_process_group", "get_pp_group", "get_pp_process_group",
-    "get_rdp_group", "get_rdp_process_group", "get_tp_group", "get_tp_process_group",
-    "get_world_process_group", "init", "is_initialized", "is_tracing", "load", "local_rank", "local_size",
-    "merge_partial_checkpoint", "model_creation", "mp_barrier", "mp_rank", "mp_size", "num_microbatches",
-    "partition", "pp_barrier", "pp_rank", "pp_size", "rank", "rdp_barrier", "rdp_rank", "rdp_size",
-    "recv_from", "resume_from_checkpoint", "save", "save_checkpoint", "send", "set_activation_checkpointing",
-    "set_partition", "size", "step", "tensor_parallelism", "tp_barrier", "tp_rank", "tp_size",
+    "DP_GROUP", "MP_GROUP", "PP_GROUP", "RDP_GROUP", "TP_GROUP", "WORLD", "CommGroup", "DistributedModel",
+    "DistributedOptimizer", "RankType", "SMPUnsupportedAPIError", "SMPUnsupportedError",
+    "SMPValidationError", "StepFunction", "StepOutput", "TensorSplitError", "allgather", "barrier",
+    "broadcast", "checkpoint", "checkpoint_sequential", "delay_param_initialization", "dp_barrier",
+    "dp_rank", "dp_size", "gather", "get_dp_group", "get_dp_process_group", "get_mp_group",
+    "get_mp_process_group", "get_pp_group", "get_pp_process_group", "get_rdp_group",
+    "get_rdp_process_group", "get_tp_group", "get_tp_process_group", "get_world_process_group", "init",
+    "is_initialized", "is_tracing", "load", "local_rank", "local_size", "merge_partial_checkpoint",
+    "model_creation", "mp_barrier", "mp_rank", "mp_size", "num_microbatches", "partition", "pp_barrier",
+    "pp_rank", "pp_size", "rank", "rdp_barrier", "rdp_rank", "rdp_size", "recv_from",
+    "resume_from_checkpoint", "save", "save_checkpoint", "send", "set_activation_checkpointing",
+    "set_partition", "set_tensor_parallelism", "size", "state", "step", "tensor_parallelism", "tp_barrier",
+    "tp_rank", "tp_register", "tp_register_with_module", "tp_size",
 ]

@@ -36,6 +36,18 @@ class SMPValidationError(ValueError):
     """A configuration or argument smp rejects (smp raises its own validation errors here)."""
 
 
+class SMPUnsupportedAPIError(SMPValidationError):
+    """A name of smp v1's API whose semantics this engine does not implement; says what to use."""
+
+    def __init__(self, name: str, alternative: str) -> None:
+        self.name = name
+        self.alternative = alternative
+        super().__init__(
+            f"{name} is not supported by smlaunch's smdistributed.modelparallel "
+            f"(torch.distributed.pipelining engine, no tensor parallelism). Alternative: {alternative}"
+        )
+
+
 class SMPUnsupportedError(SMPValidationError):
     """A valid smp parameter whose semantics this engine does not implement."""
 

@@ -528,27 +528,62 @@ class DistributedModel(nn.Module):
         return self
 
 
-class DistributedOptimizer:
+def _delegated(name: str) -> property:
+    """An attribute that is the wrapped optimizer's own (read and written through)."""
+    return property(lambda self: getattr(self.optimizer, name),
+                    lambda self, value: setattr(self.optimizer, name, value))
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
     """smp.DistributedOptimizer: the user's optimizer over the full model's parameters.
 
-    Parameters that are not local to this rank never get gradients, so torch optimizers skip them;
-    ``state_dict`` gathers the per-parameter state of every pipeline rank (collective).
+    A real ``torch.optim.Optimizer`` (``isinstance`` holds, every ``torch.optim.lr_scheduler``
+    works): its ``defaults``, ``param_groups`` and ``state`` *are* the wrapped optimizer's (shared,
+    not copied, so a scheduler's learning rates reach it, before and after ``load_state_dict``);
+    ``step``, ``zero_grad`` and ``add_param_group`` are the wrapped optimizer's; step hooks
+    registered on this object run around ``step``. Parameters that are not local to this rank
+    never get gradients, so torch optimizers skip them; ``state_dict`` gathers the per-parameter
+    state of every pipeline rank (collective). ``static_loss_scale``/``dynamic_loss_scale`` are
+    smp's fp16 arguments, which take effect only with ``fp16`` (refused at ``smp.init``).
     """
+
+    defaults = _delegated("defaults")
+    param_groups = _delegated("param_groups")
+    state = _delegated("state")
 
     def __init__(self, optimizer: torch.optim.Optimizer, static_loss_scale: float = 1.0,
                  dynamic_loss_scale: bool = False, **dynamic_loss_args: Any) -> None:
         STATE.require()
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise SMPValidationError(
+                f"smp.DistributedOptimizer needs a torch.optim.Optimizer, got {type(optimizer).__name__}; "
+                "wrap e.g. torch.optim.AdamW(model.parameters())."
+            )
         self.optimizer = optimizer
+        # What torch.optim.Optimizer.__init__ sets up, without building param_groups of our own.
+        for hooks in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+                      "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+                      "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"):
+            setattr(self, hooks, OrderedDict())
+        self._patch_step_function()
         STATE.optimizer = self
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["optimizer"], name)
+        if name == "optimizer":
+            raise AttributeError(name)
+        return getattr(self.optimizer, name)
 
-    def step(self, *args: Any, **kwargs: Any) -> Any:
-        return self.optimizer.step(*args, **kwargs)
+    def __repr__(self) -> str:
+        return f"DistributedOptimizer({self.optimizer!r})"
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        return self.optimizer.step() if closure is None else self.optimizer.step(closure)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
 
     def local_state_dict(self) -> dict[str, Any]:
         sd = self.optimizer.state_dict()

@@ -54,6 +54,13 @@ class State:
     step_context: Any = None
 
     @property
+    def cfg(self) -> Any:
+        """smp's ``state.cfg``: the resolved configuration, one attribute per parameter."""
+        import types
+
+        return types.SimpleNamespace(**self.require().config.values)  # type: ignore[union-attr]
+
+    @property
     def pp(self) -> int:
         return self.require().config.pp  # type: ignore[union-attr]
 

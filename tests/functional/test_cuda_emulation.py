@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from estimator.backends.local_mounts import PrivateOptMl
 from runtime import contract
 from tests.functional._dist_helpers import JobRun, read_tar_json, run_job
 
@@ -178,6 +179,90 @@ dist.barrier()
 dist.destroy_process_group()
 '''
 
+SMP_STEPLR = '''
+"""smp v1 training in the pattern of AWS's model-parallel MNIST example: smp.amp, an LR scheduler."""
+import argparse
+import os
+
+import smdistributed.modelparallel.torch as smp
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.cuda.amp import autocast
+from torch.optim.lr_scheduler import StepLR
+
+
+@smp.step
+def train_step(model, scaler, data, target):
+    with autocast(True):
+        output = model(data)
+    loss = F.nll_loss(output, target, reduction="mean")
+    model.backward(scaler.scale(loss) if scaler else loss)
+    return output, loss
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--gamma", type=float, default=0.7)
+    parser.add_argument("--amp", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1)
+    args, _ = parser.parse_known_args()
+
+    smp.init()
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(smp.local_rank())
+    device = torch.device("cuda", smp.local_rank()) if use_cuda else torch.device("cpu")
+    torch.manual_seed(args.seed)
+
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), smp.nn.DistributedLinear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 4), nn.LogSoftmax(dim=1))
+    model = smp.DistributedModel(model)
+    model.to(device)
+    scaler = smp.amp.GradScaler() if args.amp else None
+    optimizer = smp.DistributedOptimizer(torch.optim.Adadelta(model.parameters(), lr=args.lr))
+    assert isinstance(optimizer, torch.optim.Optimizer)
+    scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
+
+    generator = torch.Generator().manual_seed(1000 + smp.dp_rank())
+    data = torch.randn(4 * args.batch_size, 20, generator=generator)
+    target = torch.randint(0, 4, (4 * args.batch_size,), generator=generator)
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        for i in range(0, len(data), args.batch_size):
+            x, y = data[i:i + args.batch_size].to(device), target[i:i + args.batch_size].to(device)
+            optimizer.zero_grad()
+            _, loss_mb = train_step(model, scaler, x, y)
+            loss = loss_mb.reduce_mean()
+            if scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+        scheduler.step()
+        if smp.rank() == 0:
+            print(f"Train Epoch: {epoch} loss={loss.item():.6f} lr={scheduler.get_last_lr()[0]:.4f}")
+
+    os.makedirs("/opt/ml/checkpoints", exist_ok=True)
+    if smp.dp_rank() == 0:
+        smp.save(model.local_state_dict(), "/opt/ml/checkpoints/model", partial=True)
+    smp.barrier()
+    reloaded = smp.load("/opt/ml/checkpoints/model", partial=True)
+    local = {k: v for k, v in model.local_state_dict().items() if torch.is_tensor(v)}
+    assert local and all(torch.equal(reloaded[k], v) for k, v in local.items())
+    state = model.state_dict()  # gathered over the pipeline: a collective
+    if smp.rank() == 0:
+        torch.save(state, "/opt/ml/model/model.pt")
+        print(f"device_count={torch.cuda.device_count()} cuda={use_cuda} scale={scaler.get_scale()}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
 CUDA_EXTENSION = '''
 import torch
 from torch.utils.cpp_extension import load
@@ -249,6 +334,26 @@ def test_torchrun_ddp_script_sets_devices_and_matches_a_cpu_run(tmp_path: Path) 
     cpu = run_job(tmp_path, TORCHRUN_DDP, base_name="ddp-cpu", emulate_cuda=False, **common)  # type: ignore[arg-type]
     _completed(cpu)
     assert json.loads(cpu.tar_members()["facts-0.json"])["cuda"] is False
+    _assert_same_weights(emulated, cpu)
+
+
+@pytest.mark.slow
+def test_smp_script_with_amp_and_a_scheduler_matches_a_cpu_run(tmp_path: Path) -> None:
+    if (why := PrivateOptMl().unavailable(tmp_path)) is not None:
+        pytest.skip(f"the script writes /opt/ml literally and mount namespaces are unavailable: {why}")
+    parameters = {"partitions": 2, "microbatches": 2}
+    common = dict(instance_count=2, instance_type=GPU_TYPE, distribution={
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},
+        "mpi": {"enabled": True, "processes_per_host": 1},
+    })
+    emulated = run_job(tmp_path, SMP_STEPLR, base_name="smp-emulated", **common)  # type: ignore[arg-type]
+    _completed(emulated)
+    assert "device_count=8 cuda=True scale=1.0" in emulated.log
+    assert "Train Epoch: 3" in emulated.log and "lr=0.3430" in emulated.log
+
+    cpu = run_job(tmp_path, SMP_STEPLR, base_name="smp-cpu", emulate_cuda=False, **common)  # type: ignore[arg-type]
+    _completed(cpu)
+    assert "device_count=0 cuda=False scale=1.0" in cpu.log
     _assert_same_weights(emulated, cpu)
 
 

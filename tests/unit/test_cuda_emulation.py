@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from estimator.backends import _local_layout as layout
 from estimator.backends.local_agent import free_port
 from runtime import contract
 from runtime.rankboot import BOOT_DIR
+from tests.unit._probe import run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,17 +73,11 @@ PROBE = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    script = tmp_path_factory.mktemp("probe") / "probe.py"
-    script.write_text(PROBE)
-    env = dict(os.environ)
-    env.update({
+    return run_probe(tmp_path_factory.mktemp("probe"), PROBE, {
         contract.SMLAUNCH_EMULATE_CUDA: json.dumps({"gpus": 8, "model": "A100", "memory_gib": 40}),
         "PYTHONPATH": os.pathsep.join([BOOT_DIR, str(REPO)]),
         "PROBE_PORT": str(free_port()),
     })
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_cuda_queries_answer_as_the_emulated_instance(facts: dict) -> None:

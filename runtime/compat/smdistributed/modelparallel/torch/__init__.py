@@ -6,6 +6,9 @@ A thin namespace over :mod:`runtime.parallel.api`; see that package for the engi
 Auto-init, as smp does it: when ``SM_HP_MP_PARAMETERS`` and ``OMPI_COMM_WORLD_RANK`` are both set
 (smlaunch's smp launcher sets both) and ``SMP_MANUAL_INIT`` is not ``1``, importing this package calls
 ``init()``; a later ``smp.init(...)`` in the script then warns and is ignored.
+
+``smp.amp`` (``GradScaler``) and ``smp.nn`` (modules that reduce to torch's) are submodules; a name
+smp v1 has and this engine does not raises an error naming what to use instead.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from runtime.parallel.api import init as _init
 from runtime.parallel.config import MANUAL_INIT_ENV as _MANUAL_INIT_ENV
 from runtime.parallel.config import MP_PARAMETERS_ENV as _MP_PARAMETERS_ENV
 
-__all__ = list(_api_all)
+from . import amp, nn  # smp.amp.GradScaler, smp.nn.DistributedLinear, ...
+
+__all__ = [*_api_all, "amp", "nn"]
+
+
+def __getattr__(name: str) -> object:
+    from runtime.parallel.api import unknown_name
+
+    raise unknown_name(__name__, name)
 
 
 def _auto_init() -> None:

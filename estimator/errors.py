@@ -132,8 +132,8 @@ def no_space_reason(path: str | os.PathLike[str]) -> str:
 
 @contextlib.contextmanager
 def no_space_errors(path: str | os.PathLike[str], fix: str) -> Iterator[None]:
-    """Turn a full disk inside the block into :class:`NoSpaceLeftError` naming the file that failed
-    (``path`` when the error names none: a failed ``write`` names no file). Other errors pass."""
+    """Turn a full disk inside the block into :class:`NoSpaceLeftError` naming ``path``, where the
+    block writes (the error's own file name may be a copy's source, or missing). Other errors pass."""
     try:
         yield
     except NoSpaceLeftError:
@@ -141,4 +141,4 @@ def no_space_errors(path: str | os.PathLike[str], fix: str) -> Iterator[None]:
     except OSError as error:
         if not is_no_space(error):
             raise
-        raise NoSpaceLeftError(error.filename or path, fix, error.errno) from None
+        raise NoSpaceLeftError(path, fix, error.errno) from None

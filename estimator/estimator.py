@@ -42,18 +42,25 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from estimator import catalog, image_uris, naming
 from estimator import hyperparameters as hp
 from estimator import inputs as channel_inputs
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
-from estimator.errors import ConfigurationError, JobNameTakenError, UnsupportedFeatureError, require_type
+from estimator.errors import (
+    ConfigurationError,
+    JobNameTakenError,
+    UnsupportedFeatureError,
+    no_space_errors,
+    require_type,
+)
 from estimator.job import TrainingJob
 from estimator.packaging import build_and_stage, check_readable_dir
 from estimator.spec import (
@@ -849,8 +856,12 @@ class Estimator:
             owner_args = getattr(self.sagemaker_session, "bucket_owner_args", None)
             if owner_args is not None:
                 extra_args.update(owner_args(bucket))
-        archive, uploaded = build_and_stage(self.entry_point, self.source_dir, self.dependencies, uri,
-                                            s3_client=s3_client, extra_args=extra_args)
+        # A full disk (the code's own file:// destination, or the temp dir it is built in) is named.
+        where = unquote(urlparse(uri).path) if urlparse(uri).scheme == "file" else tempfile.gettempdir()
+        with no_space_errors(where, "free space on that filesystem, or stage the code elsewhere "
+                                    "(code_location=..., output_path=..., or LocalSession(root=...))"):
+            archive, uploaded = build_and_stage(self.entry_point, self.source_dir, self.dependencies, uri,
+                                                s3_client=s3_client, extra_args=extra_args)
         logger.info("%s %s (sha256 %s)", "Staged code to" if uploaded else "Code unchanged at", uri,
                     archive.sha256[:12])
 

@@ -29,6 +29,9 @@ import psutil
 
 from runtime import contract
 
+STORE_FULL_FIX = "free space on that filesystem, or pass LocalSession(root=...) a job store with more room"
+"""What to do when the job store is full (a failed submit, or a job that ended for it)."""
+
 
 class JobDir:
     """Path arithmetic and atomic state I/O for one local job directory."""

@@ -16,6 +16,7 @@ stop a job that another process submitted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -37,12 +39,12 @@ from estimator.artifacts import output_prefix
 from estimator.backends import _local_layout as layout
 from estimator.backends import local_data
 from estimator.backends._local_layout import file_uri_path, instance_ranks, machine_gpu_count
-from estimator.backends._local_state import JobDir, is_terminal, write_json_atomic
+from estimator.backends._local_state import STORE_FULL_FIX, JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities
 from estimator.backends.local_checkpoints import request_interruption, spot_faults
 from estimator.backends.local_metrics import METRICS_FILE, final_metric_data, read_metric_records
 from estimator.backends.status import StatusTracker, summary_lines
-from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError
+from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError, no_space_errors
 from estimator.metrics import LOCAL_SOURCE, MetricRecord
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -311,16 +313,49 @@ class LocalBackend(Backend):
 
     def submit(self, spec: TrainingJobSpec) -> None:
         """Fill the (reserved) job directory and start its agent; returns once the agent process
-        exists. Reserves the name first when the caller did not; on failure, releases it."""
+        exists. Reserves the name first when the caller did not; on failure, releases it (a full
+        job store raises :class:`~estimator.errors.NoSpaceLeftError` naming the path). Warns when
+        the store has less free space than the code and the ``s3://`` inputs the job will copy."""
         self.check(spec)
         if spec.TrainingJobName not in self._reserved:
             self.reserve(spec)
         try:
-            self._start(spec)
+            self._warn_when_short_of_space(spec)
+            with no_space_errors(self.job_dir(spec.TrainingJobName).path, STORE_FULL_FIX):
+                self._start(spec)
         except BaseException:
             self.release(spec)
             raise
         self._reserved.discard(spec.TrainingJobName)
+
+    def _warn_when_short_of_space(self, spec: TrainingJobSpec) -> None:
+        """Each host extracts the code, and ``s3://`` channels are downloaded into the job directory:
+        warn (the job would fail "No space left on device") when the store has less room than that."""
+        needed, parts = 0, []
+        submit = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
+        with contextlib.suppress(ValueError, TypeError, OSError):
+            code = file_uri_path(json.loads(submit or '""'))
+            size = code.stat().st_size * spec.ResourceConfig.InstanceCount
+            needed += size
+            parts.append(f"code {size / 2**20:.1f} MiB")
+        sources = [c.DataSource.S3DataSource for c in spec.InputDataConfig or []]
+        remote = [s.S3Uri for s in sources if s is not None and urlparse(s.S3Uri).scheme == "s3"]
+        if remote:
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            engine = TransferEngine(client_factory=self.session.s3_client, progress=False)
+            with contextlib.suppress(BotoCoreError, ClientError, OSError):
+                size = sum(obj.size for uri in remote for obj in engine.list(uri))
+                needed += size
+                parts.append(f"s3:// inputs {size / 2**20:.1f} MiB")
+        free = shutil.disk_usage(self.session.root).free
+        if free < needed:
+            warnings.warn(
+                f"the job store {self.session.root} has {free / 2**20:.1f} MiB free, less than job "
+                f"{spec.TrainingJobName} copies there ({', '.join(parts)}): it will fail with \"No space "
+                f"left on device\" unless space is freed. Fix: {STORE_FULL_FIX}",
+                stacklevel=3,
+            )
 
     def _start(self, spec: TrainingJobSpec) -> None:
         job = self.job_dir(spec.TrainingJobName)
@@ -354,9 +389,14 @@ class LocalBackend(Backend):
                 close_fds=True,
                 env=_agent_environment(),
             )
-        write_json_atomic(
-            job.agent_file, {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time()}
-        )
+        try:
+            write_json_atomic(
+                job.agent_file, {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time()}
+            )
+        except BaseException:  # no one could see or stop this agent: it must not run
+            proc.kill()
+            proc.wait()
+            raise
 
     # --- describe / logs / stop -------------------------------------------------------------
 

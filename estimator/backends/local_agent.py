@@ -70,7 +70,7 @@ import psutil
 
 from estimator.artifacts import package_artifacts
 from estimator.backends import _local_layout as layout
-from estimator.backends._local_state import JobDir
+from estimator.backends._local_state import STORE_FULL_FIX, JobDir
 from estimator.backends.local_checkpoints import (
     INTERRUPT_FILE,
     INTERRUPTED,
@@ -92,7 +92,6 @@ FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
 SPACE_RESERVE_BYTES = 1 << 20
 """Set aside in the job directory while the agent runs, freed to write the terminal state."""
-STORE_FULL_FIX = "free space on that filesystem, or pass LocalSession(root=...) a job store with more room"
 DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05

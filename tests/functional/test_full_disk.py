@@ -1,14 +1,19 @@
 """A full job store: a small tmpfs mounted by the test (root only), unmounted after.
 
 A run that fills the disk ends Failed with "No space left on device" naming the path, and the job
-stays readable (``describe()``, ``attach()``, its log). Skipped with the reason when the test cannot
-mount a filesystem.
+stays readable (``describe()``, ``attach()``, its log). A submit on a full store raises a clean
+``NoSpaceLeftError`` naming the path and leaves no job directory (the name stays free); a store with
+less room than the job's code warns before the job starts. Skipped with the reason when the test
+cannot mount a filesystem.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import errno
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +23,7 @@ import pytest
 
 from estimator import PyTorch
 from estimator.backends.local import LocalBackend
+from estimator.errors import NoSpaceLeftError
 from estimator.session import LocalSession
 from runtime import contract
 from tests.functional._local_helpers import (
@@ -82,3 +88,62 @@ def test_a_run_that_fills_the_disk_fails_saying_so(tmp_path: Path, small_store: 
     assert not (backend.job_dir("fills-disk").path / ".space-reserve").exists()
     with contextlib.suppress(FileNotFoundError):
         assert not list(small_store.glob("jobs/fills-disk/.state.json.*"))  # no half-written state
+
+
+def _fill(store: Path, leave: int = 0) -> Path:
+    """Fill ``store`` up to ``leave`` bytes of free space with one file; returns it."""
+    filler = store / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                room = shutil.disk_usage(store).free - leave
+                if room <= 0:
+                    break
+                handle.write(bytes(min(room, 1 << 20)))
+                handle.flush()
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+    return filler
+
+
+@pytest.mark.slow
+def test_fit_on_a_full_disk_leaves_nothing_and_the_name_stays_free(tmp_path: Path, small_store: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('trained', flush=True)\n")
+    session = LocalSession(small_store / "jobs")
+    estimator = PyTorch(entry_point="train.py", source_dir=str(src), role="arn:aws:iam::000000000000:role/x",
+                        instance_type="ml.c5.xlarge", instance_count=1, framework_version="2.1.0",
+                        py_version="py310", sagemaker_session=session)
+    filler = _fill(small_store)
+    with pytest.raises(NoSpaceLeftError) as info:
+        estimator.fit(job_name="full-submit", wait=False)
+    message = str(info.value)
+    assert message.startswith(f"No space left on device: {small_store}"), message
+    assert "Fix: " in message and isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
+    assert not (small_store / "jobs" / "full-submit").exists()  # no half-made job directory
+    # The backend's own writes (spec, state) on a full store: the same clean error, nothing left.
+    backend = session.backend()
+    with pytest.warns(UserWarning, match="full-submit-2"), \
+            pytest.raises(NoSpaceLeftError, match=str(small_store / "jobs" / "full-submit-2")):
+        backend.submit(make_spec(tmp_path, "full-submit-2", "print('x')", instance_count=1))
+    assert sorted(p.name for p in (small_store / "jobs").iterdir()) == []
+    filler.unlink()
+    estimator.fit(job_name="full-submit", wait=False)  # the name was never taken
+    description = wait_terminal(backend, "full-submit")
+    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, description.get("FailureReason")
+
+
+@pytest.mark.slow
+def test_a_store_with_less_room_than_the_code_warns_before_the_job_starts(
+    tmp_path: Path, small_store: Path
+) -> None:
+    backend = LocalSession(small_store / "jobs").backend()
+    padding = base64.b64encode(os.urandom(3 << 20)).decode()  # about 3 MiB compressed
+    spec = make_spec(tmp_path, "short-of-room", f"# {padding}\nprint('ran')\n", instance_count=1)
+    _fill(small_store, leave=1 << 20)
+    with pytest.warns(UserWarning, match=r"has [\d.]+ MiB free, less than job short-of-room copies there"):
+        backend.submit(spec)
+    description = wait_terminal(backend, "short-of-room")
+    assert description["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert description["FailureReason"].startswith("ClientError: No space left on device: "), description

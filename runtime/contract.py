@@ -287,8 +287,8 @@ TF_CONFIG = "TF_CONFIG"
 #                            declared hung: stacks dumped, job ended (see runtime.watchdog); unset/0 = off
 #   SMLAUNCH_MPI_WAIT_SECONDS  bound on every MPI wait between hosts (workers' sshd, the master's
 #                            start, emulated hosts' environments); default 600
-#   SMLAUNCH_MPI_DIR         directory the emulated hosts of one local MPI job share (default: a
-#                            temp dir named after the job and its master port); see runtime.launchers.mpi
+#   SMLAUNCH_MPI_DIR         private directory the emulated hosts of one local MPI job share (the local
+#                            agent's mkdtemp inside the job directory; required); see runtime.launchers.mpi
 #   SMLAUNCH_STACK_DUMPER    "auto" (py-spy when installed, else faulthandler), "py-spy", "faulthandler"
 #   SMLAUNCH_SSHD_CONFIG     sshd_config an MPI worker's sshd uses (``sshd -D -f <path>``); the Docker
 #                            executor sets it: its containers share one network, one sshd port per host

@@ -25,6 +25,9 @@ Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
 - the calling user's ``uid:gid`` (plus group 0, which the image uses for its writable paths), so
   every file in the mounted trees belongs to the caller and cleanup never fails;
 - all GPUs (a device request) when the instance type has GPUs and this machine has some;
+- an environment of the host's own variables, smlaunch's ``SMLAUNCH_*`` knobs and the caller's
+  non-secret AWS configuration, never a credential: AWS credentials reach the container through a
+  per-job credentials endpoint the agent serves on loopback (:mod:`estimator.backends.credentials`);
 - labels ``smlaunch.job=<job>`` and ``smlaunch.host=algo-N``: every exit path removes the job's
   containers by label; if the agent itself is killed, a small reaper process (started by
   :meth:`DockerBackend.submit`) removes them.
@@ -56,6 +59,7 @@ from urllib.parse import urlparse
 from estimator.backends import _local_layout as layout
 from estimator.backends._local_state import JobDir
 from estimator.backends.base import Capabilities
+from estimator.backends.credentials import CredentialServer, container_aws_configuration
 from estimator.backends.local import LocalBackend
 from estimator.errors import ConfigurationError
 from estimator.spec import TrainingJobSpec
@@ -90,9 +94,10 @@ def host_address(host: str, names: list[str]) -> str:
 def host_addresses(names: list[str]) -> dict[str, str]:
     return {name: host_address(name, names) for name in names}
 
-# Variables of the caller's environment a container inherits (credentials, endpoints, smlaunch's
-# knobs such as fault injection); everything else of this machine stays out of the container.
-INHERITED_PREFIXES = ("AWS_", "SMLAUNCH_")
+# Variables of the caller's environment a container inherits besides its non-secret AWS
+# configuration (estimator.backends.credentials): smlaunch's knobs such as fault injection.
+# Everything else of this machine, credentials included, stays out of the container's definition.
+INHERITED_PREFIXES = ("SMLAUNCH_",)
 START_FAILED_EXIT_CODE = 125
 """What ``docker run`` exits with when the container cannot be created or started."""
 
@@ -537,11 +542,14 @@ def _agent_class() -> type[_AgentBase]:
             self.stream_client = stream_client
             self.image = str(self.settings["image"])
             self.containers: dict[str, Any] = {}
+            self.credentials = CredentialServer()
+            self._credentials_env: dict[str, str] | None = None
 
         def run(self) -> int:
             try:
                 return super().run()
             finally:
+                self.credentials.stop()
                 removed = sweep(self.client, self.spec.TrainingJobName)
                 if removed:
                     print(f"removed leftover containers {removed}", flush=True)
@@ -569,6 +577,9 @@ def _agent_class() -> type[_AgentBase]:
             ranks = int(self.settings["processes_per_host"])
             mounts = self._mounts()
             env_common = self._inherited_env()
+            if self._credentials_env is None:  # one endpoint for every attempt of the job
+                self._credentials_env = self.credentials.start()
+            env_common.update(self._credentials_env)
             ssh_ports: dict[str, int] = {}
             if uses_mpi(self.spec) and len(self.hosts) > 1:
                 ssh_ports = {name: free_port() for name in names}
@@ -618,7 +629,9 @@ def _agent_class() -> type[_AgentBase]:
                 host.pump.start()
 
         def _inherited_env(self) -> dict[str, str]:
-            return {k: v for k, v in os.environ.items() if k.startswith(INHERITED_PREFIXES)}
+            env = container_aws_configuration(os.environ)
+            env.update({k: v for k, v in os.environ.items() if k.startswith(INHERITED_PREFIXES)})
+            return env
 
         def _mounts(self) -> dict[str, dict[str, str]]:
             return {str(p): {"bind": str(p), "mode": "ro"} for p in read_only_sources(self.spec, self.job)}

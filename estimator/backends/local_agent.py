@@ -54,10 +54,12 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -164,6 +166,7 @@ class Agent:
         self._attempts = Attempts()
         self._spot = SpotFaults(spot_faults(self.spec.Environment), job.path, self.say)
         self._transfer: TransferEngine | None = None
+        self._scratch: list[Path] = []
         definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
         self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)
         self._opt_ml: PrivateOptMl | bool | None = None
@@ -263,6 +266,8 @@ class Agent:
             outcome = (contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason})
         if self._data is not None:
             self._data.close()  # whatever the path: no FastFile mount outlives the job
+        for scratch in self._scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
         status, secondary, fields = outcome
         ended = time.time()
         start = self.state.get("TrainingStartTime", ended)
@@ -415,6 +420,7 @@ class Agent:
             base_env.setdefault("AWS_ENDPOINT_URL_S3", str(self.settings["s3_endpoint_url"]))
         if self.settings.get("s3_region_name"):
             base_env.setdefault("AWS_REGION", str(self.settings["s3_region_name"]))
+        base_env[contract.SMLAUNCH_MPI_DIR] = str(self._scratch_dir())
         # Every host is spawned from this (main) thread, before the log threads start: PDEATHSIG
         # is tied to the thread that forked, and the pre-exec hooks only enter the host's mount
         # namespace (local_mounts) and call prctl and getppid, PDEATHSIG last.
@@ -461,6 +467,14 @@ class Agent:
                     "paths from SM_* variables (or use LocalSession(executor='docker'))"
                 )
         return self._opt_ml or None
+
+    def _scratch_dir(self) -> Path:
+        """A private directory (``mkdtemp``: 0700, unguessable) inside the job directory that this
+        attempt's hosts share (the emulated MPI hosts meet there); removed when the job ends. Never a
+        predictable path in the system temp directory, where others could read or pre-create it."""
+        path = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.job.path))
+        self._scratch.append(path)
+        return path
 
     def _pump(self, host: _Host) -> None:
         assert host.proc is not None and host.proc.stdout is not None

@@ -20,14 +20,17 @@ serve it. The command (reference §4.5, minus the toolkit's faults) is an argv l
 
 **Local emulation** (every host maps to a loopback address, as the local backend arranges): one
 ``mpirun`` on the master host serves all emulated hosts (``--host localhost:<all ranks>
---oversubscribe``, loopback only). The hosts meet in a shared directory (``SMLAUNCH_MPI_DIR``, default
-``<tmp>/smlaunch-mpi-<job>-<master port>``): every non-master host writes ``env-<host>.json`` (its
-rank environment and code dir) and then waits; the master waits for all of them (bounded by
-``SMLAUNCH_MPI_WAIT_SECONDS``, default 600), writes the rank map, runs ``mpirun``, and writes
-``done.json`` (``{"exit_code"}``). A non-master host exits 0 once ``done.json`` appears, or fails if
-the master's runtime dies without writing it; so for the local backend a non-master host is an
-ordinary host process that ends with the job, and any failure is reported by the master (whose
-``failure.json`` names the rank and its emulated host).
+--oversubscribe``, loopback only). The hosts meet in a shared private directory (``SMLAUNCH_MPI_DIR``,
+which the local agent creates with ``mkdtemp`` inside the job directory; required, never a guessable
+path in the system temp directory): every non-master host writes ``env-<host>.json`` (the variables
+its ranks need that differ from what every host inherits, and its code dir) and then waits; the
+master waits for all of them (bounded by ``SMLAUNCH_MPI_WAIT_SECONDS``, default 600), writes the rank
+map, runs ``mpirun``, and writes ``done.json`` (``{"exit_code"}``). Files are 0600. Secrets never go
+there: credentials and every other inherited variable reach the ranks through ``mpirun``'s own
+environment (the master's, which every host shares), not through a file. A non-master host exits 0
+once ``done.json`` appears, or fails if the master's runtime dies without writing it; so for the
+local backend a non-master host is an ordinary host process that ends with the job, and any failure
+is reported by the master (whose ``failure.json`` names the rank and its emulated host).
 
 **Real multi-node** (SageMaker, Docker): the roles of :mod:`runtime.mpi_roles` (workers run sshd and
 wait for the master's job to end; the master waits, bounded, for every worker's sshd, then runs
@@ -42,7 +45,6 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -175,7 +177,7 @@ class LocalRendezvous:
     poll: float = 0.1
 
     def env_file(self, host: str) -> Path:
-        return self.directory / f"env-{host}.json"
+        return contract.child_path(self.directory, f"env-{host}.json", "host name", single=True)
 
     @property
     def master_file(self) -> Path:
@@ -186,10 +188,20 @@ class LocalRendezvous:
         return self.directory / "done.json"
 
     def _write(self, path: Path, data: Any) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
+        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
         os.replace(tmp, path)
+
+    def write_rank_map(self, rank_map: Mapping[str, Any]) -> Path:
+        self._write(self.rank_map_file, rank_map)
+        return self.rank_map_file
+
+    @property
+    def rank_map_file(self) -> Path:
+        return self.directory / "ranks.json"
 
     def publish(self, host: str, env: Mapping[str, str], cwd: str) -> None:
         self._write(self.env_file(host), {"env": dict(env), "cwd": cwd, "pid": os.getpid()})
@@ -341,12 +353,26 @@ class MpiLauncher(Launcher):
         return bool(self.env.host_addresses) and all(_is_loopback(self.env.address_of(h)) for h in self.hosts)
 
     def rendezvous(self) -> LocalRendezvous:
-        raw = self.env.environ.get(contract.SMLAUNCH_MPI_DIR)
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.env.run_id)
-        directory = (
-            Path(raw) if raw else Path(tempfile.gettempdir()) / f"smlaunch-mpi-{name}-{self.env.master_port}"
-        )
-        return LocalRendezvous(directory, wait_seconds(self.env.environ))
+        raw = self.env.environ.get(contract.SMLAUNCH_MPI_DIR, "")
+        if not raw:
+            raise HostConfigurationError(
+                contract.SMLAUNCH_MPI_DIR, raw,
+                "emulated MPI hosts meet in a private directory they share, and none was given",
+                "set it to a directory only you can read (mkdtemp), the same for every host; the local "
+                "backend does this for you",
+            )
+        return LocalRendezvous(Path(raw), wait_seconds(self.env.environ))
+
+    def published_env(self) -> dict[str, str]:
+        """What a non-master host's ranks need beyond the environment every emulated host inherits
+        (the master's, which ``mpirun`` passes on): the variables this runtime set or changed, and
+        this host's ``SAGEMAKER_BASE_DIR``. Inherited secrets are identical on every host, so they
+        are never in it, and never written to the rendezvous directory."""
+        inherited = self.env.environ
+        env = {k: v for k, v in self.env.process_env().items() if inherited.get(k) != v}
+        if contract.BASE_DIR_ENV in inherited:
+            env[contract.BASE_DIR_ENV] = inherited[contract.BASE_DIR_ENV]
+        return env
 
     def rank_map(self) -> dict[str, Any]:
         """What :mod:`runtime.mpi_rank` needs, without the emulated hosts' environments."""
@@ -361,7 +387,7 @@ class MpiLauncher(Launcher):
     def rank_map_value(self) -> str:
         """``SMLAUNCH_MPI_RANK_MAP``: a file in the rendezvous dir locally, inline JSON across nodes."""
         if self.local_emulation:
-            return str(self.rendezvous().directory / "ranks.json")
+            return str(self.rendezvous().rank_map_file)
         return json.dumps(self.rank_map(), separators=(",", ":"))
 
     def base_env(self) -> dict[str, str]:
@@ -494,8 +520,7 @@ class MpiLauncher(Launcher):
         meeting = self.rendezvous()
         host = self.env.current_host
         if not self.env.is_master:
-            env = self.env.process_env()
-            meeting.publish(host, env, str(self.env.code_dir))
+            meeting.publish(host, self.published_env(), str(self.env.code_dir))
             supervisor.log(
                 f"MPI: the master ({self.env.master_hostname}) runs this host's ranks; waiting for it"
             )
@@ -517,7 +542,7 @@ class MpiLauncher(Launcher):
             rank_map["env"] = {h: published[h]["env"] for h in others}
             rank_map["cwd"] = {h: published[h]["cwd"] for h in others}
             rank_map["cwd"][host] = str(self.env.code_dir)
-            (meeting.directory / "ranks.json").write_text(json.dumps(rank_map), encoding="utf-8")
+            meeting.write_rank_map(rank_map)
             result = self._supervise(supervisor)
             return result
         finally:

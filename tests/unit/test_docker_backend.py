@@ -319,16 +319,62 @@ def test_launch_mounts_each_host_tree_at_opt_ml_and_streams_prefixed_logs(tmp_pa
     assert "[algo-1] hello from the container" in log and "[algo-2] second line" in log
 
 
-def test_inherited_environment_is_credentials_and_smlaunch_knobs_only(
+PLANTED = {"AWS_ACCESS_KEY_ID": "AKIAPLANTEDKEYID0001", "AWS_SECRET_ACCESS_KEY": "planted/secret/access/key",
+           "AWS_SESSION_TOKEN": "planted-session-token"}
+
+
+def test_inherited_environment_is_aws_configuration_and_smlaunch_knobs_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_PROFILE", "host-profile")
     monkeypatch.setenv("SMLAUNCH_FAULTS", "[]")
     monkeypatch.setenv("SOME_HOST_SECRET", "x")
+    for name, value in PLANTED.items():
+        monkeypatch.setenv(name, value)
     agent = _agent(tmp_path, FakeClient(), _spec(tmp_path))
     env = agent._inherited_env()
     assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:5000" and env["SMLAUNCH_FAULTS"] == "[]"
-    assert "SOME_HOST_SECRET" not in env and "PATH" not in env
+    assert env["AWS_REGION"] == "eu-west-1"
+    assert "SOME_HOST_SECRET" not in env and "PATH" not in env and "AWS_PROFILE" not in env
+    assert not set(PLANTED) & set(env)
+
+
+def test_containers_get_credentials_from_an_endpoint_never_in_their_definition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planted credentials appear in no container's arguments and no file of the job; a
+    container's boto3 gets them from the agent's endpoint with the job's token, and no one without it."""
+    import urllib.error
+    import urllib.request
+
+    for name, value in PLANTED.items():
+        monkeypatch.setenv(name, value)
+    client = FakeClient()
+    agent = _agent(tmp_path, client, _spec(tmp_path))
+    try:
+        created = _launch_all(agent, client)
+        assert len(created) == 2
+        definitions = json.dumps(created, default=str)
+        written = [p.read_bytes() for p in agent.job.path.rglob("*") if p.is_file()]
+        for value in PLANTED.values():
+            assert value not in definitions
+            assert not any(value.encode() in data for data in written)
+        env = created[0]["environment"]
+        uri, token = env["AWS_CONTAINER_CREDENTIALS_FULL_URI"], env["AWS_CONTAINER_AUTHORIZATION_TOKEN"]
+        assert uri.startswith("http://127.0.0.1:")
+        guess = urllib.request.Request(uri, headers={"Authorization": "guess"})
+        with pytest.raises(urllib.error.HTTPError, match="403"):
+            urllib.request.urlopen(guess, timeout=10)
+        from botocore.credentials import ContainerProvider
+
+        served = ContainerProvider(environ={"AWS_CONTAINER_CREDENTIALS_FULL_URI": uri,
+                                            "AWS_CONTAINER_AUTHORIZATION_TOKEN": token}).load()
+        frozen = served.get_frozen_credentials()
+        assert (frozen.access_key, frozen.secret_key, frozen.token) == tuple(PLANTED.values())
+    finally:
+        agent.credentials.stop()
 
 
 def test_container_that_cannot_start_fails_the_job_with_a_client_error(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from tests.functional._runtime_tree import write_host_tree
 HOSTS = ["algo-1", "algo-2"]
 
 
-def mpi_env(tmp_path: Path, host: str, options: str = "", local: bool = True, ppn: int = 2) -> Environment:
+def mpi_env(tmp_path: Path, host: str, options: str = "", local: bool = True, ppn: int = 2,
+            extra: dict[str, str] | None = None) -> Environment:
     base = tmp_path / host
     hps = {
         contract.HP_PROGRAM: '"train.py"',
@@ -35,6 +36,8 @@ def mpi_env(tmp_path: Path, host: str, options: str = "", local: bool = True, pp
     environ = {contract.SMLAUNCH_MASTER_PORT: "41000", "PATH": "/usr/bin:/bin"}
     if local:
         environ[contract.SMLAUNCH_HOST_ADDRESSES] = json.dumps({h: "127.0.0.1" for h in HOSTS})
+        environ[contract.SMLAUNCH_MPI_DIR] = str(tmp_path / "meet")
+    environ.update(extra or {})
     return Environment.from_files(base, environ)
 
 
@@ -67,7 +70,29 @@ def test_local_emulation_command(tmp_path: Path) -> None:
     assert tail[1:] == ["-m", "runtime.mpi_rank", tail[0], "train.py", "--epochs", "3"]
     assert spec.rank is None and spec.split_line is not None
     rank_map = spec.env[contract.SMLAUNCH_MPI_RANK_MAP]
-    assert rank_map.endswith("ranks.json") and "mpi-job-41000" in rank_map
+    assert rank_map == str(tmp_path / "meet" / "ranks.json")
+
+
+def test_local_emulation_needs_a_private_meeting_directory(tmp_path: Path) -> None:
+    launcher = MpiLauncher(mpi_env(tmp_path, "algo-1", extra={contract.SMLAUNCH_MPI_DIR: ""}))
+    with pytest.raises(HostConfigurationError, match=contract.SMLAUNCH_MPI_DIR):
+        launcher.plan()
+
+
+def test_published_environment_holds_only_this_hosts_variables(tmp_path: Path) -> None:
+    """What a waiting host writes for the master: its own SM_* view, never inherited secrets."""
+    secrets = {"AWS_SECRET_ACCESS_KEY": "planted-secret", "HF_TOKEN": "planted-token"}
+    base = str(tmp_path / "algo-2")
+    env = mpi_env(tmp_path, "algo-2", extra={**secrets, contract.BASE_DIR_ENV: base})
+    published = MpiLauncher(env).published_env()
+    assert published["SM_CURRENT_HOST"] == "algo-2" and published[contract.BASE_DIR_ENV] == base
+    assert published["SM_MODEL_DIR"] == str(tmp_path / "algo-2" / "model")
+    assert not set(secrets) & set(published) and "PATH" not in published
+    meeting = MpiLauncher(env).rendezvous()
+    meeting.publish("algo-2", published, "/code")
+    assert meeting.directory.stat().st_mode & 0o777 == 0o700
+    assert meeting.env_file("algo-2").stat().st_mode & 0o777 == 0o600
+    assert "planted" not in meeting.env_file("algo-2").read_text()
 
 
 def test_multi_node_command_and_worker_plan(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from estimator.estimator import Estimator, PyTorch
     from estimator.inputs import ShuffleConfig, TrainingInput
     from estimator.job import TrainingJob
+    from estimator.s3 import S3Downloader, S3Uploader
     from estimator.session import LocalSession, Session
     from estimator.spec import TrainingJobSpec
     from estimator.tuner import HyperparameterTuner
@@ -35,6 +36,8 @@ _LAZY = {
     "HyperparameterTuner": "estimator.tuner",
     "PyTorch": "estimator.estimator",
     "ShuffleConfig": "estimator.inputs",
+    "S3Downloader": "estimator.s3",
+    "S3Uploader": "estimator.s3",
     "TensorBoardOutputConfig": "estimator.debugger",
     "TrainingInput": "estimator.inputs",
     "TrainingJob": "estimator.job",
@@ -50,6 +53,8 @@ __all__ = [
     "JobFailedError",
     "LocalSession",
     "PyTorch",
+    "S3Downloader",
+    "S3Uploader",
     "Session",
     "ShuffleConfig",
     "TensorBoardOutputConfig",

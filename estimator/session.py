@@ -162,6 +162,24 @@ class LocalSession:
                 self._backend = LocalBackend(session=self)
         return self._backend
 
+    def upload_data(self, path: str | Path, bucket: str | None = None, key_prefix: str = "data",
+                    extra_args: dict[str, Any] | None = None) -> str:
+        """Upload a local file or directory to ``s3://<bucket>/<key_prefix>`` (as ``sagemaker.Session``
+        does; layout in :mod:`estimator.s3`) and return its S3 URI. A LocalSession has no default
+        bucket, so ``bucket`` is required."""
+        from estimator import s3
+
+        if not bucket:
+            raise ConfigurationError("bucket", bucket, "a LocalSession has no default bucket",
+                                     "pass bucket='<your bucket>'")
+        return s3.upload_data(self.s3_client(), path, bucket, key_prefix, extra_args)
+
+    def download_data(self, path: str | Path, bucket: str, key_prefix: str = "") -> list[str]:
+        """Download every object under ``s3://<bucket>/<key_prefix>`` into ``path``; the local paths."""
+        from estimator import s3
+
+        return s3.download_data(self.s3_client(), path, bucket, key_prefix)
+
 
 def session_for_job(job_name: str, sagemaker: bool = False) -> LocalSession | Session:
     """The session that knows ``job_name``: ``LocalSession()`` when a local job of that name exists
@@ -478,6 +496,36 @@ class Session:
 
             self._backend = SageMakerBackend(session=self)
         return self._backend
+
+    def upload_data(self, path: str | Path, bucket: str | None = None, key_prefix: str = "data",
+                    extra_args: dict[str, Any] | None = None) -> str:
+        """Upload a local file or directory to S3 and return its URI, as ``sagemaker.Session`` does.
+
+        A directory goes under ``s3://<bucket>/<key_prefix>/`` keeping relative paths (the URI
+        returned is ``s3://<bucket>/<key_prefix>``); a file becomes ``<key_prefix>/<file name>`` (the
+        URI names it). Without ``bucket``: the default bucket, below ``default_bucket_prefix`` when
+        set. Uploads to the generated default bucket carry ``ExpectedBucketOwner``. Files go through
+        smlaunch's transfer engine: in parallel, multipart when large, unchanged ones skipped.
+        """
+        from estimator import s3
+
+        if not bucket:
+            bucket = self.default_bucket()
+            key_prefix = "/".join(p for p in (self.default_bucket_prefix, key_prefix.strip("/")) if p)
+        args = {**(extra_args or {}), **self.bucket_owner_args(bucket)}
+        with aws_errors(f"upload {path} to s3://{bucket}/{key_prefix}"):
+            return s3.upload_data(self.s3_client(), path, bucket, key_prefix, args or None)
+
+    def download_data(self, path: str | Path, bucket: str, key_prefix: str = "") -> list[str]:
+        """Download every object under ``s3://<bucket>/<key_prefix>`` into the directory ``path``
+        (paths relative to the prefix) and return the local paths, as ``sagemaker.Session`` does. The
+        generated default bucket is checked to be this account's first."""
+        from estimator import s3
+
+        if self.bucket_owner_args(bucket):
+            self.default_bucket()  # the ownership check of the predictable default name
+        with aws_errors(f"download s3://{bucket}/{key_prefix}"):
+            return s3.download_data(self.s3_client(), path, bucket, key_prefix)
 
     def stage_local_input(self, path: str | Path, job_name: str, channel: str) -> str:
         """Upload a local directory (or file) for ``channel``; return the channel's S3 prefix URI.

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from estimator.backends.base import Backend
 from estimator.errors import JobFailedError
+from estimator.tracking import track
 from runtime import contract
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class TrainingJob:
         except KeyboardInterrupt:
             self._on_interrupt(stream)
             raise
+        track(getattr(self.backend, "session", None), self.backend, description)
         return self._outcome(description)
 
     def _poll_until_terminal(self, poll_seconds: float, sleep: Callable[[float], None] = time.sleep) -> dict:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
 from estimator.errors import ConfigurationError, require_type
+from estimator.tracking import check_tracking_uri
 
 if TYPE_CHECKING:
     from estimator.backends.base import Backend
@@ -70,6 +71,8 @@ class LocalSession:
     and ``SM_NUM_GPUS`` is the instance type's GPU count. Default ``None``: on in that case;
     ``False`` turns it off (CUDA is then unavailable, as on any CPU machine); ``True`` emulates the
     instance type's GPUs even where this machine has enough.
+    ``mlflow``: an MLflow tracking URI; each job waited on becomes an MLflow run there
+    (:mod:`estimator.tracking`; ``MLFLOW_TRACKING_URI`` does the same for every session).
     """
 
     is_local = True
@@ -87,6 +90,7 @@ class LocalSession:
         install_requirements: bool = True,
         instance_count_quota: int | None = None,
         emulate_cuda: bool | None = None,
+        mlflow: str | None = None,
     ) -> None:
         require_type("root", root, (str, os.PathLike, type(None)), "pass a directory path, e.g. '~/jobs'")
         require_type("executor", executor, (str, type(None)), "use executor='process' or executor='docker'")
@@ -122,6 +126,7 @@ class LocalSession:
         self.artifact_conflicts = artifact_conflicts
         self.install_requirements = install_requirements
         self.instance_count_quota = _check_quota(instance_count_quota)
+        self.mlflow = check_tracking_uri(mlflow)
         if emulate_cuda not in (None, True, False):
             raise ConfigurationError(
                 "emulate_cuda", emulate_cuda, "must be True, False or None",
@@ -261,6 +266,8 @@ class Session:
 
     ``instance_count_quota``: your account's "Number of instances per training job" quota when it
     was raised above SageMaker's default (20); larger jobs are refused before anything is staged.
+    ``mlflow``: an MLflow tracking URI; each job waited on becomes an MLflow run there
+    (:mod:`estimator.tracking`; ``MLFLOW_TRACKING_URI`` does the same for every session).
 
     Clients (``sagemaker``, ``s3``, ``sts``, ``iam``, ``logs``, ``cloudwatch``) are created lazily from
     ``boto_session``; pass any of them to inject moto-backed or otherwise configured ones. Nothing
@@ -282,11 +289,13 @@ class Session:
         logs_client: Any | None = None,
         instance_count_quota: int | None = None,
         cloudwatch_client: Any | None = None,
+        mlflow: str | None = None,
     ) -> None:
         require_type("default_bucket", default_bucket, (str, type(None)), "pass the bucket name as a string")
         require_type("default_bucket_prefix", default_bucket_prefix, (str, type(None)),
                      "pass a key prefix as a string, e.g. 'team-a/experiments'")
         self.instance_count_quota = _check_quota(instance_count_quota)
+        self.mlflow = check_tracking_uri(mlflow)
         if default_bucket is not None and not _BUCKET_RE.match(default_bucket):
             raise ConfigurationError(
                 "default_bucket", default_bucket, "not a valid S3 bucket name",

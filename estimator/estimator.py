@@ -39,6 +39,7 @@ Not supported: ``model_uri``, ``rules``, debugger/profiler config objects, ``ins
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -311,17 +312,9 @@ class Estimator:
         self._hyperparameters = dict(hyperparameters or {})
         hp.check_user_keys(self._hyperparameters)
         hp.check_limits(hp.encode(self._hyperparameters))
-        self._distribution = Distribution.parse(distribution)
-        self._distribution.check(self.instance, instance_count, local=self.is_local,
-                                 emulated_processes_per_host=getattr(session, "processes_per_host", None))
-        self._distribution_arg: dict[str, Any] = distribution if isinstance(distribution, dict) else (
-            self._distribution.to_dict())
-        if self._distribution.torch_distributed is not None and self._distribution.torch_distributed.enabled:
-            if entry_point is not None and not entry_point.endswith(".py"):
-                raise ConfigurationError(
-                    "entry_point", entry_point, "torch_distributed runs Python programs (*.py) only",
-                    "point entry_point at a .py file",
-                )
+        self._distribution_arg: dict[str, Any] = {}
+        self._distribution_checked: dict[str, Any] = {}
+        self._set_distribution(distribution)
 
         self.output_path = self._check_location(output_path, "output_path")
         self.code_location = self._check_location(code_location, "code_location")
@@ -389,8 +382,38 @@ class Estimator:
     @property
     def distribution(self) -> dict[str, Any]:
         """The ``distribution`` dict as passed (``{}`` when none), as the SDK keeps it, so code such as
-        ``est.distribution["mpi"]`` works; the checked, typed form stays internal."""
+        ``est.distribution["mpi"]`` works; the checked, typed form stays internal. Assigning a new
+        dict, or changing this one, is honoured (and checked) by the next ``plan()``/``fit()``."""
         return self._distribution_arg
+
+    @distribution.setter
+    def distribution(self, value: Mapping[str, Any] | None) -> None:
+        self._set_distribution(value)
+
+    def _set_distribution(self, value: Any) -> None:
+        """Parse and check ``value`` against the topology (and the framework image), then keep it."""
+        parsed = Distribution.parse(value)
+        parsed.check(self.instance, self.instance_count, local=self.is_local,
+                     emulated_processes_per_host=getattr(self.sagemaker_session, "processes_per_host", None))
+        torch_on = parsed.torch_distributed is not None and parsed.torch_distributed.enabled
+        if torch_on and self.entry_point is not None and not self.entry_point.endswith(".py"):
+            raise ConfigurationError(
+                "entry_point", self.entry_point, "torch_distributed runs Python programs (*.py) only",
+                "point entry_point at a .py file",
+            )
+        previous = getattr(self, "_distribution", None)
+        self._distribution = parsed
+        try:
+            self._check_framework_distribution()
+        except ConfigurationError:
+            if previous is not None:
+                self._distribution = previous
+            raise
+        self._distribution_arg = value if isinstance(value, dict) else parsed.to_dict()
+        self._distribution_checked = copy.deepcopy(self._distribution_arg)
+
+    def _check_framework_distribution(self) -> None:
+        """Limits the framework's image puts on the distribution (a generic image has none)."""
 
     def enable_network_isolation(self) -> bool:
         """Whether the job runs without network access (a method, as in the SDK)."""
@@ -640,6 +663,8 @@ class Estimator:
               ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
         """The spec, and the local input paths to upload as (channel, path) before submitting.
         ``now``: the time a generated job name carries (default: the clock)."""
+        if self._distribution_arg != self._distribution_checked:  # the dict was changed in place
+            self._set_distribution(self._distribution_arg)
         session = self.sagemaker_session
         name = self._job_name(job_name, now)
         region = str(session.region_name)
@@ -1035,7 +1060,6 @@ class PyTorch(Estimator):
                 kwargs["enable_sagemaker_metrics"] = None
         super().__init__(image_uri, entry_point=entry_point, source_dir=source_dir,
                          hyperparameters=hyperparameters, distribution=distribution, **kwargs)
-        self._check_framework_distribution()
 
     def _check_framework_distribution(self) -> None:
         """The DLC's own limits (SDK rules 17, 18, 20, 21): only when a DLC runs the job."""

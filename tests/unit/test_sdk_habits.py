@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from estimator import JobFailedError
+from estimator.errors import ConfigurationError
 from tests.unit.test_estimator import FakeSageMakerSession, TestLocalSession, config_error, local, remote
 
 
@@ -79,3 +80,19 @@ def test_attach_restores_keep_alive(src: Path) -> None:
     spec = remote(src, session, keep_alive_period_in_seconds=900).plan(job_name="warm-2")
     session.recording.submit(spec)
     assert PyTorch.attach("warm-2", sagemaker_session=session).keep_alive_period_in_seconds == 900
+
+
+def test_changes_to_the_distribution_dict_are_honoured_and_checked(src: Path) -> None:
+    est = remote(src, instance_type="ml.p3.16xlarge", instance_count=2,
+                 distribution={"mpi": {"enabled": True, "processes_per_host": 2}})
+    est.distribution["mpi"]["processes_per_host"] = 4  # as SDK code may do before fit()
+    assert est.plan().HyperParameters["sagemaker_mpi_num_of_processes_per_host"] == "4"
+    est.distribution["mpi"]["processes_per_host"] = 16
+    err = config_error(est.plan)
+    assert err.field == "distribution.mpi.processes_per_host" and err.value == 16
+    est.distribution = {"torch_distributed": {"enabled": True}}
+    assert est.distribution == {"torch_distributed": {"enabled": True}}
+    assert est.plan().HyperParameters["sagemaker_torch_distributed_enabled"] == "true"
+    with pytest.raises(ConfigurationError, match="unknown key"):
+        est.distribution = {"torch_distributd": {"enabled": True}}
+    assert est.distribution == {"torch_distributed": {"enabled": True}}  # a refused value changes nothing

@@ -10,8 +10,10 @@ reach it, and it would outlive the job. Two mechanisms contain it (Linux; elsewh
 - **A cgroup, where one is available.** When the unified (v2) hierarchy is mounted and this process
   may create a child of its own cgroup (root, or a delegated subtree), every rank is moved into
   ``smlaunch-<host>-<pid>`` before it executes; whatever escapes the process tree stays in the
-  cgroup, and ``cgroup.kill`` ends all of it at once. Without one (read-only ``/sys/fs/cgroup`` in a
-  container, a systemd scope owned by root), the subreaper alone is used.
+  cgroup, and ``cgroup.kill`` ends all of it at once. A runtime that was SIGKILLed cannot remove its
+  cgroup: the next host runtime removes such empty leftovers of runtimes that are gone. Without a
+  cgroup (read-only ``/sys/fs/cgroup`` in a container, a systemd scope owned by root), the subreaper
+  alone is used.
 
 :meth:`Containment.sweep` runs when the ranks have ended (normally, failed, stopped, or because the
 agent that started the runtime died): it SIGKILLs every descendant of the runtime and every process of
@@ -59,6 +61,24 @@ def _own_cgroup() -> str | None:
     return None
 
 
+def _remove_stale_cgroups(parent: Path) -> None:
+    """Remove the empty cgroups of host runtimes that are gone (one SIGKILLed cannot remove its own);
+    a cgroup that still holds a process cannot be removed, and one of a live runtime is left alone."""
+    for stale in parent.glob(f"{CGROUP_PREFIX}*-*"):
+        pid = stale.name.rsplit("-", 1)[1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its runtime is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        with contextlib.suppress(OSError):
+            stale.rmdir()
+
+
 class Containment:
     """The containment of one host's processes (module docstring). Linux only; a no-op elsewhere."""
 
@@ -95,7 +115,9 @@ class Containment:
         root, own = _cgroup2_root(), _own_cgroup()
         if root is None or own is None:
             return
-        path = root / own.lstrip("/") / f"{CGROUP_PREFIX}{self.host}-{os.getpid()}"
+        parent = root / own.lstrip("/")
+        _remove_stale_cgroups(parent)
+        path = parent / f"{CGROUP_PREFIX}{self.host}-{os.getpid()}"
         try:
             path.mkdir()
         except OSError:

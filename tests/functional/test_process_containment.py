@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -183,9 +184,7 @@ print("daemon", flush=True)
 """
 
 
-def test_without_a_cgroup_the_subreaper_kills_a_double_forked_daemon(tmp_path: Path) -> None:
-    import subprocess
-
+def test_without_a_cgroup_the_subreaper_kills_a_double_forked_daemon() -> None:
     out = subprocess.run(
         [sys.executable, "-c", SUBREAPER_ONLY, DOUBLE_FORK], capture_output=True, text=True, timeout=120
     )
@@ -195,3 +194,20 @@ def test_without_a_cgroup_the_subreaper_kills_a_double_forked_daemon(tmp_path: P
     assert len(killed) == 1 and "1 process(es)" in killed[0], out.stdout
     pid = int(killed[0].rsplit(": ", 1)[1].split()[0])
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_cgroup_of_a_runtime_that_died_is_removed_by_the_next() -> None:
+    enter = "from runtime.containment import Containment as C; c = C('algo-9'); c.enter(); print(c.cgroup)"
+
+    def runtime_without_its_sweep() -> str:  # exits as a SIGKILLed runtime would: its cgroup stays
+        done = subprocess.run([sys.executable, "-c", enter], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    left = runtime_without_its_sweep()
+    if left == "None":
+        pytest.skip("no writable cgroup v2 hierarchy here (the subreaper alone contains the ranks)")
+    assert Path(left).is_dir()
+    second = runtime_without_its_sweep()
+    assert not Path(left).exists()
+    Path(second).rmdir()

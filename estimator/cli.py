@@ -120,7 +120,7 @@ def _job_commands(commands: Any) -> None:
 
     listing = commands.add_parser(
         "list", help="list jobs, newest first",
-        description="A table of jobs (name, status, instance type x count, created, duration), newest "
+        description="A table of jobs (name, status, instance type x count, started, duration), newest "
                     "first: local jobs, or SageMaker's with --sagemaker.")
     statuses = (contract.STATUS_IN_PROGRESS, contract.STATUS_COMPLETED, contract.STATUS_FAILED,
                 contract.STATUS_STOPPING, contract.STATUS_STOPPED)

@@ -174,13 +174,13 @@ def _duration(description: dict[str, Any]) -> str:
 
 def _row(description: dict[str, Any]) -> dict[str, Any]:
     resources = description.get("ResourceConfig") or {}
-    created = _when(description.get("CreationTime"))
+    started = _when(description.get("TrainingStartTime")) or _when(description.get("CreationTime"))
     return {
         "name": description["TrainingJobName"],
         "status": description["TrainingJobStatus"],
         "secondary_status": description.get("SecondaryStatus"),
         "instance": f"{resources.get('InstanceType', '?')} x {resources.get('InstanceCount', '?')}",
-        "created": created.astimezone().strftime("%Y-%m-%d %H:%M:%S") if created else "-",
+        "started": started.astimezone().strftime("%Y-%m-%d %H:%M:%S") if started else "-",
         "duration": _duration(description),
     }
 
@@ -218,7 +218,7 @@ def cmd_list(args: Any, out: TextIO) -> int:
     if args.json:
         print_json(rows, out)
         return 0
-    columns = ("name", "status", "instance", "created", "duration")
+    columns = ("name", "status", "instance", "started", "duration")
     widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in columns}
     print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip(), file=out)
     for row in rows:

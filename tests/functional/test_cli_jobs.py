@@ -104,7 +104,7 @@ def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedP
     listed = cli("list")
     assert listed.returncode == 0
     header, *rows = listed.stdout.splitlines()
-    assert header.split() == ["NAME", "STATUS", "INSTANCE", "CREATED", "DURATION"]
+    assert header.split() == ["NAME", "STATUS", "INSTANCE", "STARTED", "DURATION"]
     assert rows[0].split()[:5] == ["cli-done", "Completed", "local", "x", "2"]
     as_json = json.loads(cli("list", "--json", "--status", "Completed").stdout)
     assert [row["name"] for row in as_json] == ["cli-done"]

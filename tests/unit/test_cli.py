@@ -71,3 +71,22 @@ def test_bad_arguments_exit_2(src: Path, capsys: pytest.CaptureFixture, change: 
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and needle in captured.err and "Fix:" in captured.err
+
+
+@pytest.mark.parametrize("command", ["run", "list", "describe", "logs", "stop", "metrics", "rm", "gc",
+                                     "plan"])
+def test_every_command_answers_help(command: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: smlaunch {command}")
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["logs"])  # JOB missing
+    assert exited.value.code == 2
+    assert main(["run", "train.py", "--distribution", "horovod"]) == 2
+    assert "--distribution='horovod': unknown distribution" in capsys.readouterr().err
+    assert main(["gc", "--older-than", "7 days"]) == 2
+    assert "pass a number and a unit: 7d" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 Each command is a function ``(args, out) -> exit status`` called by :func:`estimator.cli.main`, which
 turns a :class:`~estimator.errors.ConfigurationError` (bad argument, unknown job, refusal) into exit
-status 2 and a :class:`~estimator.errors.JobFailedError` into 1.
+status 2 and a :class:`~estimator.errors.JobFailedError` into 1 (``run`` exits 1 for a Stopped job too).
 
 Where a job is: local jobs live under ``$SMLAUNCH_HOME/jobs`` (``LocalSession().root``); a job name
 not found there, or any name with ``--sagemaker``, is looked up on SageMaker (``Session()``: your AWS
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, TextIO
 
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, JobFailedError
 from runtime import contract
 
 DEFAULT_RETENTION = "30d"
@@ -147,8 +147,16 @@ def cmd_run(args: Any, out: TextIO) -> int:
     )
     inputs = _pairs(args.input, "--input") or None
     estimator.fit(inputs, wait=not args.no_wait, job_name=args.job_name)  # JobFailedError: exit 1
+    job = estimator.latest_training_job
+    assert job is not None
     if args.no_wait:
-        print(estimator.latest_training_job.name, file=out)  # type: ignore[union-attr]
+        print(job.name, file=out)
+        return 0
+    description = job.describe()
+    if description["TrainingJobStatus"] == contract.STATUS_STOPPED:
+        # fit() only warns about a Stopped job, as the SDK does; a shell script needs a status.
+        raise JobFailedError(job.name, contract.STATUS_STOPPED,
+                             description.get("FailureReason") or description.get("SecondaryStatus") or "")
     return 0
 
 

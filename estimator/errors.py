@@ -44,7 +44,8 @@ class UnsupportedByBackendError(ConfigurationError):
 
 
 class JobFailedError(SmlaunchError):
-    """A training job ended Failed (a Stopped job ends ``wait()`` with a warning, as in the SDK).
+    """A training job ended Failed (a Stopped job ends ``wait()`` with a warning, as in the SDK;
+    ``smlaunch run``, whose exit status must say whether the job completed, raises it for Stopped).
 
     Carries the job name, the final status and the FailureReason as DescribeTrainingJob reports
     them, plus the exit code of the failing rank when the backend knows it.

@@ -167,6 +167,10 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
     assert "Training job cli-failed ended Failed" in failed.stderr
     assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
     assert " Failed - Training job failed" in failed.stdout
+    stopped = cli("run", "train.py", "--source-dir", "src", "--hp", "forever=true", "--max-run", "1",
+                  "--job-name", "cli-stopped")
+    assert stopped.returncode == 1, stopped.stdout[-2000:]
+    assert "Training job cli-stopped ended Stopped: MaxRuntimeExceeded" in stopped.stderr
     for args in (["describe", "no-such-job"], ["run", "train.py", "--hp", "novalue"],
                  ["gc", "--older-than", "soon"], ["rm", "no-such-job"], ["logs"]):
         result = cli(*args)

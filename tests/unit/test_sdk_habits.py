@@ -96,3 +96,25 @@ def test_changes_to_the_distribution_dict_are_honoured_and_checked(src: Path) ->
     with pytest.raises(ConfigurationError, match="unknown key"):
         est.distribution = {"torch_distributd": {"enabled": True}}
     assert est.distribution == {"torch_distributed": {"enabled": True}}  # a refused value changes nothing
+
+
+@pytest.mark.parametrize("status", ["Completed", "Stopped", "Failed"])
+def test_endings_match_the_sdk(status: str) -> None:
+    """The SDK's ``_check_job_status`` is the oracle: only Failed raises."""
+    sdk_session = pytest.importorskip("sagemaker.session")
+    sdk_exceptions = pytest.importorskip("sagemaker.exceptions")
+    from estimator.job import TrainingJob
+    from tests.unit.test_estimator import RecordingBackend
+
+    description = {"TrainingJobStatus": status, "FailureReason": "reason"}
+    try:
+        sdk_session._check_job_status("job-1", description, "TrainingJobStatus")
+        sdk_raised = False
+    except sdk_exceptions.UnexpectedStatusException:
+        sdk_raised = True
+    try:
+        TrainingJob(RecordingBackend(), "job-1")._outcome(description)
+        ours_raised = False
+    except JobFailedError:
+        ours_raised = True
+    assert ours_raised is sdk_raised is (status == "Failed")

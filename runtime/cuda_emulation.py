@@ -16,8 +16,8 @@ What the script then sees, per emulated host:
   every ``device=`` argument of a torch function (a ``TorchFunctionMode``, entered in the thread
   that imported torch) and ``torch.load(map_location=...)`` map CUDA devices to the CPU;
   ``pin_memory`` returns the tensor;
-- ``init_process_group("nccl")`` and ``new_group(backend="nccl")`` use gloo; DDP drops
-  ``device_ids``/``output_device`` for a module on the CPU;
+- ``init_process_group("nccl")`` and ``new_group(backend="nccl")`` use gloo (a CUDA ``device_id``
+  is dropped); DDP drops ``device_ids``/``output_device`` for a module on the CPU;
 - ``torch.autocast("cuda")``/``torch.cuda.amp.autocast()`` and ``GradScaler("cuda")`` are disabled,
   exactly as torch disables them on a CPU-only machine.
 
@@ -27,7 +27,9 @@ numbers with and without it. What needs a real GPU fails at once with a :class:`
 (or, for imports, ``ModuleNotFoundError``) naming the call: any other ``torch.cuda`` function that
 would initialise CUDA (streams' kernels, graphs, NVTX), CUDA extensions built with
 ``torch.utils.cpp_extension`` (``.cu`` sources, ``CUDAExtension``), and CUDA-only libraries
-(apex, flash-attn, Transformer Engine). Limits: ``Tensor.is_cuda`` and ``.device`` say ``cpu``, and
+(apex, flash-attn, Transformer Engine). ``torch.device("cuda", N)`` stays a CUDA device object (the
+script's ``device.type == "cuda"`` holds); what lands on the CPU is the tensors. Limits:
+``Tensor.is_cuda`` and ``Tensor.device`` say ``cpu``, and
 factory calls with ``device="cuda"`` in threads other than the one that imported torch fail as
 without emulation.
 """
@@ -436,6 +438,10 @@ def _patch_distributed(torch: types.ModuleType) -> None:
 
     @functools.wraps(init)
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        device_id = kwargs.get("device_id")
+        if device_id is not None and (_is_cuda(device_id) or isinstance(device_id, int)):
+            _index(device_id, "init_process_group(device_id=...)")
+            kwargs["device_id"] = None  # gloo binds no device
         return init(gloo(backend), *args, **kwargs)
 
     @functools.wraps(new_group)
@@ -499,10 +505,14 @@ class _DeviceMode:
     def __init__(self, torch: types.ModuleType) -> None:
         from torch.overrides import TorchFunctionMode
 
+        device_type = torch.device
+
         class DeviceMode(TorchFunctionMode):
             def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                    kwargs: dict[str, Any] | None = None) -> Any:
                 kwargs = kwargs or {}
+                if func is device_type:  # torch.device("cuda", 1) stays a CUDA device, as on a GPU
+                    return func(*args, **kwargs)
                 if "device" in kwargs or args:
                     args, kwargs = _map_args(args, kwargs, getattr(func, "__name__", "torch"))
                 return func(*args, **kwargs)

@@ -25,6 +25,9 @@ PROBE = textwrap.dedent('''
     facts = {"available": torch.cuda.is_available(), "count": torch.cuda.device_count(),
              "name": torch.cuda.get_device_name(0), "bf16": torch.cuda.is_bf16_supported(),
              "memory": torch.cuda.get_device_properties(0).total_memory}
+    device = torch.device("cuda", 2)
+    torch.cuda.set_device(device)
+    facts["device_object"] = [str(device), device.type, torch.cuda.current_device()]
     torch.cuda.set_device("cuda:3")
     facts["current"] = torch.cuda.current_device()
     with torch.cuda.device(1):
@@ -48,7 +51,7 @@ PROBE = textwrap.dedent('''
     start.record(); end.record(); torch.cuda.current_stream().synchronize()
     facts["elapsed"] = start.elapsed_time(end) >= 0
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PROBE_PORT"])
-    dist.init_process_group("nccl", rank=0, world_size=1)
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 3))
     facts["backend"] = dist.get_backend()
     facts["ddp"] = type(nn.parallel.DistributedDataParallel(model, device_ids=[0])).__name__
     dist.destroy_process_group()
@@ -84,6 +87,7 @@ def test_cuda_queries_answer_as_the_emulated_instance(facts: dict) -> None:
     assert facts["available"] is True and facts["count"] == 8
     assert facts["name"] == "NVIDIA A100 (emulated on CPU by smlaunch)" and facts["bf16"] is True
     assert facts["memory"] == 40 * 1024**3
+    assert facts["device_object"] == ["cuda:2", "cuda", 2]  # a CUDA device, as on a GPU
     assert (facts["current"], facts["inside"], facts["after"]) == (3, 1, 3)
     assert facts["allocated"] == [0, 0] and facts["elapsed"] is True
 

@@ -13,6 +13,9 @@ overwrite (SageMaker's local mode silently lets the last host win). With ``confl
 before anything is delivered, and the job ends Failed naming every clashing path.
 
 Destinations: ``file://`` (the directory is created) or ``s3://`` (through the injected boto3 client).
+Nothing already at ``<output_path>/<job>/output/`` is ever overwritten: the backend refuses such a
+job at check time, and should a job of the same name (another job store) deliver there while this
+one runs, :class:`ArtifactExistsError` fails this one instead.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from runtime.transfer import TransferEngine
 
 class ArtifactConflictError(RuntimeError):
     """Two hosts wrote the same artifact path with different bytes, and the session asked for errors."""
+
+
+class ArtifactExistsError(RuntimeError):
+    """``<output_path>/<job>/output/`` already holds objects: they are never overwritten."""
 
 
 @dataclass(frozen=True)
@@ -75,14 +82,20 @@ def output_prefix(output_path: str, job_name: str) -> str:
     return f"{output_path.rstrip('/')}/{job_name}/output"
 
 
-def put(local: Path, uri: str, s3_client: Callable[[], Any]) -> None:
-    """Copy ``local`` (a file, or a directory's files) to ``uri`` (``file://`` or ``s3://``) through
-    the transfer engine (parallel multipart, verified, written under a temporary name)."""
+def _listable(uri: str) -> str:
+    """``uri`` as the transfer engine takes it (``file://localhost/x`` -> ``file:///x``)."""
     parsed = urlparse(uri)
     if parsed.scheme not in ("file", "s3"):
         raise ValueError(f"{uri!r}: output URIs must start with file:// or s3://")
     if parsed.scheme == "file":
-        uri = file_uri_path(uri).as_uri() + ("/" if uri.endswith("/") else "")
+        return file_uri_path(uri).as_uri() + ("/" if uri.endswith("/") else "")
+    return uri
+
+
+def put(local: Path, uri: str, s3_client: Callable[[], Any]) -> None:
+    """Copy ``local`` (a file, or a directory's files) to ``uri`` (``file://`` or ``s3://``) through
+    the transfer engine (parallel multipart, verified, written under a temporary name)."""
+    uri = _listable(uri)
     with TransferEngine(client_factory=s3_client, progress=False) as engine:
         if local.is_dir():
             engine.upload_dir(local, uri)
@@ -126,6 +139,15 @@ def package_artifacts(
                     f"{what} file {clash.path!r} differs between {clash.kept_host} and {clash.other_host} "
                     "(artifact_conflicts='error'); write host-specific names or save on one host only"
                 )
+    destinations = [f"{prefix}/model/" if key == "model" and not compress else f"{prefix}/{tarball}"
+                    for key, tarball, _ in merged]
+    with TransferEngine(client_factory=s3_client, progress=False) as engine:
+        existing = [found for uri in destinations for found in engine.list(_listable(uri))]
+    if existing:  # another job of this name delivered there since this one was checked: keep it
+        raise ArtifactExistsError(
+            f"{existing[0].uri} already exists (another job named {job_name}); this job's artifacts "
+            "are not delivered over it. Use another job name or output_path"
+        )
     for key, tarball, entries in merged:
         if key == "model" and not compress:
             local = staging_dir / "model"

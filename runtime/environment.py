@@ -74,6 +74,22 @@ class HostConfigurationError(ValueError):
         super().__init__(message)
 
 
+def _channel_dirs(paths: contract.Paths, channels: Mapping[str, Any]) -> dict[str, str]:
+    """``input/data/<channel>`` of every channel; a name that is not one directory name (``..``,
+    ``a/b``) is refused, so no channel's data can land outside ``input/data``."""
+    dirs: dict[str, str] = {}
+    for channel in channels:
+        try:
+            dirs[channel] = str(paths.channel_dir(channel))
+        except contract.PathEscapeError:
+            raise HostConfigurationError(
+                str(paths.input_data_config_file), channel,
+                "a channel name must be one directory name (letters, digits, '.', '-', '_'; not '.' "
+                "or '..')", "rename the channel in the request's InputDataConfig",
+            ) from None
+    return dirs
+
+
 def _read_json(path: Path, default: Any | None, fix: str) -> Any:
     if not path.exists():
         if default is not None:
@@ -285,7 +301,7 @@ class Environment:
                 "network_interface_name", contract.DEFAULT_NETWORK_INTERFACE
             ),
             topology=resource_config.get("topology", []),
-            channel_input_dirs={c: str(paths.channel_dir(c)) for c in input_data_config},
+            channel_input_dirs=_channel_dirs(paths, input_data_config),
             num_gpus=num_gpus,
             num_cpus=num_cpus,
             num_neurons=num_neurons,

@@ -23,6 +23,7 @@ import pytest
 
 from estimator import LocalSession, PyTorch
 from estimator import estimator as estimator_module
+from estimator.artifacts import ArtifactExistsError, package_artifacts
 from estimator.errors import ConfigurationError, JobNameTakenError
 from runtime import contract
 from tests.functional._local_helpers import kill_leftover_jobs, moto_s3_in_process, wait_terminal
@@ -176,3 +177,19 @@ def test_earlier_artifacts_in_s3_are_never_overwritten(tmp_path: Path, monkeypat
             estimator.fit(wait=False, job_name="shared-name")
         assert s3.get_object(Bucket="models", Key=key)["Body"].read() == b"first"
         assert not (store / "shared-name").exists()
+
+
+def test_artifacts_delivered_meanwhile_by_a_namesake_are_not_overwritten(tmp_path: Path) -> None:
+    """Both jobs passed their check; the other one delivered first: this one fails, keeping it."""
+    host = tmp_path / "hosts" / "algo-1"
+    (host / "model").mkdir(parents=True)
+    (host / "model" / "model.pt").write_text("mine")
+    output = tmp_path / "out"
+    theirs = output / "shared-name" / "output" / contract.MODEL_TARBALL
+    theirs.parent.mkdir(parents=True)
+    theirs.write_bytes(b"the other job's model")
+    with pytest.raises(ArtifactExistsError, match=re.escape(theirs.as_uri())):
+        package_artifacts({"algo-1": host}, "shared-name", output.as_uri(), tmp_path / "staging",
+                          s3_client=lambda: pytest.fail("no S3"), log=lambda _: None)
+    assert theirs.read_bytes() == b"the other job's model"
+    assert [p.name for p in theirs.parent.iterdir()] == [contract.MODEL_TARBALL]

@@ -9,6 +9,7 @@ and instance counts above SageMaker's per-job quota.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ import pytest
 from estimator import LocalSession, PyTorch, Session
 from estimator.errors import ConfigurationError
 from runtime import contract
+from runtime.environment import Environment, HostConfigurationError
 from runtime.transfer import TransferEngine
 from tests.functional._local_helpers import moto_s3_in_process
+from tests.functional._runtime_tree import write_host_tree
 
 MP_FIELD = "distribution.smdistributed.modelparallel.parameters"
 
@@ -195,3 +198,14 @@ def test_downloaded_object_keys_stay_under_the_directory(tmp_path: Path, key: st
             with pytest.raises(contract.PathEscapeError, match=r"escape\.txt"):
                 engine.download_prefix("s3://bucket/data/", dest)
     assert [p.name for p in tmp_path.rglob("escape.txt")] == []
+
+
+@pytest.mark.parametrize("channel", ["..", "a/../..", "/etc"])
+def test_runtime_refuses_a_request_channel_that_is_not_one_directory(tmp_path: Path, channel: str) -> None:
+    """A request written by another tool (or by hand) reaches the host runtime unchecked: there too,
+    a channel name never makes a path outside input/data."""
+    paths = write_host_tree(tmp_path / "algo-1", "algo-1", ["algo-1"], {})
+    paths.input_data_config_file.write_text(json.dumps({channel: {"TrainingInputMode": "File"}}))
+    with pytest.raises(HostConfigurationError) as caught:
+        Environment.from_files(paths.base, {})
+    assert repr(channel) in str(caught.value) and "Fix: " in str(caught.value)

@@ -352,8 +352,11 @@ def cmd_gc(args: Any, out: TextIO) -> int:
     cutoff = datetime.now(timezone.utc) - age
     kept_running = 0
     removed = 0
+    from estimator.backends._local_state import JobDir
+
     for description in list(local_descriptions(session)):
-        if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES:
+        finishing = JobDir(session.root / description["TrainingJobName"]).agent_alive()
+        if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES or finishing:
             kept_running += 1
             continue
         ended = (_when(description.get("TrainingEndTime")) or _when(description.get("LastModifiedTime"))

@@ -51,6 +51,7 @@ def smlaunch(env: dict[str, str], *args: str, cwd: Path) -> subprocess.Completed
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text("print('loss=0.5')\n")

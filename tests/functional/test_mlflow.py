@@ -27,6 +27,7 @@ for epoch in range(args.epochs):
 """
 
 
+@pytest.mark.slow
 def test_job_becomes_an_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3 keeps the file store opt-in
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -37,6 +37,7 @@ def started_job(aws: FakeSageMaker, session: Session) -> datetime:
     return aws.job(JOB).training_start_time
 
 
+@pytest.mark.slow  # importing the SageMaker SDK takes seconds
 def test_cloudwatch_metrics_match_the_sdk(aws: FakeSageMaker) -> None:
     sagemaker_session_module = pytest.importorskip("sagemaker.session")
     sdk_analytics = pytest.importorskip("sagemaker.analytics")

@@ -70,7 +70,7 @@ def test_hang_dumps_every_stack_and_names_where_each_rank_was(tmp_path: Path) ->
     assert "[algo-1] stacks: " in run.log and "looks hung" in run.log
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)  # generous: four ranks import torch slowly on a busy machine
 def test_stop_during_a_collective_reaches_every_rank(tmp_path: Path) -> None:
     from estimator import LocalSession, PyTorch
     from tests.functional._local_helpers import (
@@ -110,7 +110,7 @@ def test_stop_during_a_collective_reaches_every_rank(tmp_path: Path) -> None:
         job = estimator.latest_training_job
         assert job is not None
         for rank in range(4):
-            wait_for_line(session.backend(), job.name, f"joined {rank}", timeout=90)
+            wait_for_line(session.backend(), job.name, f"joined {rank}", timeout=420)
         time.sleep(0.5)  # rank 0 is now inside all_reduce
         job.stop()
         description = wait_terminal(session.backend(), job.name, 60)

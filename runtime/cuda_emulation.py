@@ -10,7 +10,7 @@ What the script then sees, per emulated host:
   ``set_device``/``current_device``/``torch.cuda.device(i)`` track an index (an index outside the
   host's GPUs fails as on a GPU); ``synchronize``, ``empty_cache``, the memory and RNG queries,
   ``get_device_name``/``get_device_properties`` (the instance's GPU model and memory),
-  ``torch.cuda.Event`` (wall-clock timing) and ``torch.cuda.Stream`` are harmless;
+  ``torch.cuda.Event`` (wall-clock timing), ``torch.cuda.Stream`` and NVTX ranges are harmless;
 - tensors and modules sent to ``"cuda"``, ``"cuda:N"``, ``torch.device("cuda", N)`` or ``N`` stay on
   the CPU: ``Tensor.cuda``/``Module.cuda`` return them as they are, ``Tensor.to``/``Module.to`` and
   every ``device=`` argument of a torch function (a ``TorchFunctionMode``, entered in the thread
@@ -25,7 +25,7 @@ The emulation never changes what is computed: every tensor is the CPU tensor a C
 script would have, so a script that falls back to the CPU when CUDA is absent produces the same
 numbers with and without it. What needs a real GPU fails at once with a :class:`CudaEmulationError`
 (or, for imports, ``ModuleNotFoundError``) naming the call: any other ``torch.cuda`` function that
-would initialise CUDA (streams' kernels, graphs, NVTX), CUDA extensions built with
+would initialise CUDA, CUDA graphs, CUDA extensions built with
 ``torch.utils.cpp_extension`` (``.cu`` sources, ``CUDAExtension``), and CUDA-only libraries
 (apex, flash-attn, Transformer Engine). ``torch.device("cuda", N)`` stays a CUDA device object (the
 script's ``device.type == "cuda"`` holds); what lands on the CPU is the tensors. Limits:
@@ -300,6 +300,13 @@ def _lazy_init_refused() -> None:
     raise CudaEmulationError(f"torch.cuda.{caller}()")
 
 
+def _refused(call: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise CudaEmulationError(call, "captures CUDA kernels")
+
+    return refuse
+
+
 # --- the patches -------------------------------------------------------------------------------------
 
 
@@ -347,8 +354,13 @@ def _patch_torch(torch: types.ModuleType) -> None:
     for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
                  "memory_cached", "max_memory_cached", "utilization"):
         replacements[name] = _returns(0)
+    for name in ("CUDAGraph", "graph", "make_graphed_callables"):
+        replacements[name] = _refused(f"torch.cuda.{name}")
     for name, value in replacements.items():
         setattr(cuda, name, value)
+    for name in ("range_push", "range_pop", "range_start", "range_end", "mark"):  # profiler annotations
+        setattr(cuda.nvtx, name, _returns(None))
+    cuda.nvtx.range = lambda *args, **kwargs: contextlib.nullcontext()
     for module_name in ("torch.cuda.memory", "torch.cuda.random"):
         module = sys.modules.get(module_name)
         if module is not None:

@@ -46,6 +46,9 @@ PROBE = textwrap.dedent('''
         facts["cuda_amp"] = str(model(x).dtype)
     facts["scaler"] = [torch.cuda.amp.GradScaler().is_enabled(), torch.amp.GradScaler("cuda").is_enabled()]
     torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.manual_seed_all(1)
+    torch.cuda.nvtx.range_push("step"); torch.cuda.nvtx.range_pop()
+    with torch.cuda.nvtx.range("forward"):
+        pass
     facts["allocated"] = [torch.cuda.memory_allocated(), torch.cuda.max_memory_reserved()]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record(); end.record(); torch.cuda.current_stream().synchronize()
@@ -60,6 +63,7 @@ PROBE = textwrap.dedent('''
         "ordinal": lambda: torch.cuda.set_device(8),
         "tensor_ordinal": lambda: torch.zeros(1, device="cuda:9"),
         "blas": torch.cuda.current_blas_handle,
+        "graph": torch.cuda.CUDAGraph,
         "apex": lambda: __import__("apex"),
         "flash_attn": lambda: __import__("flash_attn"),
         "extension": lambda: __import__("torch.utils.cpp_extension", fromlist=["load"]).load(
@@ -109,6 +113,7 @@ def test_what_needs_a_real_gpu_fails_naming_the_call(facts: dict) -> None:
     assert errors["blas"].startswith(
         "CudaEmulationError: torch.cuda.current_blas_handle() needs a real CUDA GPU"
     )
+    assert errors["graph"].startswith("CudaEmulationError: torch.cuda.CUDAGraph needs a real CUDA GPU")
     assert errors["apex"].startswith("ModuleNotFoundError: import apex: apex runs CUDA-only kernels")
     assert errors["flash_attn"].startswith("ModuleNotFoundError: import flash_attn:")
     assert errors["extension"].startswith(

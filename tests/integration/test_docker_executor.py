@@ -11,14 +11,16 @@ Covered: the image's contract (``train``, tini as PID 1, non-root default user, 
 the quickstart on 2 containers, with the same statuses and artifacts as the process executor
 (parity, also for the smddp example and an MPI job across 2 containers); a crash in one container
 ends the other; stop and max_run remove both; a container killed from outside fails the job naming it; a
-non-root caller owns every file its containers write. Refused at ``fit()`` before any code is
-staged: an image missing locally, an image without ``train``, a ``file://`` channel that does not
-exist; a mount source gone by launch fails the job before any container starts. After every test
-no container of the job exists and no process of the job remains.
+non-root caller owns every file its containers write; a container's boto3 gets the caller's AWS
+credentials while its definition (``docker inspect``) and the job's files hold none. Refused at
+``fit()`` before any code is staged: an image missing locally, an image without ``train``, a
+``file://`` channel that does not exist; a mount source gone by launch fails the job before any
+container starts. After every test no container of the job exists and no process of the job remains.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -557,3 +559,40 @@ def test_a_non_root_caller_owns_every_file_its_containers_write(
     assert not foreign, f"not the caller's, so its cleanup would fail: {foreign}"
     assert _members(state["ModelArtifacts"]["S3ModelArtifacts"])["model.txt"] == f"uid {CALLER}".encode()
     assert not _containers(engine, name)
+
+
+def test_a_container_gets_aws_credentials_that_its_definition_never_holds(
+    tmp_path: Path, root: Path, engine: Any, image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script's boto3 finds the caller's credentials (from the agent's loopback endpoint), yet
+    ``docker inspect`` of the running container and every file of the job hold none of them."""
+    planted = {"AWS_ACCESS_KEY_ID": "AKIAPLANTEDDOCKER042",
+               "AWS_SECRET_ACCESS_KEY": "planted/docker/secret042",
+               "AWS_SESSION_TOKEN": "planted-docker-token-042"}
+    for variable, value in planted.items():
+        monkeypatch.setenv(variable, value)
+    script = """
+import hashlib, os, pathlib, time
+import boto3
+frozen = boto3.Session().get_credentials().get_frozen_credentials()
+digest = hashlib.sha256("|".join((frozen.access_key, frozen.secret_key, frozen.token)).encode()).hexdigest()
+print("credentials digest", digest, flush=True)
+go = pathlib.Path(os.environ["SM_MODEL_DIR"]) / "go"
+deadline = time.time() + 120
+while not go.exists() and time.time() < deadline:
+    time.sleep(0.1)
+"""
+    name = f"creds-{RUN_ID}"
+    backend = _backend(root, engine)
+    backend.submit(_spec(tmp_path, image, name, script, instance_count=1))
+    wait_for_line(backend, name, "credentials digest", timeout=JOB_TIMEOUT)
+    definitions = json.dumps([c.attrs for c in _containers(engine, name)])
+    (root / name / "hosts" / "algo-1" / "model" / "go").touch()
+    assert wait_terminal(backend, name, timeout=JOB_TIMEOUT)["TrainingJobStatus"] == contract.STATUS_COMPLETED
+    expected = hashlib.sha256("|".join(planted.values()).encode()).hexdigest()
+    assert any(f"credentials digest {expected}" in line for line in backend.log_lines(name))
+    assert "AWS_CONTAINER_CREDENTIALS_FULL_URI" in definitions
+    written = [p.read_bytes() for p in (root / name).rglob("*") if p.is_file() and not p.is_symlink()]
+    for variable, value in planted.items():
+        assert value not in definitions, f"{variable} in the container's definition"
+        assert not any(value.encode() in data for data in written), f"{variable} in a file of the job"

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from estimator.s3 import S3Downloader, S3Uploader
     from estimator.session import LocalSession, Session
     from estimator.spec import TrainingJobSpec
+    from estimator.tensorflow import TensorFlow
     from estimator.tuner import HyperparameterTuner
 
 # Imported on first access: processes that only need a submodule (the local backend's per-job
@@ -39,6 +40,7 @@ _LAZY = {
     "S3Downloader": "estimator.s3",
     "S3Uploader": "estimator.s3",
     "TensorBoardOutputConfig": "estimator.debugger",
+    "TensorFlow": "estimator.tensorflow",
     "TrainingInput": "estimator.inputs",
     "TrainingJob": "estimator.job",
     "LocalSession": "estimator.session",
@@ -58,6 +60,7 @@ __all__ = [
     "Session",
     "ShuffleConfig",
     "TensorBoardOutputConfig",
+    "TensorFlow",
     "TrainingInput",
     "TrainingJob",
     "TrainingJobAnalytics",

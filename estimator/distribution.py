@@ -26,7 +26,10 @@ Deliberate differences from the SDK (2.257.x):
 | modelparallel without mpi/torch    | one process runs        | rejected                                  |
 | torch_distributed on CPU types     | rejected                | rejected on SageMaker, allowed locally    |
 | smddp/smp on ``ml.p5.48xlarge``    | rejected at fit (#4988) | allowed                                   |
-| parameter_server, pytorchxla, MWMS | TF / XLA strategies     | rejected: not supported                   |
+| parameter_server, MWMS (PyTorch)   | TF strategies, ignored  | rejected (``TensorFlow`` accepts them)    |
+| torch_distributed (TensorFlow)     | ignored                 | rejected                                  |
+| MWMS / PS + mpi                    | one silently wins       | rejected                                  |
+| pytorchxla                         | XLA strategy            | rejected: not supported                   |
 | ``instance_groups``                | heterogeneous clusters  | rejected: not supported                   |
 """
 
@@ -44,14 +47,27 @@ from estimator.catalog import InstanceType
 from estimator.errors import ConfigurationError
 from runtime import contract
 
-Strategy = Literal["none", "modelparallel", "mpi", "torch_distributed", "pytorchddp", "smddp"]
+Strategy = Literal["none", "modelparallel", "mpi", "torch_distributed", "pytorchddp", "smddp",
+                   "parameter_server", "multi_worker_mirrored_strategy"]
 
 _FIELD = "distribution"
 _UNSUPPORTED = {
-    "parameter_server": "parameter servers are a TensorFlow strategy",
     "pytorchxla": "PyTorch/XLA needs SageMaker Training Compiler",
-    "multi_worker_mirrored_strategy": "MultiWorkerMirroredStrategy is TensorFlow only",
     "instance_groups": "heterogeneous clusters (instance groups) are not supported yet",
+}
+_FRAMEWORK_ONLY = {
+    "pytorch": {
+        "parameter_server": "parameter servers are a TensorFlow strategy",
+        "multi_worker_mirrored_strategy": "MultiWorkerMirroredStrategy is TensorFlow only",
+    },
+    "tensorflow": {
+        "torch_distributed": "torch_distributed launches PyTorch ranks",
+        "pytorchddp": "pytorchddp launches PyTorch ranks",
+    },
+}
+_STRATEGIES = {
+    "pytorch": "torch_distributed, pytorchddp, smdistributed or mpi",
+    "tensorflow": "multi_worker_mirrored_strategy, parameter_server, mpi or smdistributed",
 }
 
 
@@ -94,12 +110,15 @@ class Distribution(_Strict):
     mpi: MpiOptions | None = None
     torch_distributed: Enabled | None = None
     pytorchddp: Enabled | None = None
+    parameter_server: Enabled | None = None
+    multi_worker_mirrored_strategy: Enabled | None = None
 
     # --- construction ---------------------------------------------------------------------------
 
     @classmethod
-    def parse(cls, value: Mapping[str, Any] | None) -> Distribution:
-        """Parse the user's dict; every problem is a :class:`ConfigurationError` naming the key."""
+    def parse(cls, value: Mapping[str, Any] | None, framework: str | None = None) -> Distribution:
+        """Parse the user's dict; every problem is a :class:`ConfigurationError` naming the key.
+        ``framework`` (``pytorch``, ``tensorflow``; None: any) decides which strategies exist."""
         if value is None:
             return cls()
         if isinstance(value, Distribution):
@@ -108,11 +127,11 @@ class Distribution(_Strict):
             raise ConfigurationError(
                 _FIELD, value, "must be a dict", "pass e.g. {'torch_distributed': {'enabled': True}}"
             )
-        for key, why in _UNSUPPORTED.items():
+        for key, why in {**_UNSUPPORTED, **_FRAMEWORK_ONLY.get(framework or "", {})}.items():
             if key in value:
                 raise ConfigurationError(
                     f"{_FIELD}.{key}", value[key], f"not supported by smlaunch ({why})",
-                    "use torch_distributed, pytorchddp, smdistributed or mpi",
+                    f"use {_STRATEGIES.get(framework or '', 'another strategy')}",
                 )
         try:
             parsed = cls.model_validate(dict(value))
@@ -155,6 +174,24 @@ class Distribution(_Strict):
                 "smdistributed.dataparallel starts its own MPI processes and cannot coexist with mpi",
                 "drop 'mpi'",
             )
+        ps_on = self.parameter_server is not None and self.parameter_server.enabled
+        mwms = self.multi_worker_mirrored_strategy
+        mwms_on = mwms is not None and mwms.enabled
+        if mwms_on and (sm is not None or self.parameter_server is not None):
+            raise ConfigurationError(
+                _FIELD, self.to_dict(), "multi_worker_mirrored_strategy cannot be combined with "
+                "smdistributed or parameter_server (as SageMaker's SDK)", "keep one strategy",
+            )
+        if (ps_on or mwms_on) and mpi_on:
+            other = "parameter_server" if ps_on else "multi_worker_mirrored_strategy"
+            raise ConfigurationError(
+                _FIELD, self.to_dict(), f"mpi and {other} are two launchers and cannot coexist",
+                f"drop 'mpi' to run {other}, or drop '{other}' to run under mpirun (Horovod)",
+            )
+        if ps_on and sm is not None:
+            raise ConfigurationError(_FIELD, self.to_dict(),
+                                     "parameter_server and smdistributed cannot be used together",
+                                     "keep one of them")
         if self.modelparallel_enabled:
             if not (mpi_on or torch_on):
                 raise ConfigurationError(
@@ -196,6 +233,10 @@ class Distribution(_Strict):
             return "torch_distributed"
         if self.smddp_enabled:
             return "smddp"
+        if self.parameter_server is not None and self.parameter_server.enabled:
+            return "parameter_server"
+        if self.multi_worker_mirrored_strategy is not None and self.multi_worker_mirrored_strategy.enabled:
+            return "multi_worker_mirrored_strategy"
         return "none"
 
     def processes_per_host(self, instance: InstanceType, emulated: int | None = None) -> int | None:
@@ -209,7 +250,7 @@ class Distribution(_Strict):
             if emulated is not None:
                 return emulated
             return instance.accelerator_ranks
-        if self.strategy == "none":
+        if self.strategy in ("none", "parameter_server", "multi_worker_mirrored_strategy"):
             return 1
         return None
 
@@ -290,6 +331,8 @@ class Distribution(_Strict):
 
     def _generic(self, instance_type: str) -> dict[str, Any]:
         config: dict[str, Any] = {}
+        if self.parameter_server is not None:
+            config[contract.HP_PARAMETER_SERVER_ENABLED] = self.parameter_server.enabled
         if self.mpi is not None:
             config[contract.HP_MPI_ENABLED] = self.mpi.enabled
             if self.mpi.processes_per_host:
@@ -304,6 +347,8 @@ class Distribution(_Strict):
                 dataparallel = self.smdistributed.dataparallel
                 assert dataparallel is not None
                 config[contract.HP_SMDDP_CUSTOM_MPI_OPTIONS] = dataparallel.custom_mpi_options
+        if self.multi_worker_mirrored_strategy is not None:
+            config[contract.HP_MWMS_ENABLED] = self.multi_worker_mirrored_strategy.enabled
         return config
 
     @classmethod
@@ -315,6 +360,10 @@ class Distribution(_Strict):
             result["pytorchddp"] = {"enabled": bool(hps[contract.HP_PYTORCH_DDP_ENABLED])}
         if contract.HP_TORCH_DISTRIBUTED_ENABLED in hps:
             result["torch_distributed"] = {"enabled": bool(hps[contract.HP_TORCH_DISTRIBUTED_ENABLED])}
+        if contract.HP_PARAMETER_SERVER_ENABLED in hps:
+            result["parameter_server"] = {"enabled": bool(hps[contract.HP_PARAMETER_SERVER_ENABLED])}
+        if contract.HP_MWMS_ENABLED in hps:
+            result["multi_worker_mirrored_strategy"] = {"enabled": bool(hps[contract.HP_MWMS_ENABLED])}
         if contract.HP_MPI_ENABLED in hps:
             mpi: dict[str, Any] = {"enabled": bool(hps[contract.HP_MPI_ENABLED])}
             if hps.get(contract.HP_MPI_PROCESSES_PER_HOST):
@@ -346,6 +395,8 @@ DISTRIBUTION_KEYS = frozenset(
         contract.HP_SMDDP_ENABLED,
         contract.HP_SMDDP_CUSTOM_MPI_OPTIONS,
         contract.HP_INSTANCE_TYPE,
+        contract.HP_PARAMETER_SERVER_ENABLED,
+        contract.HP_MWMS_ENABLED,
     }
 )
 """Hyperparameter keys that belong to the distribution (removed from user hps by ``attach``)."""
@@ -361,6 +412,8 @@ _VALID_KEYS: dict[tuple[str, ...], list[str]] = {
     ("mpi",): list(MpiOptions.model_fields),
     ("torch_distributed",): list(Enabled.model_fields),
     ("pytorchddp",): list(Enabled.model_fields),
+    ("parameter_server",): list(Enabled.model_fields),
+    ("multi_worker_mirrored_strategy",): list(Enabled.model_fields),
 }
 
 _EXAMPLES = {

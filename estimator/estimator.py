@@ -114,7 +114,9 @@ often 0 on new accounts, so this documented per-job default is the one limit che
 # botocore ResourceConfig.KeepAlivePeriodInSeconds (max) and ExperimentEntityName (pattern, 1..120).
 MAX_KEEP_ALIVE_SECONDS = 21600
 _EXPERIMENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,119}$")
-_DLC_TAG = re.compile(r"^(?:.+/)?pytorch-training:(?P<version>[0-9.]+)-(?:cpu|gpu)-(?P<py>py[0-9]+)")
+_DLC_TAG = re.compile(
+    r"^(?:.+/)?(?P<repository>[a-z]+-training):(?P<version>[0-9.]+)-(?:cpu|gpu)-(?P<py>py[0-9]+)"
+)
 
 
 def _experiment_config(config: Any) -> ExperimentConfig | None:
@@ -392,7 +394,7 @@ class Estimator:
 
     def _set_distribution(self, value: Any) -> None:
         """Parse and check ``value`` against the topology (and the framework image), then keep it."""
-        parsed = Distribution.parse(value)
+        parsed = Distribution.parse(value, self._framework)
         parsed.check(self.instance, self.instance_count, local=self.is_local,
                      emulated_processes_per_host=getattr(self.sagemaker_session, "processes_per_host", None))
         torch_on = parsed.torch_distributed is not None and parsed.torch_distributed.enabled
@@ -626,6 +628,10 @@ class Estimator:
             return naming.base_name_from_image(self.image_uri)
         return "smlaunch"
 
+    def _framework_hyperparameters(self, job_name: str, output_path: str) -> dict[str, Any]:
+        """Keys a framework estimator adds after the distribution's (TensorFlow's ``model_dir``)."""
+        return {}
+
     def _metrics_time_series(self) -> bool | None:
         return self.enable_sagemaker_metrics
 
@@ -698,6 +704,7 @@ class Estimator:
                 contract.HP_REGION: region,
             }))
         wire.update(hp.encode(self._distribution.to_hyperparameters(self.instance_type), "distribution"))
+        wire.update(hp.encode(self._framework_hyperparameters(name, output_path)))
         hp.check_limits(wire)
 
         algorithm: dict[str, Any] = {"TrainingInputMode": self.input_mode}
@@ -1016,15 +1023,18 @@ class Estimator:
         return kwargs
 
 
-class PyTorch(Estimator):
-    """SageMaker SDK v2's ``sagemaker.pytorch.PyTorch``: script mode on the PyTorch DLC.
+class Framework(Estimator):
+    """SageMaker SDK v2's ``sagemaker.estimator.Framework``: script mode on a Deep Learning Container.
 
-    ``framework_version`` and ``py_version`` pick the Deep Learning Container image (see
-    :mod:`estimator.image_uris`); ``image_uri`` overrides it (e.g. an smlaunch image from
-    ``container/`` pushed to ECR).
+    ``framework_version`` and ``py_version`` pick the DLC image (see :mod:`estimator.image_uris`);
+    ``image_uri`` overrides it (e.g. an smlaunch image from ``container/`` pushed to ECR).
+    Subclasses name the framework, its display name and the version from which the SDK turns
+    metrics time series on.
     """
 
-    _framework = "pytorch"
+    _display_name: ClassVar[str]
+    _metrics_since: ClassVar[tuple[int, ...]]
+    _version_example: ClassVar[str]
 
     def __init__(
         self,
@@ -1041,25 +1051,67 @@ class PyTorch(Estimator):
         require_type("framework_version", framework_version, (str, type(None)), "pass e.g. '2.1.0'")
         require_type("py_version", py_version, (str, type(None)), "pass e.g. 'py310'")
         if entry_point is None:
-            raise ConfigurationError("entry_point", None, "PyTorch runs a training script",
+            raise ConfigurationError("entry_point", None, f"{self._display_name} runs a training script",
                                      "pass entry_point='train.py'")
         if image_uri is None and (framework_version is None or py_version is None):
             raise ConfigurationError(
                 "framework_version" if framework_version is None else "py_version", None,
-                "framework_version and py_version pick the PyTorch image",
-                "pass both (e.g. framework_version='2.1.0', py_version='py310') or image_uri",
+                f"framework_version and py_version pick the {self._display_name} image",
+                f"pass both (e.g. {self._version_example}) or image_uri",
             )
         if image_uri is None:
-            image_uris.version_config(str(framework_version), str(py_version))
+            image_uris.version_config(str(framework_version), str(py_version), str(self._framework))
         self.framework_version = framework_version
         self.py_version = py_version
         if "enable_sagemaker_metrics" not in kwargs and framework_version is not None:
-            # The SDK turns metrics time series on for PyTorch >= 1.3.
-            kwargs["enable_sagemaker_metrics"] = _version_tuple(framework_version) >= (1, 3)
+            # The SDK turns metrics time series on from a version on (PyTorch 1.3, TensorFlow 1.15).
+            kwargs["enable_sagemaker_metrics"] = _version_tuple(framework_version) >= self._metrics_since
             if not kwargs["enable_sagemaker_metrics"]:
                 kwargs["enable_sagemaker_metrics"] = None
         super().__init__(image_uri, entry_point=entry_point, source_dir=source_dir,
                          hyperparameters=hyperparameters, distribution=distribution, **kwargs)
+
+    def _image(self, region: str) -> str | None:
+        if self.image_uri is not None:
+            return self.image_uri
+        version, py, framework = str(self.framework_version), str(self.py_version), str(self._framework)
+        if self.is_local and not image_uris.has_region(version, py, region, framework):
+            # No registry for this region (LocalSession's is "local"): name the image without one,
+            # so the request still says which framework build it is (attach reads it back).
+            row = image_uris.version_config(version, py, framework)
+            return f"{row['repository']}:{version}-{self.instance.processor}-{py}"
+        return image_uris.retrieve(version, py, self.instance, region,
+                                   smdistributed=self._distribution.smdistributed is not None,
+                                   framework=framework)
+
+    def _base_name(self) -> str:
+        if self.base_job_name:
+            return self.base_job_name
+        if self.image_uri:
+            return naming.base_name_from_image(self.image_uri)
+        row = image_uris.version_config(str(self.framework_version), str(self.py_version),
+                                        str(self._framework))
+        return str(row["repository"])
+
+    @classmethod
+    def _init_params_from_description(cls, desc: Mapping[str, Any]) -> dict[str, Any]:
+        kwargs = super()._init_params_from_description(desc)
+        image = kwargs.get("image_uri") or ""
+        match = _DLC_TAG.match(image)
+        if match and match.group("repository") == f"{cls._framework}-training":
+            kwargs["framework_version"] = match.group("version")
+            kwargs["py_version"] = match.group("py")
+            kwargs["image_uri"] = None
+        return kwargs
+
+
+class PyTorch(Framework):
+    """SageMaker SDK v2's ``sagemaker.pytorch.PyTorch``: script mode on the PyTorch DLC."""
+
+    _framework = "pytorch"
+    _display_name = "PyTorch"
+    _metrics_since = (1, 3)
+    _version_example = "framework_version='2.1.0', py_version='py310'"
 
     def _check_framework_distribution(self) -> None:
         """The DLC's own limits (SDK rules 17, 18, 20, 21): only when a DLC runs the job."""
@@ -1097,37 +1149,6 @@ class PyTorch(Estimator):
                 "pass image_uri='658645717510.dkr.ecr.<region>.amazonaws.com/"
                 "smdistributed-modelparallel:<tag>'",
             )
-
-    def _image(self, region: str) -> str | None:
-        if self.image_uri is not None:
-            return self.image_uri
-        version, py = str(self.framework_version), str(self.py_version)
-        if self.is_local and not image_uris.has_region(version, py, region):
-            # No registry for this region (LocalSession's is "local"): name the image without one,
-            # so the request still says which framework build it is (attach reads it back).
-            row = image_uris.version_config(version, py)
-            return f"{row['repository']}:{version}-{self.instance.processor}-{py}"
-        return image_uris.retrieve(version, py, self.instance, region,
-                                   smdistributed=self._distribution.smdistributed is not None)
-
-    def _base_name(self) -> str:
-        if self.base_job_name:
-            return self.base_job_name
-        if self.image_uri:
-            return naming.base_name_from_image(self.image_uri)
-        row = image_uris.version_config(str(self.framework_version), str(self.py_version))
-        return str(row["repository"])
-
-    @classmethod
-    def _init_params_from_description(cls, desc: Mapping[str, Any]) -> dict[str, Any]:
-        kwargs = super()._init_params_from_description(desc)
-        image = kwargs.get("image_uri") or ""
-        match = _DLC_TAG.match(image)
-        if match:
-            kwargs["framework_version"] = match.group("version")
-            kwargs["py_version"] = match.group("py")
-            kwargs["image_uri"] = None
-        return kwargs
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:

@@ -1,7 +1,8 @@
-"""AWS Deep Learning Container URIs for PyTorch training, from a committed data table.
+"""AWS Deep Learning Container URIs for PyTorch and TensorFlow training, from committed data tables.
 
-``estimator/data/pytorch_training_images.json`` holds, for every PyTorch training version that
-SageMaker SDK 2.257.7 knows (its ``image_uri_config/pytorch.json``, ``training`` scope): the Python
+``estimator/data/<framework>_training_images.json`` holds, for every training version that
+SageMaker SDK 2.257.7 knows (its ``image_uri_config/pytorch.json`` / ``tensorflow.json``,
+``training`` scope): the Python
 versions, the ECR repository, the registry account per region, the version aliases (``1.8`` ->
 ``1.8.0``), and the ECR hostname per region. It was generated once with
 ``python -m estimator.image_uris --regenerate`` (which reads the installed ``sagemaker`` package);
@@ -9,11 +10,11 @@ at run time smlaunch never imports ``sagemaker``. A unit test checks the committ
 the installed SDK when it is present.
 
 :func:`retrieve` reproduces ``sagemaker.image_uris.retrieve`` for this scope:
-``<account>.dkr.<ecr hostname>/pytorch-training:<version>-<cpu|gpu>-<py>``, with the version as
-the user wrote it (an alias stays an alias in the tag), ``gpu`` for GPU types (``ml.p*``, ``ml.g*``,
-``local_gpu``), and the CUDA 11 suffix the SDK adds for PyTorch 1.6 GPU images with smdistributed or
-on p4d. An unknown version, Python version or region is a :class:`ConfigurationError` listing the
-valid ones.
+``<account>.dkr.<ecr hostname>/<repository>:<version>-<cpu|gpu>-<py>`` (``pytorch-training``,
+``tensorflow-training``, ...), with the version as the user wrote it (an alias stays an alias in the
+tag), ``gpu`` for GPU types (``ml.p*``, ``ml.g*``, ``local_gpu``), and the CUDA 11 suffix the SDK adds
+for PyTorch 1.6 and TensorFlow 1.15 / 2.3 GPU images with smdistributed or on p4d. An unknown
+version, Python version or region is a :class:`ConfigurationError` listing the valid ones.
 
 Not covered: SMP v2 images (``torch_distributed`` + ``smdistributed.modelparallel``, repository
 ``smdistributed-modelparallel``): pass ``image_uri`` for those.
@@ -30,51 +31,63 @@ from typing import Any
 from estimator.catalog import InstanceType
 from estimator.errors import ConfigurationError
 
-TABLE_PATH = Path(__file__).parent / "data" / "pytorch_training_images.json"
+DATA_DIR = Path(__file__).parent / "data"
+FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 SDK_VERSION = "2.257.7"
 
-# sagemaker.image_uris._get_image_tag: CUDA 11 tags for PyTorch 1.6 GPU images when the job uses
-# smdistributed or runs on p4d.
+# sagemaker.image_uris._get_image_tag: CUDA 11 tags for PyTorch 1.6 and TensorFlow 1.15 / 2.3 GPU
+# images when the job uses smdistributed or runs on p4d.
 _AUTO_CONTAINER_VERSIONS = {
-    "1.6-gpu-py36": "cu110-ubuntu18.04-v3",
-    "1.6.0-gpu-py36": "cu110-ubuntu18.04",
-    "1.6-gpu-py3": "cu110-ubuntu18.04-v3",
-    "1.6.0-gpu-py3": "cu110-ubuntu18.04",
+    "pytorch-1.6-gpu-py36": "cu110-ubuntu18.04-v3",
+    "pytorch-1.6.0-gpu-py36": "cu110-ubuntu18.04",
+    "pytorch-1.6-gpu-py3": "cu110-ubuntu18.04-v3",
+    "pytorch-1.6.0-gpu-py3": "cu110-ubuntu18.04",
+    "tensorflow-2.3-gpu-py37": "cu110-ubuntu18.04-v3",
+    "tensorflow-2.3.1-gpu-py37": "cu110-ubuntu18.04",
+    "tensorflow-2.3.2-gpu-py37": "cu110-ubuntu18.04",
+    "tensorflow-1.15-gpu-py37": "cu110-ubuntu18.04-v8",
+    "tensorflow-1.15.4-gpu-py37": "cu110-ubuntu18.04",
+    "tensorflow-1.15.5-gpu-py37": "cu110-ubuntu18.04",
 }
 
 
-@lru_cache(maxsize=1)
-def table() -> dict[str, Any]:
-    """The committed table (read once)."""
-    return json.loads(TABLE_PATH.read_text())
+def table_path(framework: str = "pytorch") -> Path:
+    """The committed table of ``framework`` (``pytorch`` or ``tensorflow``)."""
+    return DATA_DIR / f"{framework}_training_images.json"
 
 
-def versions() -> list[str]:
+@lru_cache(maxsize=2)
+def table(framework: str = "pytorch") -> dict[str, Any]:
+    """The committed table of ``framework`` (read once)."""
+    return json.loads(table_path(framework).read_text())
+
+
+def versions(framework: str = "pytorch") -> list[str]:
     """Every accepted framework version: full versions, then aliases."""
-    data = table()
+    data = table(framework)
     return [*data["versions"], *data["version_aliases"]]
 
 
-def _fail(field: str, value: object, what: str, valid: list[str]) -> ConfigurationError:
+def _fail(field: str, value: object, what: str, valid: list[str], framework: str) -> ConfigurationError:
     return ConfigurationError(
-        field, value, f"unsupported {what} for PyTorch training images",
+        field, value, f"unsupported {what} for {FRAMEWORKS[framework]} training images",
         f"use one of: {', '.join(valid)}; or pass image_uri",
     )
 
 
-def version_config(framework_version: str, py_version: str) -> dict[str, Any]:
+def version_config(framework_version: str, py_version: str, framework: str = "pytorch") -> dict[str, Any]:
     """The table row for a version, after checking the version and the Python version."""
-    data = table()
+    data = table(framework)
     if framework_version not in data["versions"] and framework_version not in data["version_aliases"]:
-        raise _fail("framework_version", framework_version, "version", versions())
+        raise _fail("framework_version", framework_version, "version", versions(framework), framework)
     full = data["version_aliases"].get(framework_version, framework_version)
     row = data["versions"][full]
     if py_version not in row["py_versions"]:
         raise ConfigurationError(
-            "py_version", py_version, f"PyTorch {framework_version} images exist for "
+            "py_version", py_version, f"{FRAMEWORKS[framework]} {framework_version} images exist for "
             f"{', '.join(row['py_versions'])} only", f"pass py_version={row['py_versions'][-1]!r}",
         )
-    return row
+    return {"py_versions": row["py_versions"], **row["by_py"][py_version]} if "by_py" in row else row
 
 
 def retrieve(
@@ -83,33 +96,45 @@ def retrieve(
     instance: InstanceType,
     region: str,
     smdistributed: bool = False,
+    framework: str = "pytorch",
 ) -> str:
     """The DLC training image URI, as SDK 2.257.7's ``image_uris.retrieve`` returns it."""
-    row = version_config(framework_version, py_version)
+    row = version_config(framework_version, py_version, framework)
     if region not in row["registries"]:
-        raise _fail("region", region, f"region for PyTorch {framework_version}", sorted(row["registries"]))
-    hostname = table()["hostnames"][region]
+        raise _fail("region", region, f"region for {FRAMEWORKS[framework]} {framework_version}",
+                    sorted(row["registries"]), framework)
+    hostname = table(framework)["hostnames"][region]
     tag = f"{framework_version}-{instance.processor}-{py_version}"
     family = instance.name.split(".")[1] if instance.name.startswith("ml.") else ""
-    if (smdistributed or family == "p4d") and tag in _AUTO_CONTAINER_VERSIONS:
-        tag = f"{tag}-{_AUTO_CONTAINER_VERSIONS[tag]}"
+    key = f"{framework}-{tag}"
+    if (smdistributed or family == "p4d") and key in _AUTO_CONTAINER_VERSIONS:
+        tag = f"{tag}-{_AUTO_CONTAINER_VERSIONS[key]}"
     return f"{row['registries'][region]}.dkr.{hostname}/{row['repository']}:{tag}"
 
 
-def has_region(framework_version: str, py_version: str, region: str) -> bool:
-    return region in version_config(framework_version, py_version)["registries"]
+def has_region(framework_version: str, py_version: str, region: str, framework: str = "pytorch") -> bool:
+    return region in version_config(framework_version, py_version, framework)["registries"]
 
 
 # --- regeneration (development only; needs the sagemaker package) ---------------------------------
 
 
-def generate_table(pytorch_config: dict[str, Any], hostname_of: Any) -> dict[str, Any]:
-    """Build the table from the SDK's ``pytorch.json`` dict; ``hostname_of(region)`` gives the ECR
-    hostname (the SDK takes it from botocore's endpoint data)."""
-    training = pytorch_config["training"]
+def generate_table(sdk_config: dict[str, Any], hostname_of: Any,
+                   framework: str = "pytorch") -> dict[str, Any]:
+    """Build the table from the SDK's ``<framework>.json`` dict; ``hostname_of(region)`` gives the
+    ECR hostname (the SDK takes it from botocore's endpoint data)."""
+    training = sdk_config["training"]
     rows: dict[str, Any] = {}
     regions: set[str] = set()
     for version, config in training["versions"].items():
+        if "py_versions" not in config:  # one repository per Python version (TensorFlow 1.13.1)
+            rows[version] = {"py_versions": list(config), "by_py": {
+                py: {"repository": c["repository"], "registries": dict(sorted(c["registries"].items()))}
+                for py, c in config.items()
+            }}
+            for c in config.values():
+                regions.update(c["registries"])
+            continue
         rows[version] = {
             "py_versions": list(config["py_versions"]),
             "repository": config["repository"],
@@ -117,7 +142,7 @@ def generate_table(pytorch_config: dict[str, Any], hostname_of: Any) -> dict[str
         }
         regions.update(config["registries"])
     return {
-        "source": f"sagemaker {SDK_VERSION} image_uri_config/pytorch.json (training)",
+        "source": f"sagemaker {SDK_VERSION} image_uri_config/{framework}.json (training)",
         "processors": list(training["processors"]),
         "version_aliases": dict(training["version_aliases"]),
         "versions": rows,
@@ -134,10 +159,12 @@ def _regenerate() -> None:  # pragma: no cover - development tool
         endpoint = sdk_utils._botocore_resolver().construct_endpoint("ecr", region)
         return endpoint["hostname"] if endpoint else f"ecr.{region}.amazonaws.com"
 
-    data = generate_table(sdk_image_uris.config_for_framework("pytorch"), hostname_of)
-    TABLE_PATH.parent.mkdir(parents=True, exist_ok=True)
-    TABLE_PATH.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {TABLE_PATH} ({len(data['versions'])} versions)")
+    for framework in FRAMEWORKS:
+        data = generate_table(sdk_image_uris.config_for_framework(framework), hostname_of, framework)
+        path = table_path(framework)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {path} ({len(data['versions'])} versions)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -32,6 +32,8 @@ DISTRIBUTIONS: dict[str, dict[str, Any] | None] = {
         "smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 2}}},
         "mpi": {"enabled": True, "processes_per_host": 8},
     },
+    "parameter_server": {"parameter_server": {"enabled": True}},
+    "multi_worker_mirrored_strategy": {"multi_worker_mirrored_strategy": {"enabled": True}},
 }
 
 

@@ -52,8 +52,9 @@ def test_types_are_strict() -> None:
 @pytest.mark.parametrize("key", ["parameter_server", "pytorchxla", "multi_worker_mirrored_strategy",
                                  "instance_groups"])
 def test_unsupported_strategies(key: str) -> None:
-    err = error({key: {"enabled": True}})
-    assert err.field == f"distribution.{key}" and "not supported" in str(err)
+    with pytest.raises(ConfigurationError) as caught:
+        Distribution.parse({key: {"enabled": True}}, "pytorch")
+    assert caught.value.field == f"distribution.{key}" and "not supported" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -159,11 +159,12 @@ def sdk_capture():
             boto_session.client("s3").create_bucket(
                 Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
 
-        def run(kwargs: dict[str, Any], inputs: Any, job_name: str, **fit_kwargs: Any) -> dict[str, Any]:
+        def run(kwargs: dict[str, Any], inputs: Any, job_name: str, sdk_class: Any = SdkPyTorch,
+                **fit_kwargs: Any) -> dict[str, Any]:
             captured.clear()
             # The SDK adds its sagemaker_* keys to the hyperparameters dict it was given: give it a copy.
             kwargs = copy.deepcopy(kwargs)
-            estimator = SdkPyTorch(role=ROLE, sagemaker_session=sm_session, **kwargs)
+            estimator = sdk_class(role=ROLE, sagemaker_session=sm_session, **kwargs)
             estimator.fit(inputs, wait=False, job_name=job_name, **fit_kwargs)
             run.estimator = estimator  # type: ignore[attr-defined]  # for the attribute oracles
             assert len(captured) == 1

@@ -216,6 +216,14 @@ class Environment:
                 "must be a non-empty list of host names",
                 'e.g. ["algo-1", "algo-2"]',
             )
+        for host in hosts:  # host names become file names (logs, stacks, the MPI rendezvous)
+            try:
+                contract.child_path(paths.base, host, "host name", single=True)
+            except contract.PathEscapeError:
+                raise HostConfigurationError(
+                    "resourceconfig.json hosts", host, "a host name must be one file name (no '/', not '..')",
+                    'name hosts like SageMaker does: "algo-1", "algo-2", ...',
+                ) from None
         if current_host not in hosts:
             raise HostConfigurationError(
                 "resourceconfig.json current_host",

@@ -209,3 +209,13 @@ def test_runtime_refuses_a_request_channel_that_is_not_one_directory(tmp_path: P
     with pytest.raises(HostConfigurationError) as caught:
         Environment.from_files(paths.base, {})
     assert repr(channel) in str(caught.value) and "Fix: " in str(caught.value)
+
+
+def test_runtime_refuses_host_names_that_are_paths(tmp_path: Path) -> None:
+    paths = write_host_tree(tmp_path / "algo-1", "algo-1", ["algo-1"], {})
+    config = json.loads(paths.resource_config_file.read_text())
+    config["hosts"] = ["algo-1", "../../etc"]
+    paths.resource_config_file.write_text(json.dumps(config))
+    with pytest.raises(HostConfigurationError) as caught:
+        Environment.from_files(paths.base, {})
+    assert "'../../etc'" in str(caught.value) and "Fix: " in str(caught.value)

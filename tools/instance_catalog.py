@@ -162,6 +162,17 @@ def _order(name: str) -> tuple[str, int, str]:
     return family, _vcpus_from_size(size) if _SIZE.match(size) else 0, size
 
 
+FIELD_SOURCES = {
+    "vcpus": "vCPUs, EC2 instance type specifications",
+    "memory_gib": "memory in GiB, EC2 instance type specifications",
+    "accelerator": "nvidia (GPUs), neuron (AWS Trainium devices) or none",
+    "accelerator_count": "GPUs or Neuron devices, EC2 accelerated computing specifications",
+    "accelerator_model": "GPU or Neuron device model, EC2 accelerated computing specifications",
+    "accelerator_memory_gib": "memory of one device, EC2 accelerated computing specifications",
+    "neuron_cores": "NeuronCores per host as sagemaker_training.environment.num_neurons counts them",
+    "efa": "EFA support, EC2 'Supported instance types' list of Elastic Fabric Adapter",
+    "null": "not published in the sources used",
+}
 FIELDS = ("name", "vcpus", "memory_gib", "accelerator", "accelerator_count", "accelerator_model",
           "accelerator_memory_gib", "neuron_cores", "efa")
 
@@ -176,6 +187,7 @@ def build(names: list[str], botocore_version: str) -> dict[str, Any]:
     return {
         "source": (f"TrainingInstanceType of botocore {botocore_version}'s SageMaker model; facts from "
                    "the AWS EC2 instance type pages, see tools/instance_catalog.py"),
+        "fields": FIELD_SOURCES,
         "types": [{key: _plain(r[key]) for key in FIELDS} for r in rows],
     }
 
@@ -183,7 +195,9 @@ def build(names: list[str], botocore_version: str) -> dict[str, Any]:
 def dump(data: dict[str, Any]) -> str:
     """The file's text: one type per line, so a regeneration's diff shows the types that changed."""
     rows = ",\n".join("  " + json.dumps(r) for r in data["types"])
-    return f'{{\n "source": {json.dumps(data["source"])},\n "types": [\n{rows}\n ]\n}}\n'
+    fields = json.dumps(data["fields"], indent=2).replace("\n", "\n ")
+    return (f'{{\n "source": {json.dumps(data["source"])},\n "fields": {fields},\n'
+            f' "types": [\n{rows}\n ]\n}}\n')
 
 
 def botocore_training_types() -> tuple[list[str], str]:

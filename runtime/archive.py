@@ -18,7 +18,8 @@
      (:class:`ArchiveLimits`), so a tar bomb fails before anything is written;
   2. members are written one by one below a directory descriptor of the destination, every path
      component opened with ``O_NOFOLLOW`` (a link met on the way is an error, never followed), files
-     created with ``O_EXCL | O_NOFOLLOW``; the archive must hold the same members as in the first pass.
+     created with ``O_EXCL | O_NOFOLLOW``; every header is checked again, and the archive must hold
+     the same members as in the first pass (else what was written is removed).
 
   A refusal raises :class:`UnsafeArchiveError` naming the member; if the second pass fails, what it
   wrote is removed, so the destination is left empty.
@@ -150,7 +151,7 @@ _FILE, _DIR, _SYMLINK, _HARDLINK = "file", "directory", "symlink", "hardlink"
 
 @dataclass(frozen=True)
 class _Member:
-    """What pass 1 accepted of one header; pass 2 must meet the same."""
+    """One accepted header."""
 
     name: str  # normalized: no '.' components, no trailing '/'; "" is the destination itself
     kind: str
@@ -164,26 +165,29 @@ def _refuse(member: str, problem: str) -> UnsafeArchiveError:
 
 
 def _normalized_name(member: str, raw: str, what: str = "name") -> str:
-    path = PurePosixPath(raw)
-    if not raw or path.is_absolute():
+    if not raw or raw.startswith("/"):
         raise _refuse(member, f"its {what} {raw!r} is empty or absolute")
-    if ".." in path.parts:
+    parts = [part for part in raw.split("/") if part not in ("", ".")]
+    if ".." in parts:
         raise _refuse(member, f"its {what} {raw!r} has a '..' component")
-    return "/".join(part for part in path.parts if part != ".")
+    return "/".join(parts)
 
 
 class _Plan:
-    """Pass 1: the namespace the archive builds, checked header by header (no I/O)."""
+    """The namespace the archive builds, checked header by header (no I/O); :attr:`digest` sums up
+    every accepted header, so the second pass can tell whether it read the same archive."""
 
     def __init__(self, limits: ArchiveLimits) -> None:
         self.limits = limits
-        self.members: list[_Member] = []
+        self.names: list[str] = []
         self.kinds: dict[str, str] = {"": _DIR}
+        self.links: dict[str, str] = {}  # the symlinks left behind, name -> target
         self.total = 0
+        self.digest = hashlib.sha256()
 
     def add(self, info: tarfile.TarInfo) -> _Member:
         raw = info.name
-        if len(self.members) >= self.limits.max_members:
+        if len(self.names) >= self.limits.max_members:
             raise _refuse(raw, f"the archive has more than {self.limits.max_members} members "
                                f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS} if it is genuine)")
         if info.isfile():
@@ -230,15 +234,18 @@ class _Plan:
         for depth in range(1, len(parts)):
             self.kinds.setdefault("/".join(parts[:depth]), _DIR)
         self.kinds[name] = kind
-        member = _Member(name, kind, linkname, size)
-        self.members.append(member)
-        return member
+        if kind == _SYMLINK:
+            self.links[name] = linkname
+        else:
+            self.links.pop(name, None)
+        self.names.append(name)
+        self.digest.update(f"{name}\0{kind}\0{linkname}\0{size}\n".encode(errors="surrogateescape"))
+        return _Member(name, kind, linkname, size)
 
     def check_links(self) -> None:
         """Every symlink left behind must resolve inside the destination through all the others."""
-        links = {m.name: m.linkname for m in self.members if self.kinds.get(m.name) == _SYMLINK}
-        for name, target in links.items():
-            if not self._stays_inside(posixpath.dirname(name), target, links):
+        for name, target in self.links.items():
+            if not self._stays_inside(posixpath.dirname(name), target, self.links):
                 raise _refuse(name, f"symlink to {target!r} leaves the destination once the "
                                     "archive's other links are followed")
 
@@ -327,7 +334,11 @@ class _Writer:
         if member.kind == _DIR:
             if existing is None or not stat.S_ISDIR(existing.st_mode):
                 os.mkdir(base, 0o755, dir_fd=fd)
-            os.chmod(base, (info.mode & 0o755) | 0o700, dir_fd=fd, follow_symlinks=False)
+            made = os.open(base, _DIR_FLAGS, dir_fd=fd)
+            try:
+                os.fchmod(made, (info.mode & 0o755) | 0o700)
+            finally:
+                os.close(made)
         elif member.kind == _SYMLINK:
             os.symlink(member.linkname, base, dir_fd=fd)
         elif member.kind == _HARDLINK:
@@ -384,6 +395,13 @@ def _destination(dest: Path) -> Iterator[int]:
 _UNREADABLE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 
 
+def _headers(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The members of a stream, without ``tarfile`` keeping every header in memory."""
+    for info in tar:
+        tar.members.clear()
+        yield info
+
+
 def safe_extract(archive: Path, dest: Path, limits: ArchiveLimits | None = None) -> list[str]:
     """Extract ``archive`` (tar, optionally compressed) into ``dest``; return the member names.
 
@@ -396,24 +414,21 @@ def safe_extract(archive: Path, dest: Path, limits: ArchiveLimits | None = None)
     try:
         plan = _Plan(limits)
         with tarfile.open(archive, mode="r|*") as tar:
-            for info in tar:
+            for info in _headers(tar):
                 plan.add(info)
         plan.check_links()
         with _destination(Path(dest)) as root_fd:
-            again = _Plan(limits)  # the same checks once more, on what is actually written
+            again = _Plan(limits)  # the same checks on what is written: the file may have changed
             writer = _Writer(root_fd)
             try:
                 with tarfile.open(archive, mode="r|*") as tar:
-                    for info in tar:
-                        member = again.add(info)
-                        index = len(again.members) - 1
-                        if index >= len(plan.members) or plan.members[index] != member:
-                            raise _refuse(info.name, "the archive changed while it was being extracted")
-                        writer.write(member, info, tar)
-                if len(again.members) != len(plan.members):
-                    raise UnsafeArchiveError(f"{archive} changed while it was being extracted")
+                    for info in _headers(tar):
+                        writer.write(again.add(info), info, tar)
             finally:
                 writer.close()
+            again.check_links()
+            if again.digest.digest() != plan.digest.digest():
+                raise UnsafeArchiveError(f"{archive} changed while it was being extracted")
     except _UNREADABLE as error:
         raise UnsafeArchiveError(f"{archive} is not a readable tar archive: {error}") from error
-    return [m.name for m in plan.members]
+    return plan.names

@@ -96,10 +96,6 @@ class EmulatedGpus:
             return None
         return found if found.gpus > 0 else None
 
-    def to_env(self) -> str:
-        """The ``SMLAUNCH_EMULATE_CUDA`` value for these devices."""
-        return json.dumps({"gpus": self.gpus, "model": self.model, "memory_gib": self.memory_gib})
-
 
 _active: EmulatedGpus | None = None
 _current = 0

@@ -193,6 +193,10 @@ class TrainingJobSpec(_Wire):
         """The request as indented JSON, so ``print(est.plan())`` shows what would be sent."""
         return json.dumps(self.to_request(), indent=2)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython and Jupyter show ``est.plan()`` as that JSON too."""
+        printer.text(str(self))
+
     def channel(self, name: str) -> Channel | None:
         for channel in self.InputDataConfig or []:
             if channel.ChannelName == name:

@@ -262,6 +262,8 @@ def test_plan_prints_the_request_as_json(src: Path) -> None:
     assert json.loads(str(spec)) == spec.to_request()
     assert str(spec).startswith('{\n  "TrainingJobName": "printed"')
     assert spec.ResourceConfig.InstanceType == "ml.p4d.24xlarge"  # attributes still read
+    pretty = pytest.importorskip("IPython.lib.pretty")
+    assert pretty.pretty(spec) == str(spec)  # a notebook cell ending in est.plan() shows the JSON
 
 
 @pytest.mark.parametrize("distribution", [

@@ -16,6 +16,7 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | entry point / image / mp checks  | at ``fit()``                | at construction                         |
 | type unknown to smlaunch         | sent to the service         | sent with a warning; local runs refuse  |
 | malformed instance type          | sent to the service         | error naming the nearest types          |
+| Trainium type, no ``image_uri``  | pytorch-training-neuron 1.11| error asking for a Neuron ``image_uri`` |
 | ``ml.`` type + LocalSession      | not emulated                | allowed: the topology is emulated       |
 | local spot, checkpoints          | refused                     | left to ``backend.check(spec)``         |
 | local_gpu multi-host             | refused                     | left to ``backend.check(spec)``         |

@@ -28,7 +28,8 @@ Contracts:
   stderr line) for transfers of at least ``progress_min_bytes`` (files skipped as unchanged count),
   ending in one summary line (files, bytes, seconds, skipped unchanged); shown when
   ``progress=True``, or when ``progress=None`` and :func:`interactive_output` (a terminal or a
-  Jupyter kernel). Nothing when the output is a file or a pipe.
+  Jupyter kernel). Nothing when the output is a file or a pipe. With ``progress_file`` the progress
+  is published to that file instead (:class:`ProgressFile`), for another process to draw.
 
 S3 prefix semantics (as SageMaker channels): ``s3://b/p`` selects every key starting with ``p``; a
 key's relative path is the key with the prefix removed and leading ``/`` stripped (an object whose
@@ -39,6 +40,7 @@ key *is* the prefix keeps its base name). Runtime code may import this module; i
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -199,6 +201,7 @@ class TransferSummary:
 
 PROGRESS_MIN_BYTES = 64 * MiB
 """Transfers (and code archives) smaller than this show no progress bar and no summary line."""
+PROGRESS_FILE_SECONDS = 0.25
 
 
 def interactive_output() -> bool:
@@ -261,6 +264,45 @@ class ProgressBar:
             sys.stderr.flush()
 
 
+class ProgressFile:
+    """A transfer's progress published as a small JSON file for another process to draw: the local
+    backend's agent downloads channels, and the notebook following the job shows the bar.
+
+    ``{"id": ..., "label": ..., "total": bytes, "done": bytes, "closed": bool, "summary": str}``,
+    rewritten atomically at most every :data:`PROGRESS_FILE_SECONDS` and when the transfer ends.
+    """
+
+    def __init__(self, path: Path, total: int, label: str) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._state: dict[str, Any] = {"id": f"{os.getpid()}-{time.time_ns()}", "label": label,
+                                       "total": total, "done": 0, "closed": False, "summary": ""}
+        self._last = 0.0
+        self._write()
+
+    def _write(self) -> None:
+        tmp = self._path.with_name(f".{self._path.name}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(self._state))
+        os.replace(tmp, self._path)
+
+    def __call__(self, nbytes: int) -> None:
+        with self._lock:
+            self._state["done"] += nbytes
+            now = time.monotonic()
+            if now - self._last >= PROGRESS_FILE_SECONDS:
+                self._last = now
+                self._write()
+
+    def close(self) -> None:
+        with self._lock:
+            self._write()
+
+    def report(self, summary: str) -> None:
+        with self._lock:
+            self._state.update(closed=True, summary=summary)
+            self._write()
+
+
 # --- the engine ---------------------------------------------------------------------------------
 
 
@@ -283,6 +325,7 @@ class TransferEngine:
         progress_min_bytes: int = PROGRESS_MIN_BYTES,
         retries: int = 3,
         client_factory: Callable[[], Any] | None = None,
+        progress_file: Path | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -295,6 +338,7 @@ class TransferEngine:
         self.multipart_chunksize = multipart_chunksize
         self.progress = progress
         self.progress_min_bytes = progress_min_bytes
+        self.progress_file = progress_file
         self.retries = retries
         self.hashes = HashCache()
         self._manager: Any = None
@@ -353,11 +397,15 @@ class TransferEngine:
     def _digest(self, path: Path) -> FileDigest:
         return self.hashes.digest(path, self.multipart_threshold)
 
-    def _progress(self, total: int, label: str, considered: int) -> ProgressBar:
+    def _progress(self, total: int, label: str, considered: int) -> ProgressBar | ProgressFile:
         """A bar for ``total`` bytes to move, shown per :attr:`progress` when the bytes ``considered``
-        (files skipped as unchanged included) reach ``progress_min_bytes``."""
+        (files skipped as unchanged included) reach ``progress_min_bytes``; published to
+        :attr:`progress_file` instead when the engine has one."""
+        large = considered >= self.progress_min_bytes
+        if self.progress_file is not None and large:
+            return ProgressFile(self.progress_file, total, label)
         enabled = self.progress if self.progress is not None else interactive_output()
-        return ProgressBar(total, label, bool(enabled) and considered >= self.progress_min_bytes)
+        return ProgressBar(total, label, bool(enabled) and large)
 
     def _pool_map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         if len(items) <= 1:
@@ -534,7 +582,7 @@ class TransferEngine:
     def download_objects(self, objects: Iterable[ObjectInfo], directory: Path, *,
                          skip_unchanged: bool = True, dest_paths: list[Path] | None = None,
                          on_done: Callable[[ObjectInfo, Path], None] | None = None,
-                         cancel: threading.Event | None = None) -> TransferSummary:
+                         cancel: threading.Event | None = None, label: str = "download") -> TransferSummary:
         """Download listed objects into ``directory / rel`` (or ``dest_paths``), in parallel.
 
         ``on_done(info, path)`` is called (from a worker thread) as each file lands, verified, under
@@ -565,7 +613,7 @@ class TransferEngine:
                         on_done(info, dest)
                     continue
             todo.append((info, dest))
-        progress = self._progress(sum(o.size for o, _ in todo), "download", sum(o.size for o in objects))
+        progress = self._progress(sum(o.size for o, _ in todo), label, sum(o.size for o in objects))
 
         def fetch(job: tuple[ObjectInfo, Path]) -> None:
             info, dest = job
@@ -591,10 +639,10 @@ class TransferEngine:
                 summary.transferred.append(info.uri)
                 summary.bytes += info.size
         summary.seconds = time.monotonic() - started
-        progress.report(summary.line("download"))
+        progress.report(summary.line(label))
         return summary
 
-    def _download_verified(self, info: ObjectInfo, dest: Path, progress: ProgressBar) -> None:
+    def _download_verified(self, info: ObjectInfo, dest: Path, progress: ProgressBar | ProgressFile) -> None:
         bucket, key = split_s3_uri(info.uri)
         dest.parent.mkdir(parents=True, exist_ok=True)
         last_problem = ""
@@ -619,7 +667,7 @@ class TransferEngine:
             f"download of {info.uri} failed after {self.retries + 1} attempts: {last_problem}")
 
     def _fetch_to(self, bucket: str, key: str, info: ObjectInfo, tmp: Path,
-                  progress: ProgressBar) -> tuple[str | None, int, str]:
+                  progress: ProgressBar | ProgressFile) -> tuple[str | None, int, str]:
         """Fetch one object into ``tmp``; return (declared sha256, declared size, ETag)."""
         if info.size < self.multipart_threshold:
             response = self.client.get_object(Bucket=bucket, Key=key)

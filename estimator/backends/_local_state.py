@@ -11,6 +11,7 @@ talks to the job only through these files, so ``fit(wait=False)`` in one noteboo
   reader never sees half a file;
 - ``stop``           present once someone asked the job to stop (StopTrainingJob); the agent polls it;
 - ``logs/job.log``   merged log of every host, ``logs/<host>.log`` per host, ``logs/agent.log``;
+  ``logs/progress.json`` the agent's large transfer under way (channel downloads, uploads);
 - ``hosts/<host>/``  each emulated host's ``/opt/ml`` tree.
 
 Only file I/O here; no processes are started.
@@ -74,6 +75,12 @@ class JobDir:
     @property
     def agent_log(self) -> Path:
         return self.logs_dir / "agent.log"
+
+    @property
+    def progress_file(self) -> Path:
+        """The agent's transfer in progress (:class:`runtime.transfer.ProgressFile`), drawn by
+        whoever follows the job's log."""
+        return self.logs_dir / "progress.json"
 
     def host_log(self, host: str) -> Path:
         return contract.child_path(self.logs_dir, f"{host}.log", "host name", single=True)

@@ -49,7 +49,7 @@ from estimator.metrics import LOCAL_SOURCE, MetricRecord
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.channels import ChannelError
-from runtime.transfer import TransferEngine
+from runtime.transfer import ProgressBar, TransferEngine, interactive_output
 
 if TYPE_CHECKING:
     from estimator.session import LocalSession
@@ -433,13 +433,15 @@ class LocalBackend(Backend):
         (:mod:`estimator.backends.status`, prefixed ``[smlaunch]``)."""
         job = self._existing(job_name)
         statuses = StatusTracker(LOCAL_SOURCE)
+        bars = TransferBars(job.progress_file) if follow else None
         checked = 0.0
         buffer = b""
         with open(job.job_log, "rb") as handle:
             while True:
-                if follow and time.monotonic() - checked >= _STATUS_SECONDS:
+                if bars is not None and time.monotonic() - checked >= _STATUS_SECONDS:
                     checked = time.monotonic()
                     yield from (event.line() for event in statuses.new_events(job.read_state()))
+                    bars.update()
                 chunk = handle.read(1 << 16)
                 if chunk:
                     buffer += chunk
@@ -460,7 +462,8 @@ class LocalBackend(Backend):
                 time.sleep(_POLL_SECONDS)
         if buffer:
             yield buffer.decode("utf-8", errors="replace")
-        if follow:
+        if bars is not None:
+            bars.update(final=True)
             yield from (event.line() for event in statuses.new_events(job.read_state()))
             # The agent's own line already says where the model artifact is.
             yield from summary_lines(self.describe(job_name), LOCAL_SOURCE, billable_seconds=False,
@@ -481,6 +484,51 @@ class LocalBackend(Backend):
             request_interruption(job.path, TrainingJobSpec.model_validate(job.read_json(job.spec_file)))
             return
         job.stop_file.touch()
+
+
+class TransferBars:
+    """Draws the agent's large transfers (channel downloads, checkpoint uploads) in the process that
+    follows the job: one :class:`runtime.transfer.ProgressBar` per transfer published in
+    ``progress.json`` (a widget in Jupyter, text in a terminal, nothing in a pipe), replaced by its
+    summary line when it ends. A transfer that ended before the follower saw it is not drawn."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._id: str | None = None
+        self._bar: ProgressBar | None = None
+        self._shown = 0
+        self._done_ids: set[str] = set()
+
+    def update(self, final: bool = False) -> None:
+        """Catch up with the file; with ``final`` (the job ended) close any bar left open."""
+        try:
+            state = json.loads(self._path.read_text())
+        except (OSError, ValueError):
+            state = None
+        if state is not None and state.get("id") not in self._done_ids:
+            if state["id"] != self._id:
+                self._close()
+                if state["closed"]:  # it ran and ended between two looks: nothing to draw
+                    self._done_ids.add(state["id"])
+                    return
+                self._id, self._shown = state["id"], 0
+                self._bar = ProgressBar(int(state["total"]), str(state["label"]), interactive_output())
+            assert self._bar is not None
+            self._bar(int(state["done"]) - self._shown)
+            self._shown = int(state["done"])
+            if state["closed"]:
+                self._close(str(state.get("summary") or ""))
+        if final:
+            self._close()
+
+    def _close(self, summary: str = "") -> None:
+        if self._bar is None or self._id is None:
+            return
+        self._bar.close()
+        if summary:
+            self._bar.report(summary)
+        self._done_ids.add(self._id)
+        self._bar, self._id = None, None
 
 
 def _uses_s3(spec: TrainingJobSpec) -> bool:

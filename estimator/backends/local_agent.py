@@ -348,7 +348,8 @@ class Agent:
 
     def _engine(self) -> TransferEngine:
         if self._transfer is None:
-            self._transfer = TransferEngine(client_factory=self._s3_client, progress=False)
+            self._transfer = TransferEngine(client_factory=self._s3_client, progress=False,
+                                            progress_file=self.job.progress_file)
         return self._transfer
 
     def _s3_client(self) -> Any:

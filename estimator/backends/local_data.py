@@ -199,8 +199,10 @@ class JobData:
         """s3:// (or manifest) File: download every object once, then link each host's share."""
         needed = {o.uri: o for share in shares.values() for o in share}
         cache = self._cache_root(channel)
-        summary = self.engine.download_objects(sorted(needed.values(), key=lambda o: o.rel), cache)
-        self.log(summary.line(f"Channel {channel.ChannelName!r}: download"))
+        label = f"Channel {channel.ChannelName!r}: download"
+        summary = self.engine.download_objects(sorted(needed.values(), key=lambda o: o.rel), cache,
+                                               label=label)
+        self.log(summary.line(label))
         for index, paths in self.hosts:
             dest = paths.channel_dir(channel.ChannelName)
             dest.mkdir(parents=True, exist_ok=True)

@@ -169,6 +169,19 @@ def test_request_stop_forwards_sigterm_and_returns_143(tmp_path: Path) -> None:
     assert "received SIGTERM" in out.getvalue()
 
 
+def test_sighup_means_the_agent_is_gone_and_kills_at_once() -> None:
+    # The rank ignores SIGTERM and the stop grace is long: only the immediate SIGKILL ends it.
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)\n"
+    sup, out, _ = make(stop_grace=600)
+    timer = threading.Timer(1.0, sup.request_stop, args=(signal.SIGHUP,))
+    timer.start()
+    result = sup.run(LaunchPlan("t", [spec("rank 0", code, 0)]))
+    timer.join()
+    assert result.stop_signal == signal.SIGHUP and result.exit_code == 129
+    assert result.exit_codes == {"rank 0": 137}
+    assert "received SIGHUP (the process that started this host is gone)" in out.getvalue()
+
+
 def test_stop_grace_comes_from_the_environment() -> None:
     assert Supervisor.from_environ("h", {}).stop_grace == contract.DEFAULT_STOP_GRACE_SECONDS
     assert Supervisor.from_environ("h", {contract.SMLAUNCH_STOP_GRACE_SECONDS: "2.5"}).stop_grace == 2.5

@@ -28,7 +28,7 @@ shim and the local ones are emulations):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, get_args
 from urllib.parse import urlparse
 
@@ -78,6 +78,32 @@ def _check_compression(channel: Channel, mode: str) -> None:
         "pass input_mode='Pipe' (on the TrainingInput or the estimator) to stream it decompressed, or "
         "drop compression and have the script read the .gz files itself",
     )
+
+
+def refuse_earlier_output(spec: TrainingJobSpec, s3_client: Callable[[], Any]) -> None:
+    """Refuse a job whose ``<output_path>/<job>/output/`` already holds objects (a job of the same
+    name from another job store or region, or one whose record was removed): delivering this job's
+    artifacts would overwrite them. A prefix that cannot be listed (no bucket yet, no credentials)
+    shows nothing to protect; the job's own upload reports such S3 problems."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from estimator.artifacts import output_prefix
+    from runtime.transfer import TransferEngine
+
+    output = spec.OutputDataConfig.S3OutputPath
+    prefix = output_prefix(output, spec.TrainingJobName) + "/"
+    try:
+        existing = TransferEngine(client_factory=s3_client, progress=False).list(prefix)
+    except (ClientError, BotoCoreError, OSError):
+        existing = []
+    if existing:
+        raise ConfigurationError(
+            "output_path", output,
+            f"{existing[0].uri} already exists (an earlier job named {spec.TrainingJobName!r}); this "
+            "job's artifacts would overwrite it",
+            "pass another job_name (or leave it unset for a fresh timestamped name), another "
+            f"output_path, or move {prefix} away first",
+        )
 
 
 class Backend(ABC):

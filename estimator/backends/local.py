@@ -35,12 +35,11 @@ from urllib.parse import urlparse
 import psutil
 
 from estimator import naming
-from estimator.artifacts import output_prefix
 from estimator.backends import _local_layout as layout
 from estimator.backends import local_data
 from estimator.backends._local_layout import file_uri_path, instance_ranks, machine_gpu_count
 from estimator.backends._local_state import STORE_FULL_FIX, JobDir, is_terminal, write_json_atomic
-from estimator.backends.base import Backend, Capabilities
+from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.local_checkpoints import request_interruption, spot_faults
 from estimator.backends.local_metrics import METRICS_FILE, final_metric_data, read_metric_records
 from estimator.backends.status import StatusTracker, summary_lines
@@ -159,7 +158,7 @@ class LocalBackend(Backend):
             )
         if spec.TrainingJobName not in self._reserved and self.job_dir(spec.TrainingJobName).path.exists():
             raise self._name_taken(spec.TrainingJobName)
-        self._check_no_earlier_output(spec)
+        refuse_earlier_output(spec, self.session.s3_client)
         self._check_manifests(spec)  # last: the only check that reads data
 
     def _name_taken(self, job_name: str) -> JobNameTakenError:
@@ -169,28 +168,6 @@ class LocalBackend(Backend):
                  "(then remove the directory)")
         return JobNameTakenError("job_name", job_name, where,
                                  "pass another job_name, or leave it unset for a fresh timestamped name")
-
-    def _check_no_earlier_output(self, spec: TrainingJobSpec) -> None:
-        """Refuse a job whose ``<output_path>/<job>/output/`` already holds objects (a job of the
-        same name from another job store, or one whose directory was removed): packaging this
-        job's artifacts would overwrite them. A prefix that cannot be listed (no bucket yet, no
-        credentials) shows nothing to protect; the job's own upload reports such S3 problems."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        output = spec.OutputDataConfig.S3OutputPath
-        prefix = output_prefix(output, spec.TrainingJobName) + "/"
-        try:
-            existing = TransferEngine(client_factory=self.session.s3_client, progress=False).list(prefix)
-        except (ClientError, BotoCoreError, OSError):
-            existing = []
-        if existing:
-            raise ConfigurationError(
-                "output_path", output,
-                f"{existing[0].uri} already exists (an earlier job named {spec.TrainingJobName!r}); this "
-                "job's artifacts would overwrite it",
-                "pass another job_name (or leave it unset for a fresh timestamped name), another "
-                f"output_path, or move {prefix} away first",
-            )
 
     def reserve(self, spec: TrainingJobSpec) -> None:
         """Claim the name: create ``<root>/<job>/`` with one ``mkdir``, which fails when it exists."""

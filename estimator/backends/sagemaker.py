@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from estimator.backends.base import Backend, Capabilities
+from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.status import StatusTracker, instance_count, summary_lines
 from estimator.cloudwatch import LogEvent, LogStreamMerger
 from estimator.errors import ConfigurationError
@@ -111,6 +111,12 @@ class SageMakerBackend(Backend):
         self.events_page_size = events_page_size
 
     # -- the four operations
+
+    def check(self, spec: TrainingJobSpec) -> None:
+        """Capabilities, and no earlier artifacts at ``<output_path>/<job>/output/``: job names are
+        unique per account and region only, and SageMaker would overwrite them."""
+        super().check(spec)
+        refuse_earlier_output(spec, self.session.s3_client)
 
     def submit(self, spec: TrainingJobSpec) -> None:
         request = spec.to_request()

@@ -22,6 +22,7 @@ from estimator.job import TrainingJob
 from tests.functional._sagemaker_moto import (
     ACCOUNT,
     DEFAULT_BUCKET,
+    REGION,
     ROLE_ARN,
     ROLE_NAME,
     FakeSageMaker,
@@ -212,3 +213,21 @@ def test_bad_input_fails_before_anything_is_created(
 
 def test_account_is_the_callers(session: Session) -> None:
     assert session.account_id == ACCOUNT
+
+
+def test_earlier_artifacts_at_the_output_path_are_refused_before_anything_is_created(
+    aws: FakeSageMaker, session: Session, project: Path
+) -> None:
+    """Job names are unique per account and region only: a namesake from another region (same
+    bucket) left its model there, and SageMaker would overwrite it."""
+    s3 = aws.boto_session.client("s3")
+    s3.create_bucket(Bucket="shared-models", CreateBucketConfiguration={"LocationConstraint": REGION})
+    s3.put_object(Bucket="shared-models", Key="runs/bert-z/output/model.tar.gz", Body=b"theirs")
+    est = estimator(project, session, output_path="s3://shared-models/runs")
+    with pytest.raises(ConfigurationError) as caught:
+        est.fit("s3://my-bucket/d", job_name="bert-z")
+    assert caught.value.field == "output_path"
+    assert "s3://shared-models/runs/bert-z/output/model.tar.gz already exists" in str(caught.value)
+    assert session.list_training_jobs() == []
+    theirs = s3.get_object(Bucket="shared-models", Key="runs/bert-z/output/model.tar.gz")["Body"].read()
+    assert theirs == b"theirs"

@@ -39,6 +39,7 @@ key *is* the prefix keeps its base name). Runtime code may import this module; i
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -657,6 +658,10 @@ class TransferEngine:
                     os.replace(tmp, dest)
                     return
                 last_problem = problem
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk: no retry will fit
+                    raise OSError(exc.errno, exc.strerror, str(dest)) from exc
+                last_problem = f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # network errors, truncated streams: retry the whole object
                 last_problem = f"{type(exc).__name__}: {exc}"
             finally:

@@ -306,8 +306,9 @@ class LocalBackend(Backend):
         self._reserved.discard(spec.TrainingJobName)
 
     def _warn_when_short_of_space(self, spec: TrainingJobSpec) -> None:
-        """Each host extracts the code, and ``s3://`` channels are downloaded into the job directory:
-        warn (the job would fail "No space left on device") when the store has less room than that."""
+        """Each host extracts the code, and ``s3://`` File-mode channels are downloaded into the job
+        directory: warn (the job would fail "No space left on device") when the store has less room
+        than that."""
         needed, parts = 0, []
         submit = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
         with contextlib.suppress(ValueError, TypeError, OSError):
@@ -315,8 +316,9 @@ class LocalBackend(Backend):
             size = code.stat().st_size * spec.ResourceConfig.InstanceCount
             needed += size
             parts.append(f"code {size / 2**20:.1f} MiB")
-        sources = [c.DataSource.S3DataSource for c in spec.InputDataConfig or []]
-        remote = [s.S3Uri for s in sources if s is not None and urlparse(s.S3Uri).scheme == "s3"]
+        downloaded = [c.DataSource.S3DataSource for c in spec.InputDataConfig or []
+                      if local_data.channel_mode(spec, c) == "File"]  # FastFile and Pipe stream
+        remote = [s.S3Uri for s in downloaded if s is not None and urlparse(s.S3Uri).scheme == "s3"]
         if remote:
             from botocore.exceptions import BotoCoreError, ClientError
 

@@ -341,9 +341,15 @@ class Agent:
         return outcome
 
     def _no_space_reason(self, error: BaseException, path: Path) -> str | None:
-        """The FailureReason when ``error`` (or an earlier write) found the job store full."""
-        if isinstance(error, OSError):
-            self._write_failed(error, path)
+        """The FailureReason when ``error`` (or what it wraps, or an earlier write) found the job
+        store full."""
+        cause: BaseException | None = error
+        for _ in range(8):  # along the chain of causes (bounded: a chain may loop)
+            if cause is None or is_no_space(cause):
+                break
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, OSError) and is_no_space(cause):
+            self._write_failed(cause, path)
         return self._no_space
 
     def _engine(self) -> TransferEngine:

@@ -30,6 +30,7 @@ from tests.functional._local_helpers import (
     assert_no_job_processes,
     kill_leftover_jobs,
     make_spec,
+    moto_s3_server,
     wait_terminal,
 )
 
@@ -147,3 +148,21 @@ def test_a_store_with_less_room_than_the_code_warns_before_the_job_starts(
     description = wait_terminal(backend, "short-of-room")
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     assert description["FailureReason"].startswith("ClientError: No space left on device: "), description
+
+
+@pytest.mark.slow
+def test_s3_inputs_larger_than_the_store_warn_and_fail_the_download_saying_so(
+    tmp_path: Path, small_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with moto_s3_server(monkeypatch, "data") as s3:
+        s3.put_object(Bucket="data", Key="train/part-0.bin", Body=os.urandom(20 << 20))  # > the store
+        backend = LocalSession(small_store / "jobs", s3_client=s3).backend()
+        spec = make_spec(tmp_path, "big-input", "print('ran')", instance_count=1,
+                         inputs={"train": "s3://data/train/"})
+        with pytest.warns(UserWarning, match=r"s3:// inputs 20\.0 MiB"):
+            backend.submit(spec)
+        description = wait_terminal(backend, "big-input")
+    assert description["TrainingJobStatus"] == contract.STATUS_FAILED
+    reason = description["FailureReason"]
+    job_dir = small_store / "jobs" / "big-input"
+    assert reason.startswith(f"ClientError: No space left on device: {job_dir}/"), reason

@@ -22,6 +22,7 @@ them these methods raise :class:`~estimator.errors.MissingExtraError` saying so.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,7 @@ class TrainingJobAnalytics:
         values differ) as a matplotlib ``Figure``, saved as PNG to ``path`` when given. In Jupyter the
         returned figure displays inline."""
         figure_module = require("matplotlib.figure", "TrainingJobAnalytics.plot()")
+        _display_figures_inline(figure_module.Figure)
         frame = self.dataframe()
         names = [name for name in self.metric_names if (frame["metric_name"] == name).any()]
         if not names:
@@ -148,6 +150,24 @@ class TrainingJobAnalytics:
         if path is not None:
             figure.savefig(path, format="png", dpi=100)
         return figure
+
+
+def _display_figures_inline(figure_class: type) -> None:
+    """In a notebook, make a returned ``Figure`` display as a picture: IPython draws figures only once
+    an inline backend registered its formatter, which ``plot()`` (no pyplot) never triggers. A format
+    the user chose (svg, retina) is kept."""
+    if "IPython" not in sys.modules:
+        return
+    shell = sys.modules["IPython"].get_ipython()
+    if shell is None:
+        return
+    formatters = shell.display_formatter.formatters
+    if any(figure_class in formatters[kind].type_printers for kind in ("image/png", "image/svg+xml")
+           if kind in formatters):
+        return
+    from IPython.core.pylabtools import select_figure_formats
+
+    select_figure_formats(shell, {"png"})
 
 
 def _same_values(parts: list[Any]) -> bool:

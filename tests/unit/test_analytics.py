@@ -104,3 +104,39 @@ def test_missing_pandas_or_matplotlib_names_the_extra(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"needs matplotlib.*smlaunch\[analytics\]"):
         analytics.plot("x.png")
+
+
+class _Session:
+    """A session whose backend holds fixed metric records (two hosts, two metrics)."""
+
+    class _Backend:
+        def describe(self, job_name: str) -> dict:
+            return {"AlgorithmSpecification": {"MetricDefinitions": [
+                {"Name": "loss", "Regex": "loss=(.*)"}, {"Name": "acc", "Regex": "acc=(.*)"}]}}
+
+        def metric_records(self, job_name: str, metric_names: list[str]) -> list[MetricRecord]:
+            t0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
+            return [MetricRecord("loss", 1.0 / (i + h), t0 + timedelta(seconds=i), f"algo-{h}")
+                    for i in range(3) for h in (1, 2)] + [
+                   MetricRecord("acc", 0.5 + i / 10, t0 + timedelta(seconds=i), "algo-1") for i in range(3)]
+
+    def backend(self) -> _Backend:
+        return self._Backend()
+
+
+def test_plot_one_panel_per_metric_and_a_picture_in_notebooks(tmp_path) -> None:
+    image = pytest.importorskip("matplotlib.image")
+    interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
+    analytics = TrainingJobAnalytics("job", sagemaker_session=_Session())
+    figure = analytics.plot(tmp_path / "m.png")
+    assert [ax.get_title() for ax in figure.axes] == ["loss", "acc"]
+    assert [len(ax.get_lines()) for ax in figure.axes] == [2, 1]  # hosts differ in loss only
+    assert [line.get_label() for line in figure.axes[0].get_lines()] == ["algo-1", "algo-2"]
+    assert list(figure.axes[0].get_lines()[1].get_xdata()) == [0.0, 1.0, 2.0]
+    assert image.imread(tmp_path / "m.png").shape[2] == 4  # a real RGBA PNG
+    shell = interactiveshell.InteractiveShell.instance()
+    try:
+        formats, _ = shell.display_formatter.format(analytics.plot())
+    finally:
+        interactiveshell.InteractiveShell.clear_instance()
+    assert "image/png" in formats  # a notebook cell shows the picture, not "<Figure size ...>"

@@ -167,12 +167,15 @@ class Containment:
                     victims.setdefault(pid, psutil.Process(pid))
             if not victims:
                 break
+            for proc in victims.values():
+                with contextlib.suppress(psutil.Error):
+                    if proc.status() != psutil.STATUS_ZOMBIE:  # a zombie is only reaped, not reported
+                        killed.setdefault(proc.pid, f"{proc.pid} ({proc.name()})")
             if self.cgroup is not None:
                 with contextlib.suppress(OSError):
                     (self.cgroup / "cgroup.kill").write_text("1", encoding="ascii")
             for proc in victims.values():
                 with contextlib.suppress(psutil.Error):
-                    killed.setdefault(proc.pid, f"{proc.pid} ({proc.name()})")
                     proc.send_signal(signal.SIGKILL)
             psutil.wait_procs(list(victims.values()), timeout=SWEEP_WAIT_SECONDS)  # reaps our children
         self._remove_cgroup()

@@ -173,7 +173,8 @@ class LocalBackend(Backend):
         """Claim the name: create ``<root>/<job>/`` with one ``mkdir``, which fails when it exists."""
         job = self.job_dir(spec.TrainingJobName)
         try:
-            job.path.mkdir()
+            with no_space_errors(job.path, STORE_FULL_FIX):  # a directory may need a block too
+                job.path.mkdir()
         except FileExistsError:
             raise self._name_taken(spec.TrainingJobName) from None
         self._reserved.add(spec.TrainingJobName)

@@ -38,7 +38,7 @@ import argparse, os, subprocess, sys, time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--pid-dir", type=str)
-parser.add_argument("--hold", type=float, default=0.0)
+parser.add_argument("--release", type=str)
 args = parser.parse_args()
 where = f"{os.environ['SM_CURRENT_HOST']}-{os.environ.get('RANK', '0')}"
 sleeper = [sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
@@ -63,7 +63,9 @@ deadline = time.time() + 60
 while len([n for n in os.listdir(args.pid_dir) if n.startswith(where)]) < 2 and time.time() < deadline:
     time.sleep(0.05)
 print("daemons started", flush=True)
-time.sleep(args.hold)
+deadline = time.time() + 600
+while not os.path.exists(args.release) and time.time() < deadline:  # the test looks at the tree first
+    time.sleep(0.05)
 print("rank done", flush=True)
 """
 
@@ -80,7 +82,7 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
 
 
 def _daemon_pids(pid_dir: Path, expected: int) -> dict[str, int]:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while True:
         pids = {}
         for path in pid_dir.iterdir():
@@ -98,7 +100,7 @@ def _job_tree(agent_pid: int) -> list[psutil.Process]:
     return [agent, *agent.children(recursive=True)]
 
 
-def _assert_all_gone(procs: list[psutil.Process], settle: float = 10.0) -> None:
+def _assert_all_gone(procs: list[psutil.Process], settle: float = 60.0) -> None:
     deadline = time.monotonic() + settle
     while True:
         alive = []
@@ -114,12 +116,13 @@ def _assert_all_gone(procs: list[psutil.Process], settle: float = 10.0) -> None:
     assert not alive, f"left behind: {[(p.pid, p.cmdline()) for p in alive]}"
 
 
-def _run_with_daemons(tmp_path: Path, name: str, hold: float) -> tuple[LocalBackend, list[psutil.Process]]:
+def _run_with_daemons(tmp_path: Path, name: str) -> tuple[LocalBackend, list[psutil.Process]]:
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     backend = LocalSession(tmp_path / "jobs").backend()
     assert isinstance(backend, LocalBackend)
-    spec = make_spec(tmp_path, name, DAEMONS, hyperparameters={"pid-dir": str(pid_dir), "hold": hold})
+    hyperparameters = {"pid-dir": str(pid_dir), "release": str(tmp_path / "release")}
+    spec = make_spec(tmp_path, name, DAEMONS, hyperparameters=hyperparameters)
     backend.submit(spec)
     wait_for_line(backend, name, "[algo-1/rank 0] daemons started")
     wait_for_line(backend, name, "[algo-2/rank 0] daemons started")
@@ -136,7 +139,8 @@ def _run_with_daemons(tmp_path: Path, name: str, hold: float) -> tuple[LocalBack
 
 @pytest.mark.slow
 def test_daemons_of_the_ranks_die_when_the_job_ends_normally(tmp_path: Path) -> None:
-    backend, procs = _run_with_daemons(tmp_path, "daemons-normal", hold=1.0)
+    backend, procs = _run_with_daemons(tmp_path, "daemons-normal")
+    (tmp_path / "release").touch()  # the ranks end normally now
     description = wait_terminal(backend, "daemons-normal")
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, description.get("FailureReason")
     _assert_all_gone(procs)
@@ -150,7 +154,7 @@ def test_daemons_of_the_ranks_die_when_the_job_ends_normally(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_daemons_of_the_ranks_die_when_the_agent_is_sigkilled(tmp_path: Path) -> None:
-    backend, procs = _run_with_daemons(tmp_path, "daemons-orphaned", hold=600.0)
+    backend, procs = _run_with_daemons(tmp_path, "daemons-orphaned")
     procs[0].send_signal(signal.SIGKILL)  # the agent
     _assert_all_gone(procs)
     job = backend.job_dir("daemons-orphaned")

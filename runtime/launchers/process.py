@@ -2,15 +2,18 @@
 
 What SageMaker's toolkit does without a distribution flag (``ProcessRunner``): every host runs the
 script on its own; nothing is ranked. The process is labelled ``rank 0`` of its host in logs and
-failure reports.
+failure reports. With TensorFlow's ``multi_worker_mirrored_strategy`` or ``parameter_server`` the
+process also gets the ``TF_CONFIG`` SageMaker's TensorFlow toolkit writes (:mod:`runtime.tf_config`).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from runtime import contract
 from runtime.code import entry_point_command
 from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
+from runtime.tf_config import tf_config_env
 
 
 class ProcessLauncher(Launcher):
@@ -25,13 +28,17 @@ class ProcessLauncher(Launcher):
 
     def plan(self) -> LaunchPlan:
         env = self.env
-        spec = ProcessSpec(
-            label="rank 0", argv=self.command(), env=env.process_env(), cwd=str(env.code_dir), rank=0
-        )
+        process_env = env.process_env()
+        tf_env = tf_config_env(env) if env.distribution_enabled else {}
+        process_env.update(tf_env)
+        spec = ProcessSpec(label="rank 0", argv=self.command(), env=process_env, cwd=str(env.code_dir),
+                           rank=0)
         topology = {
             "hosts": ", ".join(env.hosts),
             "current host": env.current_host,
             "instance type": env.current_instance_type,
             "processes on this host": 1,
         }
+        if tf_env:
+            topology["TF_CONFIG"] = tf_env[contract.TF_CONFIG]
         return LaunchPlan(launcher=self.name, processes=[spec], topology=topology)

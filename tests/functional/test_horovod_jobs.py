@@ -1,6 +1,7 @@
 """A Horovod PyTorch script written as SageMaker's documentation shows, run unchanged under
-``distribution={"mpi": ...}`` on 2 emulated hosts x 2 ranks (OpenMPI, the ``horovod.torch`` shim on
-torch.distributed), trains to the same weights as the same training under DDP."""
+``distribution={"mpi": ...}`` on 2 emulated GPU hosts x 2 ranks (OpenMPI, the ``horovod.torch`` shim
+on torch.distributed, CUDA emulated on the CPU), trains to the same weights as the same training
+under DDP on CPU hosts."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ def save(model):
 def train_epoch(model, train_loader, optimizer):
     model.train()
     for data, target in train_loader:
+        if torch.cuda.is_available():
+            data, target = data.cuda(), target.cuda()
         optimizer.zero_grad()
         loss = F.mse_loss(model(data), target)
         loss.backward()
@@ -84,6 +87,9 @@ train_sampler = torch.utils.data.distributed.DistributedSampler(
 train_loader = DataLoader(train_dataset, batch_size=args.batch_size, sampler=train_sampler)
 
 model = Net()
+if torch.cuda.is_available():
+    model.cuda()
+    print(f"rank {hvd.rank()} on cuda:{torch.cuda.current_device()}", flush=True)
 lr_scaler = hvd.size()
 optimizer = optim.SGD(model.parameters(), lr=args.lr * lr_scaler, momentum=args.momentum)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -137,13 +143,16 @@ HPS = {"epochs": 2, "batch-size": 8, "lr": 0.01}
 
 
 def test_horovod_script_on_two_hosts_matches_ddp(tmp_path: Path) -> None:
-    hvd = run_job(tmp_path, HOROVOD, base_name="horovod",
+    # A GPU type this machine lacks: CUDA is emulated on the CPU, so the script's CUDA calls
+    # (set_device(hvd.local_rank()), .cuda()) run unchanged.
+    hvd = run_job(tmp_path, HOROVOD, base_name="horovod", instance_type="ml.g4dn.12xlarge",
                   distribution={"mpi": {"enabled": True, "processes_per_host": 2}}, hyperparameters=HPS)
     assert hvd.status == contract.STATUS_COMPLETED, hvd.reason + hvd.log[-3000:]
     for rank in range(4):
         host = f"algo-{rank // 2 + 1}"
         line = f"[{host}/rank {rank}] hvd rank {rank}/4 local {rank % 2}/2 cross {rank // 2}/2 host {host}"
         assert line in hvd.log
+        assert f"[{host}/rank {rank}] rank {rank} on cuda:{rank % 2}" in hvd.log
     # lr 0.01 x 4 ranks, x 0.7 per epoch: the scheduler drove the wrapped optimizer
     assert "[algo-1/rank 0] epoch 2 avg_loss" in hvd.log and "lr 0.019600" in hvd.log, hvd.log[-3000:]
 

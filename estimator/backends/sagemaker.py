@@ -36,7 +36,7 @@ from botocore.exceptions import ClientError
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.status import StatusTracker, instance_count, summary_lines
 from estimator.cloudwatch import LogEvent, LogStreamMerger
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, JobNameTakenError
 from estimator.metrics import SERVICE_SOURCE, MetricParser, MetricRecord
 from estimator.session import aws_errors
 from estimator.spec import TrainingJobSpec
@@ -62,6 +62,12 @@ THROTTLING_CODES = frozenset({
 
 def _error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _job_not_found(error: ClientError) -> bool:
+    """DescribeTrainingJob's answer for a name that has no job (a ValidationException)."""
+    message = _error_message(error).lower()
+    return _error_code(error) == "ValidationException" and ("not find" in message or "not found" in message)
 
 
 def _error_message(error: ClientError) -> str:
@@ -118,6 +124,23 @@ class SageMakerBackend(Backend):
         super().check(spec)
         refuse_earlier_output(spec, self.session.s3_client)
 
+    def reserve(self, spec: TrainingJobSpec) -> None:
+        """Refuse a name SageMaker already has before any code is staged: re-running ``fit`` with a
+        finished job's name would otherwise overwrite that job's ``<job>/source/sourcedir.tar.gz``
+        and only then be refused by CreateTrainingJob. (Not a lock: CreateTrainingJob stays the
+        arbiter between submitters racing past this check at the same moment.)"""
+        name = spec.TrainingJobName
+        try:
+            with aws_errors(f"look up the training job name {name}"):
+                self.session.sagemaker_client().describe_training_job(TrainingJobName=name)
+        except ClientError as error:
+            if _job_not_found(error):
+                return  # the name is free
+            raise
+        raise JobNameTakenError("job_name", name,
+                                f"a training job with this name already exists in {self.session.region_name}",
+                                "pass another job_name, or leave it unset for a timestamped one")
+
     def submit(self, spec: TrainingJobSpec) -> None:
         request = spec.to_request()
         logger.info("Creating training job %s", spec.TrainingJobName)
@@ -127,7 +150,7 @@ class SageMakerBackend(Backend):
                 self.session.sagemaker_client().create_training_job(**request)
         except ClientError as error:
             if _error_code(error) == "ResourceInUse":
-                raise ConfigurationError(
+                raise JobNameTakenError(
                     "job_name", spec.TrainingJobName, "a training job with this name already exists",
                     "pass another job_name, or leave it unset for a timestamped one",
                 ) from None
@@ -148,8 +171,7 @@ class SageMakerBackend(Backend):
                     self.sleep(delay * random.uniform(0.5, 1.0))
                     delay = min(delay * 2, 20.0)
                     continue
-                message = _error_message(error).lower()
-                if code == "ValidationException" and ("not find" in message or "not found" in message):
+                if _job_not_found(error):
                     raise ConfigurationError(
                         "job_name", job_name,
                         f"no training job with this name in {self.session.region_name}",

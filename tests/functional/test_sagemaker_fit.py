@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from estimator import JobFailedError, PyTorch, Session
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, JobNameTakenError
 from estimator.job import TrainingJob
 from tests.functional._sagemaker_moto import (
     ACCOUNT,
@@ -231,3 +231,18 @@ def test_earlier_artifacts_at_the_output_path_are_refused_before_anything_is_cre
     assert session.list_training_jobs() == []
     theirs = s3.get_object(Bucket="shared-models", Key="runs/bert-z/output/model.tar.gz")["Body"].read()
     assert theirs == b"theirs"
+
+
+def test_a_used_job_name_is_refused_before_its_code_is_overwritten(
+    aws: FakeSageMaker, session: Session, project: Path
+) -> None:
+    est = estimator(project, session)
+    est.fit("s3://my-bucket/d", job_name="bert-again", wait=False)
+    s3 = aws.boto_session.client("s3")
+    key = "bert-again/source/sourcedir.tar.gz"
+    first = s3.get_object(Bucket=DEFAULT_BUCKET, Key=key)["Body"].read()
+    (project / "src" / "train.py").write_text("print('changed code')\n")
+    with pytest.raises(JobNameTakenError) as caught:
+        estimator(project, session).fit("s3://my-bucket/d", job_name="bert-again", wait=False)
+    assert caught.value.field == "job_name" and "Fix: " in str(caught.value)
+    assert s3.get_object(Bucket=DEFAULT_BUCKET, Key=key)["Body"].read() == first

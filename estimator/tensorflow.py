@@ -11,7 +11,8 @@ distribution keys (``parameter_server``, ``multi_worker_mirrored_strategy``, ``m
 - a string: passed as given.
 
 What runs where: ``multi_worker_mirrored_strategy`` and ``parameter_server`` get the ``TF_CONFIG``
-SageMaker's TensorFlow toolkit writes (see :mod:`runtime.tf_config`); ``mpi`` runs ranks under
+SageMaker's TensorFlow toolkit writes (see :mod:`runtime.tf_config`; parameter servers are started
+by :mod:`runtime.tf_ps`); ``mpi`` runs ranks under
 ``mpirun``, where ``horovod.tensorflow`` needs the real Horovod: locally a script importing it is
 refused at ``fit()``, naming the image that has it.
 

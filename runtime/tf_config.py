@@ -71,9 +71,9 @@ def mwms_config(env: _Hosts) -> dict[str, Any]:
     return {"cluster": {"worker": workers}, "environment": "cloud", "task": task}
 
 
-def ps_config(env: _Hosts, ps_task: bool = False) -> dict[str, Any]:
-    """The parameter-server ``TF_CONFIG`` of this host's worker (or, ``ps_task``, of its parameter
-    server) (``_build_tf_config_for_ps``)."""
+def ps_config(env: _Hosts) -> dict[str, Any]:
+    """The parameter-server ``TF_CONFIG`` of this host's training process (``_build_tf_config_for_ps``;
+    its parameter server's is :func:`runtime.tf_ps.ps_task_config`)."""
     hosts = list(env.distribution_hosts)
     addresses, shared = _ports(env)
 
@@ -88,9 +88,7 @@ def ps_config(env: _Hosts, ps_task: bool = False) -> dict[str, Any]:
         cluster["ps"] = [ps(i) for i in range(len(hosts))]
         cluster["worker"] = [worker(i) for i in range(1, len(hosts))]
     index = hosts.index(env.current_host)
-    if ps_task:
-        task = {"index": index, "type": "ps"}
-    elif index == 0:
+    if index == 0:
         task = {"index": 0, "type": "master"}
     else:
         task = {"index": index - 1, "type": "worker"}

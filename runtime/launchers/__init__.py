@@ -8,11 +8,13 @@ toolkit does in heterogeneous clusters):
 - ``sagemaker_mpi_enabled``: ``mpi:MpiLauncher``
 - ``sagemaker_pytorch_ddp_enabled`` or ``sagemaker_torch_distributed_enabled``: ``torchrun:TorchrunLauncher``
 - ``sagemaker_distributed_dataparallel_enabled``: ``smddp:SmddpLauncher``
-- none, or TensorFlow's ``sagemaker_multi_worker_mirrored_strategy_enabled``: ``process:ProcessLauncher``
-  (one process per host; with MWMS it gets the toolkit's ``TF_CONFIG``, see :mod:`runtime.tf_config`)
+- none, or TensorFlow's ``sagemaker_multi_worker_mirrored_strategy_enabled`` /
+  ``sagemaker_parameter_server_enabled``: ``process:ProcessLauncher`` (one process per host; with a
+  TensorFlow strategy it gets the toolkit's ``TF_CONFIG``, see :mod:`runtime.tf_config`, and with
+  parameter servers it also serves one, see :mod:`runtime.tf_ps`)
 
-``sagemaker_pytorch_xla_multi_worker_enabled`` and ``sagemaker_parameter_server_enabled`` are
-refused with an error rather than silently run as one process. Modules are imported only when chosen, so
+``sagemaker_pytorch_xla_multi_worker_enabled`` is refused with an error rather than silently run as
+one process. Modules are imported only when chosen, so
 starting a plain process never imports the MPI or model-parallel code.
 """
 
@@ -38,10 +40,7 @@ LAUNCHERS: dict[str, tuple[str, str]] = {
     "smp": ("runtime.launchers.smp", "SmpLauncher"),
 }
 
-_UNSUPPORTED = (
-    contract.HP_PYTORCH_XLA_ENABLED,
-    contract.HP_PARAMETER_SERVER_ENABLED,
-)
+_UNSUPPORTED = (contract.HP_PYTORCH_XLA_ENABLED,)
 
 
 class LauncherUnavailableError(HostConfigurationError):

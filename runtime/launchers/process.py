@@ -3,7 +3,9 @@
 What SageMaker's toolkit does without a distribution flag (``ProcessRunner``): every host runs the
 script on its own; nothing is ranked. The process is labelled ``rank 0`` of its host in logs and
 failure reports. With TensorFlow's ``multi_worker_mirrored_strategy`` or ``parameter_server`` the
-process also gets the ``TF_CONFIG`` SageMaker's TensorFlow toolkit writes (:mod:`runtime.tf_config`).
+process also gets the ``TF_CONFIG`` SageMaker's TensorFlow toolkit writes (:mod:`runtime.tf_config`);
+with parameter servers it runs under :mod:`runtime.tf_ps`, which also serves this host's parameter
+server.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import ClassVar
 from runtime import contract
 from runtime.code import entry_point_command
 from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
-from runtime.tf_config import tf_config_env
+from runtime.tf_config import strategy, tf_config_env
 
 
 class ProcessLauncher(Launcher):
@@ -31,8 +33,10 @@ class ProcessLauncher(Launcher):
         process_env = env.process_env()
         tf_env = tf_config_env(env) if env.distribution_enabled else {}
         process_env.update(tf_env)
-        spec = ProcessSpec(label="rank 0", argv=self.command(), env=process_env, cwd=str(env.code_dir),
-                           rank=0)
+        argv = self.command()
+        if env.distribution_enabled and strategy(env) == "parameter_server":
+            argv = [self.python, "-m", "runtime.tf_ps", *argv]  # plus this host's parameter server
+        spec = ProcessSpec(label="rank 0", argv=argv, env=process_env, cwd=str(env.code_dir), rank=0)
         topology = {
             "hosts": ", ".join(env.hosts),
             "current host": env.current_host,

@@ -77,3 +77,11 @@ def test_local_rank_without_a_launcher_says_how_to_get_one() -> None:
     code = "import smdistributed.dataparallel.torch.distributed as d; d.get_local_rank()"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "LOCAL_RANK is not set" in done.stderr and "distribution=" in done.stderr
+
+
+def test_tensorflow_flavour_is_refused_naming_the_alternative() -> None:
+    env = dict(os.environ, PYTHONPATH=str(compat_path()))
+    code = "import smdistributed.dataparallel.tensorflow"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "needs the real library" in done.stderr
+    assert "multi_worker_mirrored_strategy" in done.stderr

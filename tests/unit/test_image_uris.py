@@ -53,7 +53,8 @@ def sdk_image_uris():
     return sdk
 
 
-def test_committed_table_equals_the_installed_sdk(sdk_image_uris) -> None:
+@pytest.mark.parametrize("framework", sorted(image_uris.FRAMEWORKS))
+def test_committed_table_equals_the_installed_sdk(sdk_image_uris, framework: str) -> None:
     from sagemaker import utils
 
     resolver = utils._botocore_resolver()
@@ -62,18 +63,26 @@ def test_committed_table_equals_the_installed_sdk(sdk_image_uris) -> None:
         endpoint = resolver.construct_endpoint("ecr", region)
         return endpoint["hostname"] if endpoint else f"ecr.{region}.amazonaws.com"
 
-    generated = image_uris.generate_table(sdk_image_uris.config_for_framework("pytorch"), hostname_of)
-    assert generated == image_uris.table()
+    generated = image_uris.generate_table(sdk_image_uris.config_for_framework(framework), hostname_of,
+                                          framework)
+    assert generated == image_uris.table(framework)
 
 
-def _sdk_cases() -> list[tuple[str, str, str, str, bool]]:
+def _sdk_cases(framework: str) -> list[tuple[str, str, str, str, bool]]:
     """Every full version (its newest py, alternating GPU/CPU types), a few aliases and regions,
-    and the PyTorch 1.6 CUDA-suffix cases: ~40 calls, as the SDK's retrieve takes ~0.2 s each."""
-    table = image_uris.table()
+    and the CUDA-suffix cases: ~40 calls per framework, as the SDK's retrieve takes ~0.2 s each."""
+    table = image_uris.table(framework)
     cases = []
     types = ["ml.p3.2xlarge", "ml.c5.xlarge", "ml.g5.xlarge", "ml.m5.large"]
     for index, (version, row) in enumerate(table["versions"].items()):
         cases.append((version, row["py_versions"][-1], types[index % 4], "us-west-2", False))
+    if framework == "tensorflow":
+        cases += [("2.16", "py310", "ml.c5.xlarge", "eu-central-1", False),
+                  ("2.3", "py37", "ml.p3.16xlarge", "us-west-2", True),
+                  ("1.15.5", "py37", "ml.p4d.24xlarge", "us-west-2", False),
+                  ("1.13.1", "py2", "ml.c5.xlarge", "us-west-2", False),
+                  ("1.13.1", "py3", "ml.c5.xlarge", "us-west-2", False)]
+        return cases
     cases += [("1.8", "py3", "ml.p3.16xlarge", "eu-central-1", False),
               ("2.1", "py310", "ml.c5.xlarge", "cn-north-1", False),
               ("1.6", "py3", "ml.p3.16xlarge", "us-west-2", True),
@@ -83,11 +92,12 @@ def _sdk_cases() -> list[tuple[str, str, str, str, bool]]:
     return cases
 
 
-def test_versions_equal_sdk_retrieve(sdk_image_uris) -> None:
-    for version, py, instance_type, region, smdistributed in _sdk_cases():
+@pytest.mark.parametrize("framework", sorted(image_uris.FRAMEWORKS))
+def test_versions_equal_sdk_retrieve(sdk_image_uris, framework: str) -> None:
+    for version, py, instance_type, region, smdistributed in _sdk_cases(framework):
         distribution = {"smdistributed": {"dataparallel": {"enabled": True}}} if smdistributed else None
-        expected = sdk_image_uris.retrieve("pytorch", region, version=version, py_version=py,
+        expected = sdk_image_uris.retrieve(framework, region, version=version, py_version=py,
                                            instance_type=instance_type, image_scope="training",
                                            distribution=distribution)
-        ours = image_uris.retrieve(version, py, lookup(instance_type), region, smdistributed)
+        ours = image_uris.retrieve(version, py, lookup(instance_type), region, smdistributed, framework)
         assert ours == expected, (version, py, instance_type, region)

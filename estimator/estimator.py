@@ -1,4 +1,5 @@
-"""``Estimator`` and ``PyTorch``: SageMaker SDK v2's constructor and ``fit()``, on any backend.
+"""``Estimator``, ``Framework`` and ``PyTorch``: SageMaker SDK v2's constructor and ``fit()``, on any
+backend (``TensorFlow``, the other ``Framework``, is in :mod:`estimator.tensorflow`).
 
 ``fit()`` reads as TorchX's submit: validate (at construction) -> :meth:`Estimator.plan` (pure: the
 exact :class:`~estimator.spec.TrainingJobSpec`) -> ``backend.check(spec)`` -> stage code (and local

@@ -8,6 +8,8 @@ import os
 import shutil
 from collections.abc import Iterator
 
+from runtime.errors import FieldError
+
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 """A write that failed for want of room: the filesystem is full, or the user's quota is."""
 
@@ -16,23 +18,14 @@ class SmlaunchError(Exception):
     """Base of every error smlaunch raises on purpose."""
 
 
-class ConfigurationError(SmlaunchError, ValueError):
+class ConfigurationError(SmlaunchError, FieldError):
     """A bad argument, found before any work starts.
 
     ``field`` names the argument (``instance_count``, ``distribution.mpi.processes_per_host``),
     ``value`` is what the user passed and ``fix`` says what to do instead. ``str()`` reads
-    ``instance_count=0: must be >= 1. Fix: pass instance_count=1 or more``.
+    ``instance_count=0: must be >= 1. Fix: pass instance_count=1 or more``. The shape is
+    :class:`runtime.errors.FieldError`'s, shared with the host's ``HostConfigurationError``.
     """
-
-    def __init__(self, field: str, value: object, problem: str, fix: str | None = None) -> None:
-        self.field = field
-        self.value = value
-        self.problem = problem
-        self.fix = fix
-        message = f"{field}={value!r}: {problem}"
-        if fix:
-            message += f". Fix: {fix}"
-        super().__init__(message)
 
 
 class JobNameTakenError(ConfigurationError):

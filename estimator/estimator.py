@@ -523,12 +523,12 @@ class Estimator:
                                          "characters", f"pass str(value), e.g. {{{key!r}: '1'}}")
         if contract.SMLAUNCH_FAULTS in environment:
             # Checked here, not when a host starts: a typo in a fault rehearsal fails before staging.
-            from runtime.environment import HostConfigurationError
+            from runtime.errors import FieldError
             from runtime.faults import parse_faults
 
             try:
                 parse_faults(environment[contract.SMLAUNCH_FAULTS])
-            except HostConfigurationError as exc:
+            except FieldError as exc:
                 raise ConfigurationError(f"environment[{contract.SMLAUNCH_FAULTS!r}]", exc.value, exc.problem,
                                          exc.fix) from None
         return dict(environment)

@@ -3,4 +3,33 @@
 It reads ``/opt/ml`` (or ``$SAGEMAKER_BASE_DIR``), provides the ``SM_*`` environment as SageMaker's
 training toolkit does, picks the launcher, runs the user's script and reports the outcome. It never
 imports ``estimator``; importing it has no side effects (no directories made, no paths frozen).
+
+**The shared layer.** The estimator (the notebook side) may import these modules of ``runtime`` and
+no others (:data:`SHARED_LAYER`; ``tests/unit/test_layering.py`` enforces it). Each is pure: none
+imports torch, the supervisor, the watchdog or a launcher.
+
+- :mod:`runtime.contract`: the ``/opt/ml`` layout, the ``SM_*`` / ``SMLAUNCH_*`` names, statuses.
+- :mod:`runtime.archive`: safe tarballs (``sourcedir.tar.gz``, ``model.tar.gz``) and checksums.
+- :mod:`runtime.transfer`: S3 and file transfers, verified and retried.
+- :mod:`runtime.channels`: which objects of a channel reach which host (sharding, manifests).
+- :mod:`runtime.faults`: the ``SMLAUNCH_FAULTS`` specification (the injector,
+  :mod:`runtime.fault_injector`, runs on hosts only).
+- :mod:`runtime.errors`: :class:`~runtime.errors.FieldError`, "this field, this value, this fix",
+  the base of the estimator's ``ConfigurationError`` and the host's ``HostConfigurationError``.
+- :mod:`runtime.processes`: ``free_port``, exit-code decoding, die-with-parent, subreaper, used by
+  the local agent and the host supervisor alike.
+- :mod:`runtime.fastfile`: the FUSE server for ``FastFile`` channels, which the local agent runs.
 """
+
+SHARED_LAYER = (
+    "runtime",
+    "runtime.contract",
+    "runtime.archive",
+    "runtime.transfer",
+    "runtime.channels",
+    "runtime.faults",
+    "runtime.errors",
+    "runtime.processes",
+    "runtime.fastfile",
+)
+"""The ``runtime`` modules the estimator may import (see above)."""

@@ -66,7 +66,8 @@ def run(environ: Mapping[str, str]) -> int:
     """One host's job; returns the exit code. Writes ``success`` or ``failure`` before returning."""
     from runtime.archive import UnsafeArchiveError
     from runtime.code import CodeFetcher
-    from runtime.environment import Environment, HostConfigurationError
+    from runtime.environment import Environment
+    from runtime.errors import HostConfigurationError
     from runtime.report import report_run, write_failure
     from runtime.requirements import InstallRequirementsError, prepare
 

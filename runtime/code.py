@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 
 from runtime import contract
 from runtime.archive import safe_extract
-from runtime.environment import HostConfigurationError
+from runtime.errors import HostConfigurationError
 
 
 def _is_empty_dir(path: Path) -> bool:

@@ -23,7 +23,6 @@ its cgroup, reaps them, and removes the cgroup. It never touches a process outsi
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -31,9 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runtime.processes import become_subreaper
+
 CGROUP_PREFIX = "smlaunch-"
 SWEEP_WAIT_SECONDS = 5.0
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _cgroup2_root() -> Path | None:
@@ -105,9 +105,7 @@ class Containment:
         if self._entered or sys.platform != "linux":
             return
         self._entered = True
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            self.subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        self.subreaper = become_subreaper()
         if self.use_cgroup:
             self._create_cgroup()
 

@@ -54,24 +54,7 @@ from typing import Any
 
 from runtime import contract
 from runtime import hyperparameters as hp
-
-
-class HostConfigurationError(ValueError):
-    """The host's configuration (config files, ``SMLAUNCH_*`` variables) is unusable.
-
-    Raised before any process starts. Like the SDK's ``ConfigurationError`` (which the runtime may
-    not import), it names the field, the value and the fix.
-    """
-
-    def __init__(self, field: str, value: object, problem: str, fix: str | None = None) -> None:
-        self.field = field
-        self.value = value
-        self.problem = problem
-        self.fix = fix
-        message = f"{field}={value!r}: {problem}"
-        if fix:
-            message += f". Fix: {fix}"
-        super().__init__(message)
+from runtime.errors import HostConfigurationError
 
 
 def _channel_dirs(paths: contract.Paths, channels: Mapping[str, Any]) -> dict[str, str]:

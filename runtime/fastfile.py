@@ -47,11 +47,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runtime.processes import set_parent_death_signal
 from runtime.transfer import ObjectInfo, TransferEngine
 
 FUSE_DEVICE = "/dev/fuse"
 FUSERMOUNT = "fusermount3"
-_PR_SET_PDEATHSIG = 1
 
 
 def unavailable() -> str | None:
@@ -195,8 +195,7 @@ class FastFileOperations:
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != parent_pid:
         sys.exit(1)
 

@@ -1,5 +1,5 @@
 """What every rank does at start so its supervisor can see inside it: the rank side of
-:mod:`runtime.watchdog` and :mod:`runtime.faults`.
+:mod:`runtime.watchdog` and :mod:`runtime.fault_injector`.
 
 Runs inside the user's process (imported by ``runtime/_rankboot/sitecustomize.py``, which the
 supervisor puts first on each rank's ``PYTHONPATH``), so it must be cheap, import nothing heavy, never

@@ -34,7 +34,7 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
    written output for that long, every rank's Python stack is dumped (py-spy, else faulthandler)
    into the log and ``output/data/smlaunch-stacks-<host>.txt``, and the job ends as in 3 with exit
    code 124 and a reason naming where each rank was (:mod:`runtime.watchdog`).
-8. **Hooks.** The watchdog and fault injection (:mod:`runtime.faults`, ``SMLAUNCH_FAULTS``) are
+8. **Hooks.** The watchdog and fault injection (:mod:`runtime.fault_injector`, ``SMLAUNCH_FAULTS``) are
    :class:`runtime.watchdog.SupervisorHook` objects (``hooks=``; :meth:`from_environ` adds them).
 
 Reporting the outcome (the ``success`` / ``failure`` files) is :mod:`runtime.report`'s job; the
@@ -44,7 +44,6 @@ supervisor returns a :class:`RunResult` with the per-process exit codes and the 
 from __future__ import annotations
 
 import collections
-import ctypes
 import os
 import queue
 import shlex
@@ -53,13 +52,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from runtime import contract
 from runtime.containment import Containment
 from runtime.launchers.base import LaunchPlan, ProcessSpec
+from runtime.processes import die_with_parent, exit_code_of
 
 if TYPE_CHECKING:
     from runtime.watchdog import SupervisorHook
@@ -75,42 +75,6 @@ _CHAINED = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
 )
-_PR_SET_PDEATHSIG = 1
-
-
-def exit_code_of(returncode: int) -> int:
-    """A Popen return code as a shell reports it: ``-N`` (killed by signal N) becomes ``128 + N``."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-_prctl: Any = None
-
-
-def _die_with_parent(parent_pid: int, containment: Containment | None = None) -> Callable[[], None] | None:
-    """preexec_fn: SIGKILL this child when the thread that spawned it dies (Linux only), and move it
-    into the host's cgroup when ``containment`` has one.
-
-    ``prctl`` is looked up here, in the parent: the child of a multi-threaded process must not
-    ``dlopen`` (another thread may have held the loader lock at fork time); it only calls it.
-    """
-    global _prctl
-    if _prctl is None:
-        try:
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _prctl = False
-    prctl = _prctl
-    if prctl is False:
-        return None
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-        if containment is not None:
-            containment.join_in_child()
-
-    return preexec
 
 
 @dataclass
@@ -270,7 +234,7 @@ class Supervisor:
             except ValueError:
                 grace = -1.0
             if grace < 0:
-                from runtime.environment import HostConfigurationError
+                from runtime.errors import HostConfigurationError
 
                 raise HostConfigurationError(
                     contract.SMLAUNCH_STOP_GRACE_SECONDS, raw, "must be a number of seconds >= 0", "e.g. 120"
@@ -345,7 +309,9 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid(), self.containment),
+            preexec_fn=die_with_parent(
+                signal.SIGKILL, self.containment.join_in_child if self.containment else None
+            ),
         )
         proc = _Proc(spec, popen)
         assert popen.stdout is not None and popen.stderr is not None

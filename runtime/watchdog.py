@@ -25,7 +25,7 @@ The mechanics are hooks the :class:`~runtime.supervisor.Supervisor` calls (:clas
 line, ``on_exit`` for every exit, ``poll`` about once a second (a returned failure ends the job), and
 ``close`` at the end. :class:`RankRegistry` is the hook that lets the supervisor see ranks it did not
 spawn (``mpirun``'s children): it puts ``runtime/_rankboot`` on each rank's ``PYTHONPATH`` and gives
-it a private directory where each rank registers ``<pid>.json``. :mod:`runtime.faults` uses it too.
+it a private directory where each rank registers ``<pid>.json``. :mod:`runtime.fault_injector` uses it too.
 """
 
 from __future__ import annotations
@@ -465,7 +465,7 @@ def hooks_from_environ(host: str, environ: Mapping[str, str], log: Log) -> list[
     """The hooks a host's supervisor runs, from the environment: always the rank registry; the
     stall watchdog when ``SMLAUNCH_STALL_TIMEOUT_SECONDS`` is set (> 0); the fault injector when
     ``SMLAUNCH_FAULTS`` is set. Raises ``HostConfigurationError`` naming the variable on a bad value."""
-    from runtime.environment import HostConfigurationError
+    from runtime.errors import HostConfigurationError
 
     # Under the host's base dir (not /tmp): even a host that is SIGKILLed leaves nothing outside its
     # own tree, which the local backend removes with the job. Nothing below it is uploaded.
@@ -504,7 +504,8 @@ def hooks_from_environ(host: str, environ: Mapping[str, str], log: Log) -> list[
                     )
                 )
         if environ.get(contract.SMLAUNCH_FAULTS, "").strip():
-            from runtime.faults import FaultInjector, parse_faults
+            from runtime.fault_injector import FaultInjector
+            from runtime.faults import parse_faults
 
             hooks.append(FaultInjector(host, parse_faults(environ[contract.SMLAUNCH_FAULTS]), registry, log))
     except Exception:

@@ -51,12 +51,10 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -88,6 +86,7 @@ from estimator.backends.local_mounts import PrivateOptMl
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
+from runtime.processes import become_subreaper, die_with_parent, exit_code_of, free_port
 from runtime.transfer import TransferEngine
 
 FAILURE_GRACE_SECONDS = 2.0
@@ -101,9 +100,6 @@ DESCENDANT_SCAN_SECONDS = 1.0
 LOG_TAIL_LINES = 20
 _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-
 _MESSAGES = {
     contract.SECONDARY_DOWNLOADING: "Downloading input data",
     contract.SECONDARY_TRAINING: "Training in progress on the emulated hosts",
@@ -114,17 +110,6 @@ _MESSAGES = {
     contract.SECONDARY_STOPPED: "Training job stopped",
     contract.SECONDARY_MAX_RUNTIME_EXCEEDED: "Job stopped because it exceeded MaxRuntimeInSeconds",
 }
-
-
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the rendezvous binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class _Host:
@@ -250,9 +235,7 @@ class Agent:
     # --- the job ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        if sys.platform == "linux":
-            with contextlib.suppress(OSError, AttributeError):
-                _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        become_subreaper()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self._set_space_aside()
@@ -418,7 +401,9 @@ class Agent:
                 "machine lacks; CUDA calls run on the CPU, NCCL uses gloo, numbers are a CPU run's "
                 "(LocalSession(emulate_cuda=False) turns this off)"
             )
-        die_with_agent = _die_with_parent_hook()
+        # SIGHUP, not SIGKILL: a host runtime must live long enough to kill and reap everything its
+        # ranks started (runtime.supervisor, point 5).
+        die_with_agent = die_with_parent(signal.SIGHUP)
         opt_ml = self._private_opt_ml()
         base_env = dict(os.environ)
         # The S3 the session talks to (e.g. a test's moto server) is the S3 the hosts talk to:
@@ -519,7 +504,7 @@ class Agent:
                     if code is None:
                         running.append(host)
                     else:
-                        host.exit_code, host.exited_at = _exit_code(code), time.time()
+                        host.exit_code, host.exited_at = exit_code_of(code), time.time()
             if now - self._descendants_seen_at >= DESCENDANT_SCAN_SECONDS:
                 self._remember_descendants()  # a /proc scan: not at every poll
             if not running:
@@ -698,27 +683,6 @@ class Agent:
             )
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A pre-exec hook giving the child PR_SET_PDEATHSIG=SIGHUP against this process (Linux).
-
-    SIGHUP, not SIGKILL: the host runtime must live long enough to kill and reap everything its ranks
-    started (``runtime.supervisor``, point 5). Elsewhere (macOS) there is no such call: a host
-    runtime then outlives an agent killed with SIGKILL, and only the agent's normal exits (including
-    SIGTERM/SIGINT) clean up.
-    """
-    if sys.platform != "linux":
-        return None
-    prctl = _libc().prctl
-    parent = os.getpid()
-
-    def die_with_agent() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
-        if os.getppid() != parent:  # the agent died before prctl took effect
-            os._exit(129)
-
-    return die_with_agent
-
-
 def _in_order(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
     """One pre-exec hook running ``hooks`` (None ones skipped) in order."""
     present = [hook for hook in hooks if hook is not None]
@@ -730,11 +694,6 @@ def _in_order(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
             hook()
 
     return run
-
-
-def _exit_code(code: int) -> int:
-    """Popen's -N (killed by signal N) as a shell reports it: 128 + N."""
-    return 128 - code if code < 0 else code
 
 
 def _tail(path: Path, lines: int) -> str:

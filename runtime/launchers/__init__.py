@@ -25,7 +25,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from runtime import contract
-from runtime.environment import HostConfigurationError
+from runtime.errors import HostConfigurationError
 from runtime.hyperparameters import truthy
 
 if TYPE_CHECKING:

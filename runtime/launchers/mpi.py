@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runtime import contract
-from runtime.environment import HostConfigurationError
+from runtime.errors import HostConfigurationError
 from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
 from runtime.supervisor import RankFailure, RunResult, _StderrTail
 

@@ -10,7 +10,6 @@ names are the placement letters, and the process groups of every :class:`CommGro
 from __future__ import annotations
 
 import os
-import socket
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from runtime.parallel.config import (
     virtual_stages,
 )
 from runtime.parallel.layout import CommGroup, RankLayout, RankType, build_mesh
+from runtime.processes import free_port
 
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=30)
 
@@ -110,12 +110,6 @@ def _rank_env(environ: Mapping[str, str]) -> tuple[int, int, int, int]:
     return 0, 1, 0, 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _real_cuda() -> bool:
     """CUDA devices exist (not merely emulated on the CPU by runtime.cuda_emulation)."""
     return cuda_emulation.active() is None and torch.cuda.is_available()
@@ -152,7 +146,7 @@ def init(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
         if world == 1 and "MASTER_ADDR" not in env:
             dist.init_process_group(
                 backend,
-                init_method=f"tcp://127.0.0.1:{_free_port()}",
+                init_method=f"tcp://127.0.0.1:{free_port()}",
                 rank=0,
                 world_size=1,
                 timeout=PROCESS_GROUP_TIMEOUT,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from estimator.backends import _local_layout as layout
-from estimator.backends.local_agent import free_port
 from runtime import contract
+from runtime.processes import free_port
 from runtime.rankboot import BOOT_DIR
 from tests.unit._probe import run_probe
 

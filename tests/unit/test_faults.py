@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from runtime import contract
-from runtime.environment import HostConfigurationError
-from runtime.faults import Fault, FaultInjector, parse_faults
+from runtime.errors import HostConfigurationError
+from runtime.fault_injector import FaultInjector
+from runtime.faults import Fault, parse_faults
 from runtime.launchers.base import ProcessSpec
 from runtime.watchdog import RankRegistry, StartedProcess, dump_stacks, where
 

@@ -17,7 +17,7 @@ from runtime.code import (
     entry_point_command,
     resolve_entry_point,
 )
-from runtime.environment import HostConfigurationError
+from runtime.errors import HostConfigurationError
 
 
 def source_dir(tmp_path: Path) -> Path:

@@ -16,10 +16,11 @@ import psutil
 import pytest
 
 from runtime import contract
-from runtime.environment import HostConfigurationError
+from runtime.errors import HostConfigurationError
 from runtime.launchers.base import LaunchPlan, ProcessSpec
+from runtime.processes import exit_code_of
 from runtime.report import report_run, write_failure
-from runtime.supervisor import RankFailure, RunResult, Supervisor, exit_code_of
+from runtime.supervisor import RankFailure, RunResult, Supervisor
 
 
 def spec(label: str, code: str, rank: int | None = None, **kwargs: object) -> ProcessSpec:

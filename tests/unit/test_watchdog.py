@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runtime import contract
-from runtime.environment import HostConfigurationError
+from runtime.errors import HostConfigurationError
 from runtime.launchers.base import ProcessSpec
 from runtime.watchdog import (
     STALL_EXIT_CODE,

@@ -24,11 +24,13 @@ from runtime.parallel.checkpoint import (
     save_checkpoint,
 )
 from runtime.parallel.config import SMPUnsupportedAPIError, SMPUnsupportedError, SMPValidationError
-from runtime.parallel.engine import DistributedModel, DistributedOptimizer, StepFunction, step
 from runtime.parallel.layout import CommGroup, RankType
 from runtime.parallel.microbatch import StepOutput, TensorSplitError
+from runtime.parallel.model import DistributedModel
+from runtime.parallel.optimizer import DistributedOptimizer
 from runtime.parallel.partition import partition, set_partition
 from runtime.parallel.state import STATE, init
+from runtime.parallel.step import StepFunction, step
 
 WORLD = CommGroup.WORLD
 PP_GROUP = CommGroup.PP_GROUP

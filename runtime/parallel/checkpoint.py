@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from runtime import contract
 from runtime.parallel.config import SMPValidationError
-from runtime.parallel.engine import PARTIAL_KEY
+from runtime.parallel.model import PARTIAL_KEY
 from runtime.parallel.state import STATE
 
 NEWEST_FILE = "newest"

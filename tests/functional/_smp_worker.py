@@ -218,8 +218,8 @@ def run_comm(sc: dict[str, Any]) -> dict[str, Any]:
             smp.send(("hello", me), 1, smp.RankType.PP_RANK)
         elif smp.pp_rank() == 1:
             assert smp.recv_from(0, smp.RankType.PP_RANK) == ("hello", smp.get_pp_group()[0])
-        from runtime.parallel.engine import _broadcast_object
         from runtime.parallel.state import STATE
+        from runtime.parallel.step import _broadcast_object
 
         src = smp.get_pp_group()[0]
         for size in (10, 40_000):  # inline (one collective) and spilled (> 64 KiB) payloads

@@ -29,16 +29,8 @@ Rules, where the toolkit leaves a choice (``docs/runtime-contract.md``):
 - ``SM_NUM_CPUS``: ``SMLAUNCH_NUM_CPUS`` when set (the local backend pins emulated hosts), else
   ``os.cpu_count()``.
 
-Deliberate differences from the toolkit's ``to_env_vars`` (everything else is equal):
-
-- extra variables ``SM_MASTER_ADDR``, ``SM_MASTER_PORT``, ``SM_HOST_COUNT``,
-  ``SM_CURRENT_HOST_RANK`` (SDK v3 names; the toolkit sets none of them);
-- ``SM_NUM_CPUS`` / ``SM_NUM_GPUS`` honour the ``SMLAUNCH_*`` pins above;
-- ``SM_TRAINING_ENV.is_modelparallel_enabled`` says what the user's process sees when
-  ``mp_parameters`` is set (the toolkit's first ``Environment()`` in a process reports ``null``,
-  because it reads ``SM_HP_MP_PARAMETERS`` before anyone has exported it);
-- ``SAGEMAKER_SUBMIT_DIRECTORY`` / ``SAGEMAKER_CONTAINER_LOG_LEVEL`` are ignored exactly as the
-  toolkit ignores them (hyperparameters win); ``SAGEMAKER_PROGRAM`` beats ``sagemaker_program``.
+Rendering the environment into variables (``SM_*``, ``SM_TRAINING_ENV``, the ranks' process
+environment) is :mod:`runtime.env_vars`; the methods below delegate to it.
 """
 
 from __future__ import annotations
@@ -52,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime import contract
+from runtime import contract, env_vars
 from runtime import hyperparameters as hp
 from runtime.errors import HostConfigurationError
 
@@ -434,154 +426,12 @@ class Environment:
 
     def training_env(self) -> dict[str, Any]:
         """``SM_TRAINING_ENV``: every property of the toolkit's ``Environment``, same keys."""
-        paths = self.paths
-        return {
-            "additional_framework_parameters": self.framework_params,
-            "channel_input_dirs": self.channel_input_dirs,
-            "current_host": self.current_host,
-            "current_instance_group": self.current_group_name,
-            "current_instance_group_hosts": self.current_instance_group_hosts,
-            "current_instance_type": self.current_instance_type,
-            "distribution_hosts": self.distribution_hosts,
-            "distribution_instance_groups": self.distribution_instance_groups,
-            "framework_module": self.framework_module,
-            "hosts": self.hosts,
-            "hyperparameters": self.hyperparameters,
-            "input_config_dir": str(paths.input_config_dir),
-            "input_data_config": self.input_data_config,
-            "input_dir": str(paths.input_dir),
-            "instance_groups": self.instance_groups,
-            "instance_groups_dict": self.instance_groups_dict,
-            "is_hetero": self.is_hetero,
-            "is_master": self.is_master,
-            "is_modelparallel_enabled": self.is_modelparallel_enabled,
-            "is_smddpmprun_installed": shutil.which("smddpmprun", path=self.environ.get("PATH")) is not None,
-            "is_smddprun_installed": shutil.which("smddprun", path=self.environ.get("PATH")) is not None,
-            "job_name": self.job_name,
-            "log_level": self.log_level,
-            "master_hostname": self.master_hostname,
-            "model_dir": self.model_dir,
-            "module_dir": self.module_dir,
-            "module_name": self.module_name,
-            "network_interface_name": self.network_interface_name,
-            "num_cpus": self.num_cpus,
-            "num_gpus": self.num_gpus,
-            "num_neurons": self.num_neurons,
-            "output_data_dir": str(paths.output_data_dir),
-            "output_dir": str(paths.output_dir),
-            "output_intermediate_dir": str(paths.output_intermediate_dir),
-            "resource_config": self.resource_config,
-            "topology": self.topology,
-            "user_entry_point": self.user_entry_point,
-        }
+        return env_vars.training_env(self)
 
     def to_env_vars(self) -> dict[str, str]:
         """Every ``SM_*`` variable with the toolkit's formats, plus the SDK-v3 extras."""
-        paths = self.paths
-        values: dict[str, Any] = {
-            "hosts": self.hosts,
-            "network_interface_name": self.network_interface_name,
-            "hps": self.hyperparameters,
-            "user_entry_point": self.user_entry_point,
-            "framework_params": self.framework_params,
-            "resource_config": self.resource_config,
-            "input_data_config": self.input_data_config,
-            "output_data_dir": str(paths.output_data_dir),
-            "channels": sorted(self.channel_input_dirs),
-            "current_host": self.current_host,
-            "current_instance_type": self.current_instance_type,
-            "current_instance_group": self.current_group_name,
-            "current_instance_group_hosts": self.current_instance_group_hosts,
-            "instance_groups": self.instance_groups,
-            "instance_groups_dict": self.instance_groups_dict,
-            "distribution_instance_groups": self.distribution_instance_groups,
-            "is_hetero": self.is_hetero,
-            "module_name": self.module_name,
-            "log_level": self.log_level,
-            "framework_module": self.framework_module,
-            "input_dir": str(paths.input_dir),
-            "input_config_dir": str(paths.input_config_dir),
-            "output_dir": str(paths.output_dir),
-            "num_cpus": self.num_cpus,
-            "num_gpus": self.num_gpus,
-            "num_neurons": self.num_neurons,
-            "model_dir": self.model_dir,
-            "module_dir": self.module_dir,
-            "training_env": self.training_env(),
-            "user_args": self.user_args(),
-            "output_intermediate_dir": str(paths.output_intermediate_dir),
-        }
-        if self.topology:
-            values["topology"] = self.topology
-        for name, path in self.channel_input_dirs.items():
-            values[f"channel_{name}"] = path
-        for key, value in self.hyperparameters.items():
-            values[f"hp_{key}"] = value
-        env = {contract.SM_PREFIX + str(k).upper(): hp.env_value(v) for k, v in values.items()}
-        env[contract.SM_MASTER_ADDR] = self.master_addr
-        env[contract.SM_MASTER_PORT] = str(self.master_port)
-        env[contract.SM_HOST_COUNT] = str(self.host_count)
-        env[contract.SM_CURRENT_HOST_RANK] = str(self.host_rank)
-        return env
+        return env_vars.to_env_vars(self)
 
     def process_env(self) -> dict[str, str]:
-        """The environment every process of this host starts with.
-
-        The runtime's own environment, plus the ``SM_*`` variables, plus what the toolkit exports
-        into its process (``CURRENT_HOST``, ``SAGEMAKER_JOB_NAME``, ``SAGEMAKER_REGION``), plus a
-        ``PYTHONPATH`` that starts with the code dir and, when the real library is not importable,
-        ``runtime/compat`` (the smdistributed API shims) and ``runtime/compat/horovod_shim`` (the
-        ``horovod.torch`` API on torch.distributed).
-        """
-        env = dict(self.environ)
-        env.update(self.to_env_vars())
-        env["CURRENT_HOST"] = self.current_host
-        env["SAGEMAKER_JOB_NAME"] = str(self.sagemaker_hyperparameters.get(contract.HP_JOB_NAME, "") or "")
-        region = (
-            self.sagemaker_hyperparameters.get(contract.HP_REGION)
-            or self.environ.get("AWS_REGION")
-            or self.environ.get("AWS_DEFAULT_REGION")
-            or ""
-        )
-        env["SAGEMAKER_REGION"] = str(region)
-        path_entries = [str(self.code_dir)]
-        for compat in (compat_dir(), horovod_compat_dir()):
-            if compat is not None:
-                path_entries.append(str(compat))
-        if self.environ.get("PYTHONPATH"):
-            path_entries.append(self.environ["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(path_entries)
-        return env
-
-
-def compat_dir() -> Path | None:
-    """``runtime/compat`` when the real ``smdistributed`` is absent (and the shims exist), else None.
-
-    Looks for the package without importing anything, so it costs a directory scan, not an import.
-    """
-    return _shim_root("smdistributed", Path(__file__).resolve().parent / "compat")
-
-
-def horovod_compat_dir() -> Path | None:
-    """``runtime/compat/horovod_shim`` (the ``horovod`` shim's root) when the real ``horovod`` is
-    absent, else None. A root of its own, so that a machine with the real smdistributed but no
-    Horovod still gets the shim, and one with the real Horovod never sees it."""
-    return _shim_root("horovod", Path(__file__).resolve().parent / "compat" / "horovod_shim")
-
-
-def _shim_root(package: str, here: Path) -> Path | None:
-    """``here`` when it holds a shim of ``package`` and no real ``package`` is importable."""
-    import importlib.util
-
-    if not (here / package).is_dir():
-        return None
-    try:
-        found = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        found = None
-    if found is not None and found.origin is not None and here not in Path(found.origin).parents:
-        return None
-    if found is not None and found.submodule_search_locations is not None:
-        if any(here not in Path(p).parents for p in found.submodule_search_locations):
-            return None
-    return here
+        """The environment every process of this host starts with (:func:`runtime.env_vars.process_env`)."""
+        return env_vars.process_env(self)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.environment import compat_dir
+from runtime.env_vars import compat_dir
 from runtime.parallel import api as smp
 from runtime.parallel.state import shutdown
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runtime.environment import horovod_compat_dir
+from runtime.env_vars import horovod_compat_dir
 
 SCRIPT = r"""
 import json, os, sys

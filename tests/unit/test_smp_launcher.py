@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from runtime import contract
-from runtime.environment import Environment, compat_dir
+from runtime.env_vars import compat_dir
+from runtime.environment import Environment
 from runtime.launchers import launcher_name
 from runtime.launchers.smp import SmpLauncher
 from tests.functional._runtime_tree import write_host_tree

@@ -11,6 +11,7 @@ imports torch, the supervisor, the watchdog or a launcher.
 - :mod:`runtime.contract`: the ``/opt/ml`` layout, the ``SM_*`` / ``SMLAUNCH_*`` names, statuses.
 - :mod:`runtime.archive`: safe tarballs (``sourcedir.tar.gz``, ``model.tar.gz``) and checksums.
 - :mod:`runtime.transfer`: S3 and file transfers, verified and retried.
+- :mod:`runtime.progress`: progress bars, and progress files another process draws.
 - :mod:`runtime.channels`: which objects of a channel reach which host (sharding, manifests).
 - :mod:`runtime.faults`: the ``SMLAUNCH_FAULTS`` specification (the injector,
   :mod:`runtime.fault_injector`, runs on hosts only).
@@ -26,6 +27,7 @@ SHARED_LAYER = (
     "runtime.contract",
     "runtime.archive",
     "runtime.transfer",
+    "runtime.progress",
     "runtime.channels",
     "runtime.faults",
     "runtime.errors",

@@ -18,6 +18,7 @@ SHARED_LAYER = {
     "runtime.contract",
     "runtime.archive",
     "runtime.transfer",
+    "runtime.progress",
     "runtime.channels",
     "runtime.faults",
     "runtime.errors",

@@ -16,7 +16,7 @@ serve it. The command (reference §4.5, minus the toolkit's faults) is an argv l
   ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK``... and the rank's own host, then execs the script.
 - ``--tag-output`` lines (``[1,3]<stderr>:text``) are split back into ``[algo-2/rank 3] text``; the
   failure reason names the first failing rank, its host, its exit code and its own stderr tail
-  (parsed from mpirun's report), not mpirun's.
+  (parsed from mpirun's report), not mpirun's (:mod:`runtime.launchers.mpi_output`).
 
 **Local emulation** (every host maps to a loopback address, as the local backend arranges): one
 ``mpirun`` on the master host serves all emulated hosts (``--host localhost:<all ranks>
@@ -30,7 +30,8 @@ there: credentials and every other inherited variable reach the ranks through ``
 environment (the master's, which every host shares), not through a file. A non-master host exits 0
 once ``done.json`` appears, or fails if the master's runtime dies without writing it; so for the
 local backend a non-master host is an ordinary host process that ends with the job, and any failure
-is reported by the master (whose ``failure.json`` names the rank and its emulated host).
+is reported by the master (whose ``failure.json`` names the rank and its emulated host). The meeting
+place is :class:`runtime.launchers.mpi_local.LocalRendezvous`.
 
 **Real multi-node** (SageMaker, Docker): the roles of :mod:`runtime.mpi_roles` (workers run sshd and
 wait for the master's job to end; the master waits, bounded, for every worker's sshd, then runs
@@ -41,31 +42,21 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import re
 import shlex
 import shutil
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runtime import contract
 from runtime.errors import HostConfigurationError
 from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
-from runtime.supervisor import RankFailure, RunResult, _StderrTail
+from runtime.launchers.mpi_local import LocalRendezvous, wait_seconds
+from runtime.launchers.mpi_output import MpiOutput
+from runtime.supervisor import RunResult
 
 if TYPE_CHECKING:
     from runtime.supervisor import Supervisor
-
-_TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr|stddiag)>:")
-_FIRST_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
-_EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)")
-_ERROR_STARTS = ("Traceback (most recent call last):", "smlaunch fault injection: this rank crashes")
-_ABORTED = re.compile(r"MPI_ABORT was invoked on rank (\d+)")
-_ERRORCODE = re.compile(r"^\s*with errorcode (-?\d+)")
-_SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
 EXPORTED = (
     "PATH",
@@ -97,201 +88,6 @@ def _is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
-
-
-class MpiOutput:
-    """``split_line`` for ``mpirun --tag-output``: labels lines ``algo-N/rank R``, keeps every rank's
-    stderr tail, and reads mpirun's report of the first failing rank."""
-
-    def __init__(self, hosts: list[str], ppn: int) -> None:
-        self.hosts = hosts
-        self.ppn = ppn
-        self.tails: dict[int, _StderrTail] = {}
-        self.failed_rank: int | None = None
-        self.failed_code: int | None = None
-        self._partial: dict[tuple[int, str], str] = {}
-        self.first_error_rank: int | None = None
-        """The first rank that printed a traceback: the cause when mpirun's report is lost
-        (OpenMPI sometimes fails to print it: "ORTE_ERROR_LOG: Data unpack would read past end")."""
-
-    def host_of(self, rank: int) -> str:
-        return self.hosts[min(rank // self.ppn, len(self.hosts) - 1)]
-
-    def __call__(self, line: str) -> tuple[str | None, str]:
-        matches = list(_TAG.finditer(line))
-        if not matches:
-            self._mpirun_line(line)
-            return None, line
-        # mpirun tags every chunk a rank writes, not every line: an unbuffered print() arrives in
-        # pieces, and pieces of several ranks can share one output line. Reassemble per rank and
-        # stream; the line ends the last piece's line.
-        for index, match in enumerate(matches):
-            end = matches[index + 1].start() if index + 1 < len(matches) else len(line)
-            key = (int(match.group(1)), match.group(2))
-            self._partial[key] = self._partial.get(key, "") + line[match.end() : end]
-        rank, stream = key
-        text = self._partial.pop(key)
-        if stream == "stderr":
-            self.tails.setdefault(rank, _StderrTail()).add(text)
-            if self.first_error_rank is None and text.startswith(_ERROR_STARTS):
-                self.first_error_rank = rank
-        return f"{self.host_of(rank)}/rank {rank}", text
-
-    def _mpirun_line(self, line: str) -> None:
-        if self.failed_rank is None:
-            found = _FIRST_FAILED.search(line)
-            if found:
-                self.failed_rank = int(found.group(1))
-                return
-            aborted = _ABORTED.search(line)
-            if aborted:
-                self.failed_rank = int(aborted.group(1))
-                return
-            signalled = _SIGNALLED.search(line)
-            if signalled:
-                self.failed_rank = int(signalled.group(1))
-                self.failed_code = 128 + int(signalled.group(2))
-                return
-        if self.failed_rank is not None and self.failed_code is None:
-            code = _EXIT_CODE.match(line) or _ERRORCODE.match(line)
-            if code:
-                self.failed_code = int(code.group(1))
-
-    def root_cause(self, mpirun_failure: RankFailure) -> RankFailure:
-        """The failing rank as mpirun reported it (falls back to mpirun's own failure)."""
-        rank = self.failed_rank if self.failed_rank is not None else self.first_error_rank
-        if rank is None:
-            return mpirun_failure
-        code = self.failed_code if self.failed_code is not None else mpirun_failure.exit_code
-        tail = self.tails.get(rank)
-        lines = tail.tail() if tail is not None else []
-        return RankFailure(self.host_of(rank), f"rank {rank}", rank, code, mpirun_failure.time, lines)
-
-
-@dataclass
-class LocalRendezvous:
-    """The directory where the emulated hosts of one local MPI job meet (see the module docstring)."""
-
-    directory: Path
-    timeout: float
-    poll: float = 0.1
-
-    def env_file(self, host: str) -> Path:
-        return contract.child_path(self.directory, f"env-{host}.json", "host name", single=True)
-
-    @property
-    def master_file(self) -> Path:
-        return self.directory / "master.json"
-
-    @property
-    def done_file(self) -> Path:
-        return self.directory / "done.json"
-
-    def _write(self, path: Path, data: Any) -> None:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, path)
-
-    def write_rank_map(self, rank_map: Mapping[str, Any]) -> Path:
-        self._write(self.rank_map_file, rank_map)
-        return self.rank_map_file
-
-    @property
-    def rank_map_file(self) -> Path:
-        return self.directory / "ranks.json"
-
-    def publish(self, host: str, env: Mapping[str, str], cwd: str) -> None:
-        self._write(self.env_file(host), {"env": dict(env), "cwd": cwd, "pid": os.getpid()})
-
-    def announce_master(self) -> None:
-        self._write(self.master_file, {"pid": os.getpid()})
-
-    def gather(self, hosts: list[str]) -> dict[str, dict[str, Any]]:
-        """Every other host's published environment; raises TimeoutError naming the missing hosts."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            missing = [h for h in hosts if not self.env_file(h).exists()]
-            if not missing:
-                return {h: json.loads(self.env_file(h).read_text(encoding="utf-8")) for h in hosts}
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"MPI: hosts {missing} did not start within {self.timeout:g} s "
-                    f"({contract.SMLAUNCH_MPI_WAIT_SECONDS})"
-                )
-            time.sleep(self.poll)
-
-    def finish(self, exit_code: int, hosts: list[str]) -> None:
-        """Tell the waiting hosts the job is over, give them a moment to read it, clean up."""
-        self._write(self.done_file, {"exit_code": exit_code})
-        deadline = time.monotonic() + 5.0
-        while any(self._waiting(h) for h in hosts) and time.monotonic() < deadline:
-            time.sleep(self.poll)
-        shutil.rmtree(self.directory, ignore_errors=True)
-
-    def _waiting(self, host: str) -> bool:
-        """Whether ``host`` is still alive and has not yet read ``done.json``."""
-        try:
-            return _pid_alive(int(json.loads(self.env_file(host).read_text(encoding="utf-8"))["pid"]))
-        except (OSError, ValueError, KeyError):
-            return False
-
-    def wait_for_master(self, host: str) -> int:
-        """Block until the master's job ends; its exit code. Bounded: the master must announce itself
-        within the timeout, and a master that dies without finishing fails the wait."""
-        deadline = time.monotonic() + self.timeout
-        try:
-            while True:
-                if self.done_file.exists():
-                    return int(json.loads(self.done_file.read_text(encoding="utf-8"))["exit_code"])
-                if self.master_file.exists():
-                    pid = int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"])
-                    if not _pid_alive(pid) and not self.done_file.exists():
-                        raise RuntimeError(
-                            f"MPI: the master host's runtime (pid {pid}) ended without finishing"
-                        )
-                elif time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"MPI: the master host did not start within {self.timeout:g} s "
-                        f"({contract.SMLAUNCH_MPI_WAIT_SECONDS})"
-                    )
-                time.sleep(self.poll)
-        finally:
-            self.env_file(host).unlink(missing_ok=True)
-            if not any(self.directory.glob("env-*.json")) and not self._master_alive():
-                shutil.rmtree(self.directory, ignore_errors=True)  # the master cannot clean up any more
-
-    def _master_alive(self) -> bool:
-        try:
-            return _pid_alive(int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"]))
-        except (OSError, ValueError, KeyError):
-            return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        import psutil
-
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:
-        return False
-
-
-def wait_seconds(environ: Mapping[str, str]) -> float:
-    raw = environ.get(contract.SMLAUNCH_MPI_WAIT_SECONDS, "").strip()
-    if not raw:
-        return contract.DEFAULT_MPI_WAIT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise HostConfigurationError(
-            contract.SMLAUNCH_MPI_WAIT_SECONDS, raw, "must be seconds > 0", "e.g. 600"
-        )
-    return value
 
 
 def split_custom_options(options: str) -> list[str]:

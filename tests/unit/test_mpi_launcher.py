@@ -10,7 +10,8 @@ import pytest
 from runtime import contract
 from runtime.environment import Environment, HostConfigurationError
 from runtime.launchers import launcher_name
-from runtime.launchers.mpi import MpiLauncher, MpiOutput, split_custom_options
+from runtime.launchers.mpi import MpiLauncher, split_custom_options
+from runtime.launchers.mpi_output import MpiOutput
 from runtime.mpi_rank import rank_environment
 from runtime.mpi_roles import MasterRole, WorkerRole, done_marker
 from runtime.rankboot import BOOT_DIR
@@ -356,7 +357,7 @@ def test_local_rendezvous_waits_are_bounded(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from runtime.launchers.mpi import LocalRendezvous
+    from runtime.launchers.mpi_local import LocalRendezvous
 
     meeting = LocalRendezvous(tmp_path / "meet", timeout=0.3, poll=0.05)
     with pytest.raises(TimeoutError, match=r"hosts \['algo-2'\] did not start within 0.3 s"):

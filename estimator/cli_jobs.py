@@ -55,7 +55,7 @@ def _backend_for(job_name: str, args: Any) -> Any:
 def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
     """The backend that knows ``job_name`` and its description; unknown names exit 2 naming both
     places looked in."""
-    from estimator.backends.local import JobNotFoundError
+    from estimator.backends.local.backend import JobNotFoundError
 
     backend = _backend_for(job_name, args)
     try:
@@ -195,7 +195,7 @@ def _row(description: dict[str, Any]) -> dict[str, Any]:
 
 def local_descriptions(session: Any) -> Iterator[dict[str, Any]]:
     """Every local job's description (jobs whose directory is half-written or unreadable are skipped)."""
-    from estimator.backends._local_state import JobDir
+    from estimator.backends.local.state import JobDir
 
     backend = session.backend()
     root = session.root
@@ -313,7 +313,7 @@ def parse_age(text: str) -> timedelta:
 
 
 def _remove(session: Any, description: dict[str, Any], out: TextIO) -> None:
-    from estimator.backends._local_state import JobDir
+    from estimator.backends.local.state import JobDir
 
     name = description["TrainingJobName"]
     job = JobDir(session.root / name)
@@ -325,7 +325,7 @@ def _remove(session: Any, description: dict[str, Any], out: TextIO) -> None:
 
 
 def cmd_rm(args: Any, out: TextIO) -> int:
-    from estimator.backends.local import JobNotFoundError
+    from estimator.backends.local.backend import JobNotFoundError
 
     session = _local_session(args)
     backend = session.backend()
@@ -352,7 +352,7 @@ def cmd_gc(args: Any, out: TextIO) -> int:
     cutoff = datetime.now(timezone.utc) - age
     kept_running = 0
     removed = 0
-    from estimator.backends._local_state import JobDir
+    from estimator.backends.local.state import JobDir
 
     for description in list(local_descriptions(session)):
         finishing = JobDir(session.root / description["TrainingJobName"]).agent_alive()

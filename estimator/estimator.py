@@ -33,7 +33,7 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | ``set_hyperparameters``          | encodes values twice        | encodes once                            |
 
 ``tensorboard_output_config`` is sent to SageMaker as given and emulated locally (event files synced
-to its ``s3_output_path`` while the job runs, see :mod:`estimator.backends.local_checkpoints`).
+to its ``s3_output_path`` while the job runs, see :mod:`estimator.backends.local.checkpoints`).
 
 Not supported: ``model_uri``, ``rules``, debugger/profiler config objects, ``instance_groups``,
 ``training_recipe``, ``git_config``, pipeline variables.

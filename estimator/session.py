@@ -158,11 +158,11 @@ class LocalSession:
     def backend(self) -> Backend:
         if self._backend is None:
             if self.executor == "docker":
-                from estimator.backends.docker import DockerBackend
+                from estimator.backends.local.executors.docker import DockerBackend
 
                 self._backend = DockerBackend(session=self, client=self._docker_client)
             else:
-                from estimator.backends.local import LocalBackend
+                from estimator.backends.local.backend import LocalBackend
 
                 self._backend = LocalBackend(session=self)
         return self._backend
@@ -189,7 +189,7 @@ class LocalSession:
 def session_for_job(job_name: str, sagemaker: bool = False) -> LocalSession | Session:
     """The session that knows ``job_name``: ``LocalSession()`` when a local job of that name exists
     under :func:`default_local_root` (and ``sagemaker`` is not asked for), else ``Session()``."""
-    from estimator.backends._local_state import JobDir
+    from estimator.backends.local.state import JobDir
 
     if not sagemaker:
         local = LocalSession()

@@ -80,6 +80,11 @@ def _check_compression(channel: Channel, mode: str) -> None:
     )
 
 
+def output_prefix(output_path: str, job_name: str) -> str:
+    """``<output_path>/<job>/output`` with exactly one slash between the parts."""
+    return f"{output_path.rstrip('/')}/{job_name}/output"
+
+
 def refuse_earlier_output(spec: TrainingJobSpec, s3_client: Callable[[], Any]) -> None:
     """Refuse a job whose ``<output_path>/<job>/output/`` already holds objects (a job of the same
     name from another job store or region, or one whose record was removed): delivering this job's
@@ -87,7 +92,6 @@ def refuse_earlier_output(spec: TrainingJobSpec, s3_client: Callable[[], Any]) -
     shows nothing to protect; the job's own upload reports such S3 problems."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from estimator.artifacts import output_prefix
     from runtime.transfer import TransferEngine
 
     output = spec.OutputDataConfig.S3OutputPath

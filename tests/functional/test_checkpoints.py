@@ -1,4 +1,4 @@
-"""Checkpoint restore and sync (estimator.backends.local_checkpoints.DirectorySync), boto3 on moto;
+"""Checkpoint restore and sync (estimator.backends.local.checkpoints.DirectorySync), boto3 on moto;
 and a job whose ``checkpoint_local_path`` is not the default."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.backends.local import LocalBackend
-from estimator.backends.local_checkpoints import DirectorySync
+from estimator.backends.local.backend import LocalBackend
+from estimator.backends.local.checkpoints import DirectorySync
 from estimator.session import LocalSession
 from estimator.spec import CheckpointConfig
 from runtime import contract

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends.local_mounts import PrivateOptMl
+from estimator.backends.local.executors.process import PrivateOptMl
 from runtime import contract
 from tests.functional._dist_helpers import JobRun, read_tar_json, run_job
 

@@ -1,4 +1,4 @@
-"""Channel delivery into emulated hosts' /opt/ml trees (estimator.backends.local_data), boto3 on moto.
+"""Channel delivery into emulated hosts' /opt/ml trees (estimator.backends.local.data), boto3 on moto.
 
 Real scripts read the data in subprocesses: Pipe FIFOs epoch after epoch, File channels sharded across
 hosts. FastFile mounts: tests/functional/test_fastfile.py.
@@ -22,7 +22,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.backends.local_data import JobData
+from estimator.backends.local.data import JobData
 from estimator.spec import TrainingJobSpec
 from runtime import channels as rules
 from runtime.transfer import TransferEngine

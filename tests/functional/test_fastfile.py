@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from estimator import PyTorch, TrainingInput
-from estimator.backends import local_data
-from estimator.backends.local_data import JobData
+from estimator.backends.local import data as local_data
+from estimator.backends.local.data import JobData
 from estimator.errors import JobFailedError
 from estimator.session import LocalSession
 from estimator.spec import TrainingJobSpec

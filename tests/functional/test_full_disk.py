@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from estimator import PyTorch
-from estimator.backends.local import LocalBackend
+from estimator.backends.local.backend import LocalBackend
 from estimator.errors import NoSpaceLeftError
 from estimator.session import LocalSession
 from runtime import contract

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from estimator import LocalSession
-from estimator.backends.local_mounts import PrivateOptMl
+from estimator.backends.local.executors.process import PrivateOptMl
 from runtime import contract
 from tests.functional._local_helpers import kill_leftover_jobs, make_spec, wait_terminal
 

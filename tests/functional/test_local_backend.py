@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from estimator import PyTorch
-from estimator.backends.local import LocalBackend
+from estimator.backends.local.backend import LocalBackend
 from estimator.errors import ConfigurationError
 from estimator.job import TrainingJob
 from estimator.session import LocalSession

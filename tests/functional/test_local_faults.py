@@ -1,6 +1,6 @@
 """Faults on the local backend: status, root cause and the process tree after each one.
 
-Policy under test (``estimator.backends.local_agent``): a failing host ends every host; the first
+Policy under test (``estimator.backends.local.agent``): a failing host ends every host; the first
 failure is the reported cause with its exit code; ``max_run`` stops the job with SIGTERM, grace and
 SIGKILL; an agent killed with SIGKILL takes every process of its job with it.
 """

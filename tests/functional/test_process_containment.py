@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from estimator.backends.local import LocalBackend
+from estimator.backends.local.backend import LocalBackend
 from estimator.session import LocalSession
 from runtime import contract
 from tests.functional._local_helpers import (

@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from estimator.backends.docker import LABEL_JOB, DockerBackend, docker_client
+from estimator.backends.local.executors.docker import LABEL_JOB, DockerBackend, docker_client
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
 from estimator.spec import CheckpointConfig
@@ -476,8 +476,8 @@ def test_a_file_channel_that_does_not_exist_is_refused_at_fit_before_staging(
 
 def _in_process_agent(root: Path, engine: Any, spec: Any, agent_class: Any = None, **settings: Any) -> Any:
     """The job's agent in this process (as the backend's would run it), with ``settings`` changed."""
-    from estimator.backends import docker as docker_backend
-    from estimator.backends._local_state import write_json_atomic
+    from estimator.backends.local.executors import docker as docker_backend
+    from estimator.backends.local.state import write_json_atomic
 
     backend = _backend(root, engine)
     backend.check(spec)
@@ -536,7 +536,7 @@ def test_a_non_root_caller_owns_every_file_its_containers_write(
 ) -> None:
     """Tests run as root here, where ownership proves nothing: play a caller with uid 4321, whose
     host tree is its own, and check every path the containers left in it is the caller's."""
-    from estimator.backends import docker as docker_backend
+    from estimator.backends.local.executors import docker as docker_backend
 
     base_class = docker_backend._agent_class()
 

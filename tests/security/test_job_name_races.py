@@ -23,7 +23,7 @@ import pytest
 
 from estimator import LocalSession, PyTorch
 from estimator import estimator as estimator_module
-from estimator.artifacts import ArtifactExistsError, package_artifacts
+from estimator.backends.local.artifacts import ArtifactExistsError, package_artifacts
 from estimator.errors import ConfigurationError, JobNameTakenError
 from runtime import contract
 from tests.functional._local_helpers import kill_leftover_jobs, moto_s3_in_process, wait_terminal

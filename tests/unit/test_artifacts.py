@@ -9,7 +9,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.artifacts import ArtifactConflictError, merge_entries, output_prefix, package_artifacts
+from estimator.backends.base import output_prefix
+from estimator.backends.local.artifacts import ArtifactConflictError, merge_entries, package_artifacts
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
 from runtime import contract

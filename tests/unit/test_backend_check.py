@@ -14,8 +14,8 @@ import pytest
 
 from estimator import hyperparameters as hp
 from estimator.backends.base import Backend, Capabilities
-from estimator.backends.docker import DockerBackend
-from estimator.backends.local import LocalBackend
+from estimator.backends.local.backend import LocalBackend
+from estimator.backends.local.executors.docker import DockerBackend
 from estimator.backends.sagemaker import SageMakerBackend
 from estimator.distribution import Distribution, Strategy
 from estimator.errors import ConfigurationError, UnsupportedByBackendError

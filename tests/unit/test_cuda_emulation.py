@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends import _local_layout as layout
+from estimator.backends.local import layout
 from runtime import contract
 from runtime.processes import free_port
 from runtime.rankboot import BOOT_DIR

@@ -20,9 +20,8 @@ from typing import Any
 import docker.errors
 import pytest
 
-from estimator.backends import docker as docker_backend
-from estimator.backends._local_state import JobDir, write_json_atomic
-from estimator.backends.docker import (
+from estimator.backends.local.executors import docker as docker_backend
+from estimator.backends.local.executors.docker import (
     CONTAINER_BASE_DIR,
     CONTAINER_SSH_DIR,
     LABEL_JOB,
@@ -35,6 +34,7 @@ from estimator.backends.docker import (
     uses_mpi,
     write_ssh_material,
 )
+from estimator.backends.local.state import JobDir, write_json_atomic
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
 from estimator.spec import CheckpointConfig, TensorBoardOutputConfig
@@ -520,7 +520,7 @@ def test_docker_is_chosen_explicitly(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("SMLAUNCH_EXECUTOR", "docker")
     backend = LocalSession(root=tmp_path, docker_client=FakeClient()).backend()
     assert isinstance(backend, DockerBackend) and backend.capabilities.name == "docker"
-    assert backend.agent_module == "estimator.backends.docker"
+    assert backend.agent_module == "estimator.backends.local.executors.docker"
     assert os.environ["SMLAUNCH_EXECUTOR"] == "docker"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from estimator import LocalSession, PyTorch, catalog
-from estimator.backends.local import LocalBackend
+from estimator.backends.local.backend import LocalBackend
 from estimator.errors import ConfigurationError
 from tests.unit.test_estimator import ROLE, FakeSageMakerSession, config_error, remote
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends import _local_layout as layout
+from estimator.backends.local import layout
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 

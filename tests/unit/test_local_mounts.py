@@ -1,4 +1,5 @@
-"""Each host's private ``/opt/ml`` (``estimator/backends/local_mounts.py``), tried in real children.
+"""Each host's private ``/opt/ml`` (``estimator/backends/local/executors/process.py``), tried in
+real children.
 
 The target is a directory of the test (``<tmp>/opt/ml``), so the machine's ``/opt`` is never touched;
 the mount namespace, the tmpfs over the parent and the bind mounts are the real ones."""
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends import local_agent
-from estimator.backends.local_mounts import PrivateOptMl
+from estimator.backends.local import agent as local_agent
+from estimator.backends.local.executors.process import PrivateOptMl
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:

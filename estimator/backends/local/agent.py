@@ -1,17 +1,17 @@
-"""The per-job supervisor of the local backend: ``python -m estimator.backends.local_agent <job dir>``.
+"""The per-job supervisor of the local backend: ``python -m estimator.backends.local.agent <job dir>``.
 
 Started detached (own session) by :meth:`LocalBackend.submit`, so the notebook returns at once and
 the job survives the notebook; every handle talks to it through the files of the job directory
-(:mod:`estimator.backends._local_state`). It is the only writer of ``state.json``.
+(:mod:`estimator.backends.local.state`). It is the only writer of ``state.json``.
 
 What it does, in order: write every host's ``/opt/ml`` tree and channel views (SecondaryStatus
 ``Downloading``); start one ``python -m runtime`` per host (``Training``), each in its own mount
-namespace where its tree is ``/opt/ml`` (:mod:`estimator.backends.local_mounts`), with its own
+namespace where its tree is ``/opt/ml`` (:mod:`estimator.backends.local.executors.process`), with its own
 ``SAGEMAKER_BASE_DIR``, the host->address map (all ``127.0.0.1``) and a free master port, so
 concurrent jobs never collide; copy every line the hosts print to ``logs/<host>.log`` and the merged
 ``logs/job.log`` (prefixed ``[algo-N] `` unless the runtime already prefixed it); when the hosts
 have ended, merge their model and output directories into ``model.tar.gz`` / ``output.tar.gz``
-(``Uploading``; :mod:`estimator.artifacts`); write the terminal state.
+(``Uploading``; :mod:`estimator.backends.local.artifacts`); write the terminal state.
 
 Failure policy across hosts (one policy for every fault; times are bounds, not sleeps)
 -------------------------------------------------------------------------------------
@@ -68,10 +68,9 @@ from typing import IO, Any
 
 import psutil
 
-from estimator.artifacts import package_artifacts
-from estimator.backends import _local_layout as layout
-from estimator.backends._local_state import STORE_FULL_FIX, JobDir
-from estimator.backends.local_checkpoints import (
+from estimator.backends.local import layout
+from estimator.backends.local.artifacts import package_artifacts
+from estimator.backends.local.checkpoints import (
     INTERRUPT_FILE,
     INTERRUPTED,
     Attempts,
@@ -80,9 +79,10 @@ from estimator.backends.local_checkpoints import (
     host_syncs,
     spot_faults,
 )
-from estimator.backends.local_data import JobData
-from estimator.backends.local_metrics import METRICS_FILE, MetricRecorder
-from estimator.backends.local_mounts import PrivateOptMl
+from estimator.backends.local.data import JobData
+from estimator.backends.local.executors.process import PrivateOptMl
+from estimator.backends.local.metrics import METRICS_FILE, MetricRecorder
+from estimator.backends.local.state import STORE_FULL_FIX, JobDir
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -356,7 +356,7 @@ class Agent:
         names = [h.name for h in self.hosts]
         for host in self.hosts:
             layout.write_host_tree(self.spec, host.base, host.name, names)
-        # Channels (File / FastFile / Pipe, sharding, manifests): estimator.backends.local_data.
+        # Channels (File / FastFile / Pipe, sharding, manifests): estimator.backends.local.data.
         # FastFile channels are FUSE mounts in the host trees, made here, before any host starts:
         # a host's processes see them (a private mount namespace made later copies them).
         self._data = JobData(self.spec, [(h.index, h.paths) for h in self.hosts], self.job.s3_cache_dir,
@@ -364,7 +364,7 @@ class Agent:
         self._data.stage()
         self._fingerprints = layout.fingerprint_files(set(self._data.originals))
         # Checkpoints restored (and, with intermediate output, synced while training):
-        # estimator.backends.local_checkpoints.
+        # estimator.backends.local.checkpoints.
         self._syncs = host_syncs(self.spec, {h.name: h.paths for h in self.hosts}, self._engine(), self.say)
 
     def _fresh_hosts(self) -> None:
@@ -707,7 +707,7 @@ def _tail(path: Path, lines: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m estimator.backends.local_agent <job dir>", file=sys.stderr)
+        print("usage: python -m estimator.backends.local.agent <job dir>", file=sys.stderr)
         return 2
     return Agent(JobDir(Path(args[0]))).run()
 

@@ -2,10 +2,10 @@
 
 Chosen explicitly (``LocalSession(executor="docker")`` or ``SMLAUNCH_EXECUTOR=docker``); processes
 stay the default. Everything but *how a host starts* is the local backend's: the job directory and
-its files (:mod:`estimator.backends._local_state`), the per-host ``/opt/ml`` trees and channel views
-(:mod:`estimator.backends._local_layout`, :mod:`estimator.backends.local_data`), the agent's log
+its files (:mod:`estimator.backends.local.state`), the per-host ``/opt/ml`` trees and channel views
+(:mod:`estimator.backends.local.layout`, :mod:`estimator.backends.local.data`), the agent's log
 streaming, failure / stop / ``max_run`` policy and artifact packaging
-(:mod:`estimator.backends.local_agent`). :class:`DockerAgent` only replaces the host processes by
+(:mod:`estimator.backends.local.agent`). :class:`DockerAgent` only replaces the host processes by
 containers, which it makes look like the ``subprocess.Popen`` objects the agent supervises
 (:class:`ContainerProcess`).
 
@@ -27,7 +27,8 @@ Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
 - all GPUs (a device request) when the instance type has GPUs and this machine has some;
 - an environment of the host's own variables, smlaunch's ``SMLAUNCH_*`` knobs and the caller's
   non-secret AWS configuration, never a credential: AWS credentials reach the container through a
-  per-job credentials endpoint the agent serves on loopback (:mod:`estimator.backends.credentials`);
+  per-job credentials endpoint the agent serves on loopback
+  (:mod:`estimator.backends.local.executors.credentials`);
 - labels ``smlaunch.job=<job>`` and ``smlaunch.host=algo-N``: every exit path removes the job's
   containers by label; if the agent itself is killed, a small reaper process (started by
   :meth:`DockerBackend.submit`) removes them.
@@ -56,17 +57,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlparse
 
-from estimator.backends import _local_layout as layout
-from estimator.backends._local_state import JobDir
 from estimator.backends.base import Capabilities
-from estimator.backends.credentials import CredentialServer, container_aws_configuration
-from estimator.backends.local import LocalBackend
+from estimator.backends.local import layout
+from estimator.backends.local.backend import LocalBackend
+from estimator.backends.local.executors.credentials import CredentialServer, container_aws_configuration
+from estimator.backends.local.state import JobDir
 from estimator.errors import ConfigurationError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 
 if TYPE_CHECKING:
-    from estimator.backends.local_agent import Agent as _AgentBase
+    from estimator.backends.local.agent import Agent as _AgentBase
     from estimator.session import LocalSession
 
 DOCKER_IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
@@ -95,7 +96,7 @@ def host_addresses(names: list[str]) -> dict[str, str]:
     return {name: host_address(name, names) for name in names}
 
 # Variables of the caller's environment a container inherits besides its non-secret AWS
-# configuration (estimator.backends.credentials): smlaunch's knobs such as fault injection.
+# configuration (estimator.backends.local.executors.credentials): smlaunch's knobs such as fault injection.
 # Everything else of this machine, credentials included, stays out of the container's definition.
 INHERITED_PREFIXES = ("SMLAUNCH_",)
 START_FAILED_EXIT_CODE = 125
@@ -150,7 +151,7 @@ class DockerBackend(LocalBackend):
     """Run local jobs with one container per host; see the module docstring."""
 
     capabilities: ClassVar[Capabilities] = LocalBackend.capabilities.model_copy(update={"name": "docker"})
-    agent_module = "estimator.backends.docker"
+    agent_module = "estimator.backends.local.executors.docker"
     layered_requirements = False
     mounts_container_paths = True
 
@@ -235,7 +236,7 @@ class DockerBackend(LocalBackend):
 
 def _child_environment() -> dict[str, str]:
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[4])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -528,7 +529,7 @@ def sweep(client: Any, job_name: str) -> list[str]:
 
 
 def _agent_class() -> type[_AgentBase]:
-    from estimator.backends.local_agent import Agent, free_port
+    from estimator.backends.local.agent import Agent, free_port
 
     class DockerAgent(Agent):
         """The local agent with containers for hosts (module docstring); the policy is inherited."""
@@ -755,7 +756,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the agent died; removed its containers {removed}", flush=True)
         return 0
     if len(args) != 1:
-        print("usage: python -m estimator.backends.docker [--reap] <job dir>", file=sys.stderr)
+        print("usage: python -m estimator.backends.local.executors.docker [--reap] <job dir>",
+              file=sys.stderr)
         return 2
     return _agent_class()(JobDir(Path(args[0]))).run()
 

@@ -1,6 +1,6 @@
 """Channel delivery for backends that run hosts on this machine: File, FastFile and Pipe input modes.
 
-Used by the local agent (:mod:`estimator.backends.local_agent`) before it starts the host runtimes.
+Used by the local agent (:mod:`estimator.backends.local.agent`) before it starts the host runtimes.
 Which objects a host gets (ShardedByS3Key, ManifestFile expansion, Pipe order) is decided by
 :mod:`runtime.channels`; bytes move through :class:`runtime.transfer.TransferEngine` (parallel,
 verified). ``inputdataconfig.json`` records the mode actually delivered (``File``, ``FastFile`` or
@@ -10,7 +10,7 @@ What each mode guarantees to the training script
 ------------------------------------------------
 - **File**: every object of the host's share is present under ``input/data/<channel>/`` at its
   relative path before the script starts. ``file://`` data is not copied: each file is a symlink
-  into the original (see :mod:`estimator.backends._local_layout`); ``s3://`` data is downloaded once
+  into the original (see :mod:`estimator.backends.local.layout`); ``s3://`` data is downloaded once
   per job into the job's cache and linked into every host's tree.
 - **FastFile** (``s3://`` sources): as SageMaker mounts it, a read-only FUSE file system at
   ``input/data/<channel>/`` on each host (:mod:`runtime.fastfile`, one server process per host and
@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from estimator.backends import _local_layout as layout
+from estimator.backends.local import layout
 from estimator.spec import Channel, TrainingJobSpec
 from runtime import channels as rules
 from runtime import contract, fastfile

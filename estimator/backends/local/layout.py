@@ -28,7 +28,7 @@ nothing to stage). Precisely:
   reports as a warning in the job log.
 
 Which files a host sees (``s3://`` downloads, ``ShardedByS3Key``, FastFile and Pipe modes) is
-decided by :mod:`estimator.backends.local_data`, which builds these views with :func:`link_view`.
+decided by :mod:`estimator.backends.local.data`, which builds these views with :func:`link_view`.
 """
 
 from __future__ import annotations

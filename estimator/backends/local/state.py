@@ -23,6 +23,7 @@ import json
 import os
 import tempfile
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +144,39 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def is_terminal(state: dict[str, Any]) -> bool:
-    return state.get("TrainingJobStatus") in contract.TERMINAL_STATUSES
+class JobState(str, Enum):
+    """A local job's ``TrainingJobStatus`` (DescribeTrainingJob's), and the transitions the agent makes.
+
+    ::
+
+        InProgress --> Completed              every host exited 0 and the artifacts were delivered
+                   --> Failed                 a host, a channel, the job store or the agent failed
+                   --> Stopping --> Stopped   stop(), MaxRuntimeInSeconds or MaxWaitTimeInSeconds
+        (any)      --> Failed                 readers only: the agent's process is gone
+                                              (``LocalBackend.describe``)
+
+    ``SecondaryStatus`` refines ``InProgress`` (``Starting`` -> ``Downloading`` -> ``Training`` ->
+    ``Uploading``; a spot interruption goes ``Training`` -> ``Interrupted`` -> ``Starting`` and
+    again) and names the terminal cause (``MaxRuntimeExceeded``...); the constants are
+    :mod:`runtime.contract`'s ``SECONDARY_*``. Only the agent writes the state; a terminal state is
+    never left.
+    """
+
+    IN_PROGRESS = contract.STATUS_IN_PROGRESS
+    STOPPING = contract.STATUS_STOPPING
+    COMPLETED = contract.STATUS_COMPLETED
+    FAILED = contract.STATUS_FAILED
+    STOPPED = contract.STATUS_STOPPED
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the job has ended (Completed, Failed or Stopped): nothing will change any more."""
+        return self.value in contract.TERMINAL_STATUSES
+
+    @classmethod
+    def of(cls, state: dict[str, Any]) -> JobState:
+        """The status recorded in a ``state.json`` dict."""
+        return cls(state["TrainingJobStatus"])
 
 
 def now() -> float:

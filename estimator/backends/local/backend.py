@@ -3,8 +3,8 @@
 ``reserve(spec)`` claims the job's name by creating the job directory ``<session.root>/<job>/``
 (one ``mkdir``: of two submitters of one name exactly one gets it, before either stages code there);
 ``submit(spec)`` checks the spec, fills the directory (layout in
-:mod:`estimator.backends._local_state`), and starts ONE detached supervisor process per job,
-``python -m estimator.backends.local_agent <job dir>``, then returns at once. The agent writes the
+:mod:`estimator.backends.local.state`), and starts ONE detached supervisor process per job,
+``python -m estimator.backends.local.agent <job dir>``, then returns at once. The agent writes the
 hosts' ``/opt/ml`` trees, starts one ``python -m runtime`` per host, streams their logs, applies the
 failure, stop and ``max_run`` policy, packages the artifacts and keeps ``state.json`` current (see
 its docstring for the policy).
@@ -35,13 +35,13 @@ from urllib.parse import urlparse
 import psutil
 
 from estimator import naming
-from estimator.backends import _local_layout as layout
-from estimator.backends import local_data
-from estimator.backends._local_layout import file_uri_path, instance_ranks, machine_gpu_count
-from estimator.backends._local_state import STORE_FULL_FIX, JobDir, is_terminal, write_json_atomic
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
-from estimator.backends.local_checkpoints import request_interruption, spot_faults
-from estimator.backends.local_metrics import METRICS_FILE, final_metric_data, read_metric_records
+from estimator.backends.local import data as local_data
+from estimator.backends.local import layout
+from estimator.backends.local.checkpoints import request_interruption, spot_faults
+from estimator.backends.local.layout import file_uri_path, instance_ranks, machine_gpu_count
+from estimator.backends.local.metrics import METRICS_FILE, final_metric_data, read_metric_records
+from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, write_json_atomic
 from estimator.backends.status import StatusTracker, summary_lines
 from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError, no_space_errors
 from estimator.metrics import LOCAL_SOURCE, MetricRecord
@@ -77,7 +77,7 @@ class LocalBackend(Backend):
         checkpoints=True,
         interrupt_stops_job=True,
     )
-    agent_module: str = "estimator.backends.local_agent"
+    agent_module: str = "estimator.backends.local.agent"
     """The module run as ``python -m <agent_module> <job dir>``; the Docker backend runs its own."""
     layered_requirements: bool = True
     """``requirements.txt`` goes into a cached environment layered over the user's interpreter, which
@@ -384,7 +384,7 @@ class LocalBackend(Backend):
         job = self._existing(job_name)
         request = job.read_json(job.spec_file)
         state = job.read_state()
-        if not is_terminal(state) and job.agent_alive() is False:
+        if not JobState.of(state).is_terminal and job.agent_alive() is False:
             state = _agent_lost(job, job.read_state())
         description: dict[str, Any] = dict(request)
         description["TrainingJobArn"] = (
@@ -403,7 +403,7 @@ class LocalBackend(Backend):
 
     def metric_records(self, job_name: str, metric_names: Sequence[str] | None = None) -> list[MetricRecord]:
         """Every value of the job's ``MetricDefinitions`` its hosts printed so far, with the time the
-        agent read the line and the host that printed it (:mod:`estimator.backends.local_metrics`)."""
+        agent read the line and the host that printed it (:mod:`estimator.backends.local.metrics`)."""
         records = read_metric_records(self._existing(job_name).logs_dir / METRICS_FILE)
         return [r for r in records if not metric_names or r.name in metric_names]
 
@@ -432,7 +432,7 @@ class LocalBackend(Backend):
                 if not follow:
                     break
                 state = job.read_state()
-                if is_terminal(state) or job.agent_alive() is False:
+                if JobState.of(state).is_terminal or job.agent_alive() is False:
                     # The agent closes every host's log before it writes a terminal state: drain.
                     rest = handle.read()
                     buffer += rest
@@ -453,10 +453,10 @@ class LocalBackend(Backend):
         """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period).
 
         ``reason="spot"`` emulates a spot interruption instead (managed-spot jobs only): the attempt
-        is interrupted and the job restarts on fresh hosts (:mod:`estimator.backends.local_checkpoints`).
+        is interrupted and the job restarts on fresh hosts (:mod:`estimator.backends.local.checkpoints`).
         """
         job = self._existing(job_name)
-        if is_terminal(job.read_state()):
+        if JobState.of(job.read_state()).is_terminal:
             return
         if reason is not None:
             if reason != "spot":
@@ -539,7 +539,7 @@ def _require_writable_dir(field: str, value: str, path: Path) -> None:
 def _agent_environment() -> dict[str, str]:
     env = dict(os.environ)
     # The agent must import this very checkout even when it is not installed (tests, notebooks).
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -550,7 +550,7 @@ def _agent_lost(job: JobDir, state: dict[str, Any]) -> dict[str, Any]:
 
     Its host runtimes died with it (PDEATHSIG), so the job is over: report it Failed.
     """
-    if is_terminal(state):
+    if JobState.of(state).is_terminal:
         return state
     agent = json.loads(job.agent_file.read_text())
     state = dict(state)

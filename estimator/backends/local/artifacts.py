@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from estimator.backends._local_layout import file_uri_path, list_files
+from estimator.backends.base import output_prefix
+from estimator.backends.local.layout import file_uri_path, list_files
 from runtime import contract
 from runtime.archive import create_tarball, sha256_file
 from runtime.transfer import TransferEngine
@@ -75,11 +76,6 @@ def merge_entries(trees: Mapping[str, Path]) -> tuple[list[tuple[Path, str]], li
                 conflicts.append(Conflict(rel, kept_host, host))
     entries = [(local, rel) for rel, (_, local) in sorted(chosen.items())]
     return entries, conflicts
-
-
-def output_prefix(output_path: str, job_name: str) -> str:
-    """``<output_path>/<job>/output`` with exactly one slash between the parts."""
-    return f"{output_path.rstrip('/')}/{job_name}/output"
 
 
 def _listable(uri: str) -> str:

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from estimator.artifacts import output_prefix
-from estimator.backends import _local_layout as layout
+from estimator.backends.base import output_prefix
+from estimator.backends.local import layout
 from estimator.errors import ConfigurationError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -216,7 +216,7 @@ def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engin
     ``<output_path>/<job>/output/intermediate/`` while the job runs, as the platform does.
 
     TensorBoard output (``TensorBoardOutputConfig``): every host's ``LocalPath`` (see
-    :func:`estimator.backends._local_layout.tensorboard_dir`) is uploaded to ``S3OutputPath``
+    :func:`estimator.backends.local.layout.tensorboard_dir`) is uploaded to ``S3OutputPath``
     exactly as given (SageMaker appends no job name: see :mod:`estimator.debugger`), upload only,
     all hosts into the one prefix (TensorBoard writers put host and pid in their file names). No
     debounce: event files are append-only and TensorBoard reads a partly written last record as

@@ -1,0 +1,206 @@
+"""The executor interface: how the hosts of one job start somewhere, are signalled, end and are cleaned up.
+
+The local backend has one agent per job (:mod:`estimator.backends.local.agent`) that owns everything
+that does not depend on *where* a host runs: the job directory, each host's ``/opt/ml`` tree and
+channels, log streaming, the failure / stop / ``max_run`` / spot policy, artifacts and the job's
+state machine (:class:`estimator.backends.local.state.JobState`). An :class:`Executor` owns only the
+part that does: starting the hosts of one attempt and making them go away. Today's executors:
+
+- :class:`estimator.backends.local.executors.process.ProcessExecutor`: one ``python -m runtime``
+  process per host on this machine (a private mount namespace per host, containment, the
+  parent-death signal); the default;
+- :class:`estimator.backends.local.executors.docker.DockerExecutor`: one container per host.
+
+A new executor (e.g. Slurm: one ``srun`` step per host) subclasses :class:`Executor`, registers its
+:attr:`Executor.name` in :data:`estimator.backends.local.executors.EXECUTORS`, and needs nothing
+else from the agent.
+
+An executor lives on both sides of the job, with one class for both:
+
+- **in the notebook** (the session's backend, at submit): :meth:`Executor.check` refuses what it
+  cannot run before anything starts; :meth:`Executor.settings` adds what the agent will need to
+  ``settings.json`` (``"executor"`` names the class); :meth:`Executor.submitted` may start a
+  safety net once the agent runs (Docker: a reaper of the job's containers);
+- **in the agent** (a detached process, built again from ``settings.json`` by
+  :meth:`Executor.for_agent`): :meth:`Executor.prepare` adjusts the host trees the agent wrote,
+  :meth:`Executor.launch` starts every host of one attempt and returns one :class:`HostProcess`
+  each, :meth:`Executor.kill_everything` SIGKILLs whatever of the job is left,
+  :meth:`Executor.root_cause` names a failure only the executor can see (a container that could
+  not start), and :meth:`Executor.close` releases what it holds once the job is terminal.
+
+Signals go to the :class:`HostProcess` objects (``send_signal``), which the agent polls; an
+executor never decides the job's status.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from runtime import contract
+
+if TYPE_CHECKING:
+    from estimator.backends.local.state import JobDir
+    from estimator.spec import TrainingJobSpec
+
+
+class LineSource(Protocol):
+    """A host's merged stdout and stderr, read line by line (``b""`` once it ended), as a pipe."""
+
+    def readline(self) -> bytes:
+        """The next line with its ``\\n``; ``b""`` at the end."""
+        ...
+
+
+class HostProcess(Protocol):
+    """One started host, shaped like the ``subprocess.Popen`` the agent supervises.
+
+    ``poll()`` is ``None`` while the host runs and then its exit code (a shell's ``128 + N`` for
+    signal ``N`` is what the agent reports; a ``Popen``'s negative code is converted by the agent).
+    """
+
+    pid: int
+    """The host's process id on this machine, or ``-1`` when it is not a process of the agent
+    (a container, a remote step): the agent's process-tree sweep then skips it."""
+    stdout: LineSource | Any
+    """Every line the host prints, ``[algo-N/rank R]``-prefixed by the runtime where it can."""
+
+    def poll(self) -> int | None:
+        """The exit code once the host ended, else ``None``."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the host ended (``subprocess.TimeoutExpired`` after ``timeout``)."""
+        ...
+
+    def send_signal(self, sig: int) -> None:
+        """Deliver ``sig`` to the host's runtime, which forwards it to its ranks; a no-op once ended."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL the host's runtime."""
+        ...
+
+
+@dataclass
+class Host:
+    """One emulated host of the job as the agent tracks it (the executor fills :attr:`proc`)."""
+
+    name: str
+    """``algo-1``, ``algo-2``, ... (SageMaker's host names)."""
+    index: int
+    """0-based position in the job's host list (``algo-1`` is 0)."""
+    base: Path
+    """This host's ``/opt/ml`` tree on this machine (``<job>/hosts/<name>``)."""
+    proc: HostProcess | None = None
+    """Set by :meth:`Executor.launch`."""
+    exit_code: int | None = None
+    """The host's exit code once the agent saw it end (``128 + N`` for signal ``N``)."""
+    exited_at: float | None = None
+    """When the agent saw it end (``time.time()``)."""
+    pump: Any = field(default=None, repr=False)
+    """The agent's thread copying :attr:`proc`'s lines into the logs."""
+
+    @property
+    def paths(self) -> contract.Paths:
+        """The ``/opt/ml`` paths of this host's tree."""
+        return contract.Paths(self.base)
+
+    @property
+    def failure_details(self) -> Path:
+        """``output/failure.json``, which the host's runtime writes when a rank fails."""
+        return self.paths.output_dir / contract.FAILURE_DETAILS_FILE
+
+
+@dataclass
+class LaunchContext:
+    """What the agent hands :meth:`Executor.launch` for one attempt: the job, and how to speak."""
+
+    spec: TrainingJobSpec
+    """The job's CreateTrainingJob request."""
+    settings: dict[str, Any]
+    """``settings.json``: how this machine runs the job (ranks per host, grace, S3 endpoint, the
+    executor's own fields)."""
+    job: JobDir
+    """The job directory (logs, host trees, scratch space)."""
+    hosts: Sequence[Host]
+    """This attempt's hosts, trees already written (:meth:`Executor.prepare` ran)."""
+    grace: float
+    """SIGTERM -> SIGKILL grace in seconds (``SMLAUNCH_STOP_GRACE_SECONDS`` of the hosts)."""
+    say: Callable[[str], None]
+    """A line of smlaunch's own into the job log (e.g. the resolved topology, once per attempt)."""
+
+
+class Executor(ABC):
+    """Starts, signals and cleans up the hosts of one local job; see the module docstring.
+
+    Subclasses set :attr:`name` and implement :meth:`launch`; every other hook has a default that
+    suits an executor whose hosts are processes of the agent.
+    """
+
+    name: ClassVar[str]
+    """What ``LocalSession(executor=...)`` and ``settings.json`` call this executor."""
+    layered_requirements: ClassVar[bool] = True
+    """``requirements.txt`` goes into a cached environment layered over the user's interpreter,
+    which every host shares (:mod:`runtime.requirements`); False where hosts have interpreters of
+    their own (containers)."""
+    mounts_container_paths: ClassVar[bool] = False
+    """Hosts see paths outside ``/opt/ml`` that the executor provides (containers: bind mounts);
+    False when hosts see this machine's file system, where only ``/opt/ml`` is theirs."""
+
+    # --- in the notebook ------------------------------------------------------------------------
+
+    def check(self, spec: TrainingJobSpec) -> None:
+        """Raise :class:`~estimator.errors.ConfigurationError` if this executor cannot run ``spec``
+        here (no engine, no image...), before anything is staged or started."""
+        return None
+
+    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
+        """Fields this executor adds to ``settings.json`` (always ``"executor": name``)."""
+        return {"executor": self.name}
+
+    def submitted(self, job: JobDir) -> None:
+        """Called once the job's agent runs: start any safety net that must outlive the agent."""
+        return None
+
+    # --- in the agent -----------------------------------------------------------------------------
+
+    @classmethod
+    def for_agent(cls, settings: dict[str, Any]) -> Executor:
+        """The executor the agent uses, from the job's ``settings.json``."""
+        return cls()
+
+    def prepare(self, spec: TrainingJobSpec, hosts: Sequence[Host]) -> None:
+        """Adjust the host trees the agent has just written (e.g. the network interface a container
+        sees), before any host of the attempt starts."""
+        return None
+
+    @abstractmethod
+    def launch(self, context: LaunchContext) -> None:
+        """Start every host of ``context.hosts`` (one attempt) and set each ``host.proc``.
+
+        A host that cannot start gets a :class:`HostProcess` that has already ended non-zero and
+        says why on its ``stdout``: the agent's failure policy then ends the job. Hosts must be
+        started from the calling (main) thread: the parent-death signal is tied to it.
+        """
+
+    def kill_everything(self, hosts: Sequence[Host]) -> None:
+        """SIGKILL whatever of the job's hosts is still alive and wait for it to end. The agent also
+        kills its own descendants; this covers what is not one (containers, remote steps)."""
+        return None
+
+    def root_cause(self, hosts: Sequence[Host]) -> dict[str, Any] | None:
+        """``{"FailureReason", "ExitCode"}`` for a failure only the executor knows about (a host it
+        could not start, one ended from outside), else None: the agent reads the hosts' reports."""
+        return None
+
+    def attempt_ended(self) -> None:
+        """The attempt's hosts have all ended: release what belonged to them (e.g. remove containers)."""
+        return None
+
+    def close(self) -> None:
+        """The job is terminal: release everything the executor holds (servers, leftovers)."""
+        return None

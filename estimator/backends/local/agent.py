@@ -415,7 +415,7 @@ class Agent:
         base_env[contract.SMLAUNCH_MPI_DIR] = str(self._scratch_dir())
         # Every host is spawned from this (main) thread, before the log threads start: PDEATHSIG
         # is tied to the thread that forked, and the pre-exec hooks only enter the host's mount
-        # namespace (local_mounts) and call prctl and getppid, PDEATHSIG last.
+        # namespace (executors.process) and call prctl and getppid, PDEATHSIG last.
         for host in self.hosts:
             env = dict(base_env)
             env.update(

@@ -221,7 +221,6 @@ class Supervisor:
         self._stderr = stderr
         self._print_lock = threading.Lock()
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._signals_seen = 0
 
     @classmethod
     def from_environ(cls, host: str, environ: Mapping[str, str], **kwargs: Any) -> Supervisor:
@@ -422,7 +421,6 @@ class Supervisor:
                     kill_at = time.monotonic() + self.fail_fast_grace
             elif kind == "signal":
                 signum = int(payload)
-                self._signals_seen += 1
                 if signum == signal.SIGHUP:  # the agent that started this host is gone
                     if result.stop_signal is None and result.first_failure is None:
                         result.stop_signal = signum

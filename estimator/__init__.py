@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from estimator.inputs import ShuffleConfig, TrainingInput
     from estimator.job import TrainingJob
     from estimator.s3 import S3Downloader, S3Uploader
-    from estimator.session import LocalSession, Session
+    from estimator.session import LocalSession, Session, SlurmSession
     from estimator.spec import TrainingJobSpec
     from estimator.tensorflow import TensorFlow
     from estimator.tuner import HyperparameterTuner
@@ -45,6 +45,7 @@ _LAZY = {
     "TrainingJob": "estimator.job",
     "LocalSession": "estimator.session",
     "Session": "estimator.session",
+    "SlurmSession": "estimator.session",
     "TrainingJobSpec": "estimator.spec",
 }
 
@@ -59,6 +60,7 @@ __all__ = [
     "S3Uploader",
     "Session",
     "ShuffleConfig",
+    "SlurmSession",
     "TensorBoardOutputConfig",
     "TensorFlow",
     "TrainingInput",

@@ -359,6 +359,11 @@ class LocalBackend(Backend):
                 "LastModifiedTime": created,
             }
         )
+        self._start_agent(job)
+
+    def _start_agent(self, job: JobDir) -> None:
+        """Start the job's agent (``python -m <agent_module> <job dir>``) and record it in
+        ``agent.json``; its files are written."""
         with open(job.agent_log, "ab") as agent_log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", self.agent_module, str(job.path)],
@@ -380,12 +385,20 @@ class LocalBackend(Backend):
 
     # --- describe / logs / stop -------------------------------------------------------------
 
+    def _agent_alive(self, job: JobDir) -> bool | None:
+        """Whether the job's agent still runs (None: not started yet)."""
+        return job.agent_alive()
+
+    def _agent_lost(self, job: JobDir, state: dict[str, Any]) -> dict[str, Any]:
+        """The state to report once the agent is gone without having written a terminal state."""
+        return _agent_lost(job, state)
+
     def describe(self, job_name: str) -> dict[str, Any]:
         job = self._existing(job_name)
         request = job.read_json(job.spec_file)
         state = job.read_state()
-        if not JobState.of(state).is_terminal and job.agent_alive() is False:
-            state = _agent_lost(job, job.read_state())
+        if not JobState.of(state).is_terminal and self._agent_alive(job) is False:
+            state = self._agent_lost(job, job.read_state())
         description: dict[str, Any] = dict(request)
         description["TrainingJobArn"] = (
             f"arn:aws:sagemaker:local:000000000000:training-job/{job_name.lower()}"
@@ -432,7 +445,7 @@ class LocalBackend(Backend):
                 if not follow:
                     break
                 state = job.read_state()
-                if JobState.of(state).is_terminal or job.agent_alive() is False:
+                if JobState.of(state).is_terminal or self._agent_alive(job) is False:
                     # The agent closes every host's log before it writes a terminal state: drain.
                     rest = handle.read()
                     buffer += rest

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 EXECUTORS: dict[str, str] = {
     "process": "estimator.backends.local.executors.process:ProcessExecutor",
     "docker": "estimator.backends.local.executors.docker:DockerExecutor",
+    "slurm": "estimator.backends.local.executors.slurm:SlurmExecutor",
 }
 """Executor name -> ``module:class``. A new executor adds one entry."""
 

@@ -1,0 +1,275 @@
+"""The Slurm backend: the local backend's job directory and agent, on a Slurm cluster.
+
+``submit(spec)`` checks the spec (capabilities, the partition exists and has the nodes), fills the
+job directory ``<shared_dir>/jobs/<job>/`` as the local backend does, and submits ONE ``sbatch``
+whose batch script runs the job's agent (:mod:`estimator.backends.local.agent`) on the
+allocation's first node. The agent owns everything but where hosts run: staging, the state
+machine, logs, failure / stop / ``max_run`` policy, artifacts; its executor
+(:mod:`estimator.backends.local.executors.slurm`) starts each host as one ``srun`` step per
+allocated node. The job directory is on the shared directory, so any process that sees it
+(``attach`` from another notebook, ``smlaunch describe``) reads the same files.
+
+``sbatch`` arguments (:func:`sbatch_arguments`): ``--nodes=<instance_count>``,
+``--ntasks-per-node=1``, ``--exclusive`` (an instance is a whole machine), ``--gpus-per-node``
+(``SlurmSession(gpus_per_node=...)``, else the instance type's GPUs from the instance catalog on
+partitions with ``gpu`` generic resources), ``--time`` (``max_run`` plus the stop grace and
+:data:`TIME_MARGIN_SECONDS` for staging and packaging: the agent enforces ``max_run`` itself,
+Slurm's limit is the backstop), ``--job-name=<job>``, ``--output=<job>/logs/agent.log``,
+``--requeue`` for ``use_spot_instances`` (else ``--no-requeue``), ``--partition``, ``--account``,
+``--qos``, then ``extra_sbatch_args``. The job inherits this process's environment (``sbatch``'s
+``--export=ALL``) without AWS secret keys: the nodes use their own credentials (a shared
+``~/.aws``, an instance profile); Slurm keeps a job's environment in its state files.
+
+Status comes from the agent's ``state.json``; Slurm's own state fills in what the agent cannot
+say (:meth:`SlurmBackend.describe`): PENDING is InProgress/Starting with "Pending in queue:
+<reason>"; a job that ended without its agent writing an outcome is TIMEOUT -> Stopped /
+MaxRuntimeExceeded, CANCELLED -> Stopped, anything else -> Failed naming Slurm's state.
+``stop()`` cancels a job still in the queue, else sends SIGTERM to the agent (``scancel --batch
+--signal=TERM``), which stops the hosts (SIGTERM, SIGKILL after the grace).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import time
+from typing import TYPE_CHECKING, Any, get_args
+
+from estimator import catalog
+from estimator.backends.base import Capabilities
+from estimator.backends.local.backend import LocalBackend, _agent_environment
+from estimator.backends.local.executors.slurm import SlurmExecutor
+from estimator.backends.local.state import JobDir, JobState, write_json_atomic
+from estimator.backends.slurm_client import PENDING, Partition, SlurmClient, SlurmCommandError, SlurmJob
+from estimator.distribution import Strategy
+from estimator.errors import ConfigurationError, UnsupportedByBackendError
+from estimator.spec import TrainingJobSpec
+from runtime import contract
+
+if TYPE_CHECKING:
+    from estimator.session import SlurmSession
+
+TIME_MARGIN_SECONDS = 600
+"""Added to ``max_run`` and the stop grace in ``--time``: staging before the hosts start and
+packaging after they end."""
+SLURM_FILE = "slurm.json"
+"""In the job directory: ``{"job_id": ...}`` of the job's ``sbatch`` submission."""
+SECRET_ENVIRONMENT = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+"""Never handed to ``sbatch`` (Slurm stores a job's environment in its state files)."""
+STATE_CACHE_SECONDS = 1.0
+"""``squeue`` is asked at most this often per job by one backend (log followers poll often)."""
+_MPI_STRATEGIES = frozenset({"mpi", "modelparallel"})
+"""Strategies whose ranks ``mpirun`` starts over ssh: not across Slurm nodes."""
+
+
+def sbatch_arguments(spec: TrainingJobSpec, session: SlurmSession, partition: Partition | None,
+                     job: JobDir, grace: float) -> list[str]:
+    """The ``sbatch`` options of ``spec``'s job (see the module docstring). Pure."""
+    seconds = spec.StoppingCondition.MaxRuntimeInSeconds + grace + TIME_MARGIN_SECONDS
+    args = [
+        f"--job-name={spec.TrainingJobName}",
+        f"--nodes={spec.ResourceConfig.InstanceCount}",
+        "--ntasks-per-node=1",
+        "--exclusive",
+        f"--time={math.ceil(seconds / 60)}",
+        f"--output={job.agent_log}",
+        "--open-mode=append",
+        f"--chdir={job.path}",
+        "--requeue" if spec.EnableManagedSpotTraining else "--no-requeue",
+    ]
+    gpus = gpus_per_node(spec, session, partition)
+    if gpus:
+        args.append(f"--gpus-per-node={gpus}")
+    named = (("partition", session.partition), ("account", session.account), ("qos", session.qos))
+    for option, value in named:
+        if value:
+            args.append(f"--{option}={value}")
+    return [*args, *session.extra_sbatch_args]
+
+
+def gpus_per_node(spec: TrainingJobSpec, session: SlurmSession, partition: Partition | None) -> int | None:
+    """``SlurmSession(gpus_per_node=...)``, else the instance type's GPUs on a GPU partition."""
+    if session.gpus_per_node is not None:
+        return session.gpus_per_node
+    if partition is None or not partition.has_gpus:
+        return None
+    return catalog.lookup(spec.ResourceConfig.InstanceType).gpus
+
+
+def batch_script(python: str, job: JobDir, agent_module: str) -> str:
+    """The batch script: the job's agent, replacing the shell (so ``scancel --batch`` reaches it)."""
+    return (
+        "#!/bin/sh\n"
+        f"# smlaunch training job {job.name}: its agent, which starts one srun step per host.\n"
+        f"exec {shlex.quote(python)} -m {agent_module} {shlex.quote(str(job.path))}\n"
+    )
+
+
+class SlurmBackend(LocalBackend):
+    """Run jobs on a Slurm cluster; see the module docstring."""
+
+    capabilities = Capabilities(
+        name="slurm",
+        uri_schemes=frozenset({"file", "s3"}),
+        input_modes=frozenset({"File"}),
+        distributions=frozenset(get_args(Strategy)) - _MPI_STRATEGIES,
+        spot=True,
+        checkpoints=True,
+        interrupt_stops_job=True,
+    )
+
+    def __init__(self, session: SlurmSession) -> None:
+        super().__init__(session)
+        self.session: SlurmSession = session
+        self._states: dict[str, tuple[float, SlurmJob | None]] = {}
+
+    @property
+    def client(self) -> SlurmClient:
+        client: SlurmClient = self.session.slurm_client()
+        return client
+
+    def executor(self) -> SlurmExecutor:
+        """The executor the job's agent will use (its settings are written at submit)."""
+        return SlurmExecutor(client=self.client, python=self.session.python,
+                             container_image=self.session.container_image,
+                             shared_dir=str(self.session.shared_dir))
+
+    # --- check / submit ---------------------------------------------------------------------
+
+    def partition(self) -> Partition:
+        """The session's partition (else the cluster's default) as ``sinfo`` reports it."""
+        name = self.session.partition or self.client.default_partition()
+        partition = self.client.partition(name)
+        if partition is None:
+            raise ConfigurationError("partition", name, "the cluster has no such partition",
+                                     "pass SlurmSession(partition=...) one that `sinfo --summarize` lists")
+        return partition
+
+    def check(self, spec: TrainingJobSpec) -> None:
+        """The local backend's checks, plus: the partition exists, is up and has the nodes."""
+        super().check(spec)
+        partition = self.partition()
+        if partition.available != "up":
+            raise ConfigurationError("partition", partition.name, f"the partition is {partition.available}",
+                                     "pass SlurmSession(partition=...) a partition that is up")
+        count = spec.ResourceConfig.InstanceCount
+        if count > partition.nodes:
+            raise UnsupportedByBackendError(
+                "instance_count", count, f"partition {partition.name} has {partition.nodes} node(s)",
+                f"use instance_count <= {partition.nodes} or a larger partition")
+
+    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
+        """The local settings, with the executor's, and GPUs counted on the nodes, not here."""
+        settings = super().settings(spec)
+        settings.update(self.executor().settings(spec))
+        emulated = settings.get("emulate_cuda")
+        requested = gpus_per_node(spec, self.session, None)
+        settings["num_gpus"] = emulated["gpus"] if emulated else requested  # None: the node counts them
+        return settings
+
+    def _start_agent(self, job: JobDir) -> None:
+        """``sbatch`` the job's agent; record the Slurm job id in ``slurm.json``."""
+        spec = TrainingJobSpec.model_validate(job.read_json(job.spec_file))
+        grace = float(job.read_json(job.settings_file)["stop_grace_seconds"])
+        arguments = sbatch_arguments(spec, self.session, self.partition(), job, grace)
+        env = {k: v for k, v in _agent_environment().items() if k not in SECRET_ENVIRONMENT}
+        job_id = self.client.submit(batch_script(self.session.python, job, self.agent_module), arguments, env)
+        write_json_atomic(job.path / SLURM_FILE, {"job_id": job_id, "sbatch": arguments})
+
+    # --- describe / logs / stop -------------------------------------------------------------
+
+    def slurm_job_id(self, job: JobDir) -> str | None:
+        """The Slurm job id of the job, once submitted."""
+        try:
+            return str(job.read_json(job.path / SLURM_FILE)["job_id"])
+        except FileNotFoundError:
+            return None
+
+    def _slurm_state(self, job_id: str) -> SlurmJob | None:
+        seen_at, record = self._states.get(job_id, (0.0, None))
+        if time.monotonic() - seen_at >= STATE_CACHE_SECONDS:
+            record = self.client.job(job_id)
+            self._states[job_id] = (time.monotonic(), record)
+        return record
+
+    def _agent_alive(self, job: JobDir) -> bool | None:
+        """The agent runs as long as the Slurm job does (queued counts: it will start)."""
+        job_id = self.slurm_job_id(job)
+        if job_id is None:
+            return None
+        record = self._slurm_state(job_id)
+        return record is not None and not record.terminal
+
+    def _agent_lost(self, job: JobDir, state: dict[str, Any]) -> dict[str, Any]:
+        """The Slurm job ended and the agent wrote no outcome: say what Slurm says, and keep it in
+        ``state.json`` (no agent will write there again; Slurm forgets ended jobs)."""
+        if JobState.of(state).is_terminal:
+            return state
+        job_id = self.slurm_job_id(job)
+        record = self._slurm_state(job_id) if job_id else None
+        slurm_state = record.state if record else "unknown to slurmctld (no accounting to ask)"
+        status, secondary = contract.STATUS_FAILED, contract.SECONDARY_FAILED
+        where = f"Slurm job {job_id} ended {slurm_state}"
+        if record is not None and record.reason not in ("None", ""):
+            where += f" ({record.reason})"
+        if slurm_state == "TIMEOUT":
+            status, secondary = contract.STATUS_STOPPED, contract.SECONDARY_MAX_RUNTIME_EXCEEDED
+            reason = f"MaxRuntimeExceeded: {where}: Slurm's time limit (--time) ended it"
+        elif slurm_state == "CANCELLED":
+            status, secondary = contract.STATUS_STOPPED, contract.SECONDARY_STOPPED
+            reason = f"Stopped: {where} (scancel)"
+        else:
+            reason = f"InternalServerError: {where} before its agent recorded an outcome. See {job.agent_log}"
+        state = dict(state)
+        ended = time.time()
+        state.update(TrainingJobStatus=status, SecondaryStatus=secondary, FailureReason=reason,
+                     LastModifiedTime=ended)
+        state.setdefault("TrainingEndTime", ended)
+        transitions = state.setdefault("SecondaryStatusTransitions", [])
+        if transitions and "EndTime" not in transitions[-1]:
+            transitions[-1]["EndTime"] = ended
+        transitions.append(
+            {"Status": secondary, "StartTime": ended, "EndTime": ended, "StatusMessage": reason})
+        if not JobState.of(job.read_state()).is_terminal:  # the agent may have written it meanwhile
+            write_json_atomic(job.state_file, state)
+        return job.read_state()
+
+    def describe(self, job_name: str) -> dict[str, Any]:
+        """The local description; a job still in Slurm's queue says so, with Slurm's reason."""
+        description = super().describe(job_name)
+        started = "TrainingStartTime" in description
+        if description["TrainingJobStatus"] != contract.STATUS_IN_PROGRESS or started:
+            return description
+        job_id = self.slurm_job_id(self._existing(job_name))
+        record = self._slurm_state(job_id) if job_id else None
+        transitions = description["SecondaryStatusTransitions"]
+        if record is not None and record.state == PENDING and transitions:
+            transitions[-1]["StatusMessage"] = f"Pending in queue: {record.reason}"
+        return description
+
+    def stop(self, job_name: str, reason: str | None = None) -> None:
+        """Cancel a job still queued; else SIGTERM to its agent, which stops the hosts (SIGTERM,
+        SIGKILL after the grace) and ends the job Stopped."""
+        if reason is not None:
+            raise ConfigurationError(
+                "reason", reason, "the Slurm backend does not emulate spot interruptions (Slurm "
+                "requeues preempted --requeue jobs itself)", "call stop() without a reason")
+        job = self._existing(job_name)
+        if JobState.of(job.read_state()).is_terminal:
+            return
+        job.stop_file.touch()  # an agent about to start sees it
+        job_id = self.slurm_job_id(job)
+        if job_id is None:
+            return
+        self._states.pop(job_id, None)
+        record = self._slurm_state(job_id)
+        try:
+            if record is not None and record.state == PENDING:
+                self.client.cancel(job_id)
+            else:
+                self.client.cancel(job_id, signal="TERM", batch=True)
+        except SlurmCommandError:
+            if self._agent_alive(job):
+                raise
+        self._states.pop(job_id, None)
+

@@ -1,0 +1,252 @@
+"""SlurmSession's validation, SlurmClient's parsing of recorded Slurm 22.05 output, and the sbatch
+arguments and batch script of a job (no cluster needed; tests/slurm runs a real one)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from estimator import SlurmSession
+from estimator.backends.local.executors.slurm import srun_command
+from estimator.backends.local.state import JobDir
+from estimator.backends.slurm import batch_script, gpus_per_node, sbatch_arguments
+from estimator.backends.slurm_client import Partition, SlurmClient, SlurmCommandError, SlurmJob
+from estimator.errors import ConfigurationError
+from estimator.spec import TrainingJobSpec
+
+# Recorded from slurm-wlm 22.05.8 (Debian) on the two-node test cluster.
+SQUEUE_PENDING = "2|PENDING|Resources|\n"
+SQUEUE_RUNNING = "1|RUNNING|None|node[1-2]\n"
+SINFO_PARTITION = "debug|up|(null)|2\n"
+SINFO_GPU_PARTITION = "gpu|up|gpu:8|2\ngpu|up|gpu:8(S:0-1)|1\n"
+SINFO_ADDRESSES = "node1|127.0.0.1\nnode2|127.0.0.1\n"
+SCONTROL_CONFIG = (
+    "Configuration data as of 2026-11-24T08:23:07\nAccountingStorageType   = accounting_storage/none\n"
+)
+SACCT_CONFIG = "AccountingStorageType   = accounting_storage/slurmdbd\n"
+UNKNOWN_JOB = "slurm_load_jobs error: Invalid job id specified\n"
+
+
+class Recorded:
+    """A runner replaying recorded outputs by command line prefix, remembering what it ran."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[list[str], str | None, Mapping[str, str] | None]] = []
+
+    def __call__(self, argv: Sequence[str], stdin: str | None,
+                 env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+        self.calls.append((list(argv), stdin, env))
+        line = " ".join(argv)
+        for prefix, (code, out, err) in self.answers.items():
+            if line.startswith(prefix):
+                return subprocess.CompletedProcess(list(argv), code, out, err)
+        raise AssertionError(f"unexpected command {line}")
+
+
+def client(answers: dict[str, tuple[int, str, str]]) -> tuple[SlurmClient, Recorded]:
+    """A client whose commands answer from ``answers`` (command line prefix -> code, out, err)."""
+    runner = Recorded(answers)
+    return SlurmClient(runner=runner), runner
+
+
+# --- SlurmClient ----------------------------------------------------------------------------------
+
+def test_sbatch_parsable_job_id_with_and_without_cluster() -> None:
+    slurm, runner = client({"sbatch": (0, "42\n", "")})
+    assert slurm.submit("#!/bin/sh\n", ["--nodes=2"], env={"A": "1"}) == "42"
+    argv, stdin, env = runner.calls[0]
+    assert argv == ["sbatch", "--parsable", "--nodes=2"] and stdin == "#!/bin/sh\n" and env == {"A": "1"}
+    slurm, _ = client({"sbatch": (0, "43;cluster-a\n", "")})
+    assert slurm.submit("", []) == "43"
+
+
+@pytest.mark.parametrize("out", ["", "Submitted batch job 42\n", "42\n43\n"])
+def test_sbatch_output_not_understood_is_refused(out: str) -> None:
+    slurm, _ = client({"sbatch": (0, out, "")})
+    with pytest.raises(SlurmCommandError, match="sbatch --parsable"):
+        slurm.submit("", [])
+
+
+def test_sbatch_refusal_carries_its_stderr() -> None:
+    slurm, _ = client({"sbatch": (1, "", "sbatch: error: invalid partition specified: nope\n")})
+    with pytest.raises(SlurmCommandError, match="exit code 1: sbatch: error: invalid partition specified"):
+        slurm.submit("", ["--partition=nope"])
+
+
+def test_missing_command_names_it_and_the_fix() -> None:
+    def missing(argv: Sequence[str], stdin: str | None,
+                env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+        raise FileNotFoundError(argv[0])
+
+    with pytest.raises(ConfigurationError, match=r"'squeue' is not installed.*apt-get install slurm-client"):
+        SlurmClient(runner=missing).job("1")
+
+
+def test_job_states_from_squeue() -> None:
+    slurm, runner = client({"squeue": (0, SQUEUE_PENDING, "")})
+    assert slurm.job("2") == SlurmJob(job_id="2", state="PENDING", reason="Resources", nodes="")
+    assert runner.calls[0][0] == ["squeue", "--noheader", "--jobs=2", "--states=all", "--format=%i|%T|%r|%N"]
+    slurm, _ = client({"squeue": (0, SQUEUE_RUNNING, "")})
+    job = slurm.job("1")
+    assert job is not None and job.state == "RUNNING" and job.nodes == "node[1-2]" and not job.terminal
+
+
+def test_unknown_state_or_malformed_line_is_refused() -> None:
+    slurm, _ = client({"squeue": (0, "1|DANCING|None|node1\n", "")})
+    with pytest.raises(SlurmCommandError, match="unknown job state 'DANCING'"):
+        slurm.job("1")
+    slurm, _ = client({"squeue": (0, "1 RUNNING None node1\n", "")})
+    with pytest.raises(SlurmCommandError, match=r"expected 4 '\|'-separated fields"):
+        slurm.job("1")
+
+
+def test_forgotten_job_without_accounting_is_none() -> None:
+    slurm, runner = client({"squeue": (1, "", UNKNOWN_JOB), "scontrol show config": (0, SCONTROL_CONFIG, "")})
+    assert slurm.job("7") is None
+    assert [call[0][0] for call in runner.calls] == ["squeue", "scontrol"]
+
+
+def test_forgotten_job_from_accounting() -> None:
+    slurm, runner = client({
+        "squeue": (1, "", UNKNOWN_JOB), "scontrol show config": (0, SACCT_CONFIG, ""),
+        "sacct": (0, "7|CANCELLED by 0|None|node[1-2]|0:15\n", ""),
+    })
+    job = slurm.job("7")
+    assert job is not None and job.state == "CANCELLED" and job.terminal and job.exit_code == "0:15"
+    assert runner.calls[-1][0][0] == "sacct" and "--parsable2" in runner.calls[-1][0]
+
+
+def test_cancel_arguments_and_ended_job_tolerated() -> None:
+    slurm, runner = client({"scancel": (1, "", "scancel: error: Kill job error on job id 3: "
+                                            "Job/step already completing or completed\n")})
+    slurm.cancel("3", signal="TERM", batch=True)
+    assert runner.calls[0][0] == ["scancel", "--signal=TERM", "--batch", "3"]
+    slurm, _ = client({"scancel": (1, "", "scancel: error: Access/permission denied\n")})
+    with pytest.raises(SlurmCommandError, match="permission denied"):
+        slurm.cancel("3")
+
+
+def test_steps_hostnames_addresses_partitions() -> None:
+    slurm, _ = client({
+        "squeue": (0, "4.0|algo-1\n4.1|algo-2\n4.batch|batch\n", ""),
+        "scontrol show hostnames": (0, "node1\nnode2\n", ""),
+        "sinfo --noheader --Node": (0, SINFO_ADDRESSES, ""),
+        "sinfo --noheader --partition": (0, SINFO_GPU_PARTITION, ""),
+    })
+    assert slurm.steps("4") == {"algo-1": "4.0", "algo-2": "4.1", "batch": "4.batch"}
+    assert slurm.hostnames("node[1-2]") == ["node1", "node2"]
+    assert slurm.node_addresses(["node1", "node2"]) == {"node1": "127.0.0.1", "node2": "127.0.0.1"}
+    partition = slurm.partition("gpu")
+    assert partition == Partition(name="gpu", available="up", gres=("gpu:8", "gpu:8(S:0-1)"), nodes=3)
+    assert partition.has_gpus
+
+
+def test_missing_partition_and_node() -> None:
+    slurm, _ = client({"sinfo --noheader --partition": (0, "", ""),
+                       "sinfo --noheader --Node": (0, "node1|10.0.0.1\n", "")})
+    assert slurm.partition("nope") is None
+    with pytest.raises(SlurmCommandError, match=r"did not list node\(s\) \['node2'\]"):
+        slurm.node_addresses(["node1", "node2"])
+
+
+# --- SlurmSession ---------------------------------------------------------------------------------
+
+def test_session_defaults(tmp_path: Path) -> None:
+    session = SlurmSession(shared_dir=tmp_path)
+    assert session.root == tmp_path.resolve() / "jobs"
+    assert session.is_local and session.partition is None and session.extra_sbatch_args == ()
+    assert session.emulate_cuda is False
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "text"),
+    [
+        ({"shared_dir": None}, "shared_dir", "must be str or PathLike"),
+        ({"shared_dir": "relative/dir"}, "shared_dir", "absolute path"),
+        ({"shared_dir": "/no/such/dir"}, "shared_dir", "not an existing directory"),
+        ({"partition": "gpu part"}, "partition", "not a Slurm name"),
+        ({"account": 7}, "account", "must be str"),
+        ({"qos": "high;rm"}, "qos", "not a Slurm name"),
+        ({"python": "python3"}, "python", "absolute path"),
+        ({"extra_sbatch_args": "--exclusive"}, "extra_sbatch_args", "list of strings"),
+        ({"extra_sbatch_args": ["exclusive"]}, "extra_sbatch_args", "not an sbatch option"),
+        ({"extra_sbatch_args": ["--time=10"]}, "extra_sbatch_args", "use max_run instead"),
+        ({"extra_sbatch_args": ["-N2"]}, "extra_sbatch_args", "use instance_count instead"),
+        ({"extra_sbatch_args": ["--partition=gpu"]}, "extra_sbatch_args", "SlurmSession(partition=...)"),
+        ({"gpus_per_node": -1}, "gpus_per_node", ">= 0"),
+        ({"gpus_per_node": True}, "gpus_per_node", ">= 0"),
+        ({"container_image": "nvcr.io#nvidia/pytorch 24"}, "container_image", "without spaces"),
+    ],
+)
+def test_session_validation_names_field_value_and_fix(
+    tmp_path: Path, kwargs: dict[str, object], field: str, text: str
+) -> None:
+    kwargs = {"shared_dir": tmp_path, **kwargs}
+    with pytest.raises(ConfigurationError) as raised:
+        SlurmSession(**kwargs)  # type: ignore[arg-type]
+    assert raised.value.field == field and text in str(raised.value) and raised.value.fix
+
+
+# --- sbatch arguments and batch script ------------------------------------------------------------
+
+def spec(instance_type: str = "ml.c5.xlarge", count: int = 2, spot: bool = False) -> TrainingJobSpec:
+    return TrainingJobSpec(
+        TrainingJobName="slurm-job",
+        AlgorithmSpecification={"TrainingImage": "smlaunch-local", "TrainingInputMode": "File"},
+        RoleArn="arn:aws:iam::000000000000:role/test",
+        OutputDataConfig={"S3OutputPath": "file:///shared/out"},
+        ResourceConfig={"InstanceType": instance_type, "InstanceCount": count},
+        StoppingCondition={"MaxRuntimeInSeconds": 3600, **({"MaxWaitTimeInSeconds": 7200} if spot else {})},
+        EnableManagedSpotTraining=spot or None,
+    )
+
+
+def test_sbatch_arguments(tmp_path: Path) -> None:
+    session = SlurmSession(shared_dir=tmp_path, partition="debug", account="ml", qos="normal",
+                           extra_sbatch_args=["--constraint=a100"])
+    job = JobDir(session.root / "slurm-job")
+    debug = Partition(name="debug", available="up", gres=(), nodes=2)
+    args = sbatch_arguments(spec(), session, debug, job, 120)
+    assert args == [
+        "--job-name=slurm-job", "--nodes=2", "--ntasks-per-node=1", "--exclusive",
+        "--time=72",  # 3600 s max_run + 120 s grace + 600 s margin = 72 minutes
+        f"--output={job.path}/logs/agent.log", "--open-mode=append", f"--chdir={job.path}", "--no-requeue",
+        "--partition=debug", "--account=ml", "--qos=normal", "--constraint=a100",
+    ]
+    assert "--requeue" in sbatch_arguments(spec(spot=True), session, None, job, 120)
+
+
+def test_gpus_per_node_from_catalog_on_gpu_partitions_or_override(tmp_path: Path) -> None:
+    gpu = Partition(name="gpu", available="up", gres=("gpu:8",), nodes=4)
+    cpu = Partition(name="cpu", available="up", gres=(), nodes=4)
+    session = SlurmSession(shared_dir=tmp_path)
+    assert gpus_per_node(spec("ml.p4d.24xlarge"), session, gpu) == 8
+    assert gpus_per_node(spec("ml.p4d.24xlarge"), session, cpu) is None
+    assert gpus_per_node(spec("ml.c5.xlarge"), session, gpu) == 0
+    job = JobDir(session.root / "slurm-job")
+    assert "--gpus-per-node=8" in sbatch_arguments(spec("ml.p4d.24xlarge"), session, gpu, job, 1)
+    override = SlurmSession(shared_dir=tmp_path, gpus_per_node=2)
+    assert "--gpus-per-node=2" in sbatch_arguments(spec("ml.p4d.24xlarge"), override, cpu, job, 1)
+
+
+def test_batch_script_execs_the_agent(tmp_path: Path) -> None:
+    job = JobDir(tmp_path / "jobs" / "slurm-job")
+    script = batch_script("/opt/venv/bin/python", job, "estimator.backends.local.agent")
+    assert script.startswith("#!/bin/sh\n")
+    exec_line = f"exec /opt/venv/bin/python -m estimator.backends.local.agent {job.path}"
+    assert script.splitlines()[-1] == exec_line
+
+
+def test_srun_command_one_task_on_its_node_with_pyxis_arguments() -> None:
+    tree = "/shared/jobs/j/hosts/algo-2"
+    plain = srun_command("node2", "algo-2", "/venv/bin/python", None, "/shared", tree)
+    assert plain == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--job-name=algo-2",
+                     "--kill-on-bad-exit=0", "--export=ALL", "/venv/bin/python", "-m", "runtime"]
+    boxed = srun_command("node2", "algo-2", "python", "nvcr.io#nvidia/pytorch:24.05-py3", "/shared", tree)
+    assert boxed[7:10] == ["--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
+                           "--container-mounts=/shared:/shared",
+                           f"--container-workdir={tree}"]

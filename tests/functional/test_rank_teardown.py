@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from runtime.processes import free_port
 from runtime.rankboot import BOOT_DIR, RANK_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,23 +52,15 @@ def _run_rank(tmp_path: Path, script: str, *, with_rank_dir: bool) -> subprocess
     )
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_group_left_open_is_destroyed_at_exit(tmp_path: Path) -> None:
-    result = _run_rank(tmp_path, LEAKY_RANK.format(port=_free_port()), with_rank_dir=True)
+    result = _run_rank(tmp_path, LEAKY_RANK.format(port=free_port()), with_rank_dir=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["trained", "destroy_process_group called"]
 
 
 def test_outside_smlaunch_nothing_is_registered(tmp_path: Path) -> None:
     """Without a rank directory, rankboot changes nothing: the group is left to the interpreter."""
-    result = _run_rank(tmp_path, LEAKY_RANK.format(port=_free_port()), with_rank_dir=False)
+    result = _run_rank(tmp_path, LEAKY_RANK.format(port=free_port()), with_rank_dir=False)
     assert "destroy_process_group called" not in result.stdout
 
 

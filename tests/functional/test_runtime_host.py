@@ -12,7 +12,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -25,15 +24,10 @@ import psutil
 import pytest
 
 from runtime import contract
+from runtime.processes import free_port
 from tests.functional._runtime_tree import write_host_tree
 
 HOST_TIMEOUT = 60
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def processes_under(root: Path) -> list[psutil.Process]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 
 from runtime.parallel.checkpoint import merge_partial_checkpoint
 from runtime.parallel.layout import RankLayout
+from runtime.processes import free_port
 from tests.functional._smp_worker import build_model, reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,16 +71,10 @@ WORLD4 = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(world: int, scenarios: list[dict[str, Any]], out: Path) -> list[dict[str, Any]]:
     spec = out / "scenarios.json"
     spec.write_text(json.dumps(scenarios))
-    port = _free_port()
+    port = free_port()
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),

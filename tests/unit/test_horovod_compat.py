@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from runtime.env_vars import horovod_compat_dir
+from runtime.processes import free_port
 
 SCRIPT = r"""
 import json, os, sys
@@ -151,18 +151,12 @@ print("AFTER " + json.dumps(out_after), flush=True)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _run_two_ranks(tmp_path: Path) -> list[dict[str, Any]]:
     root = horovod_compat_dir()
     assert root is not None  # this machine has no real Horovod
     script = tmp_path / "hvd_check.py"
     script.write_text(SCRIPT)
-    port = str(_free_port())
+    port = str(free_port())
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SM_", "SMLAUNCH_", "OMPI_", "RANK", "LOCAL_", "WORLD_", "MASTER_"))}
     procs = []

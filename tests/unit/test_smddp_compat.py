@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 from runtime.compat import compat_path
+from runtime.processes import free_port
 
 SCRIPT = r"""
 import json
@@ -39,12 +39,6 @@ except AttributeError as error:
 print(json.dumps(out))
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_smddp_api_on_a_one_rank_world() -> None:

@@ -381,7 +381,6 @@ class Estimator:
         """SageMaker warm pools; sent as ``ResourceConfig.KeepAlivePeriodInSeconds``. Local runs
         accept it and it has no effect there (hosts are processes or containers of this machine)."""
         self.latest_training_job: TrainingJob | None = None
-        self._current_job_name: str | None = None
 
     @property
     def distribution(self) -> dict[str, Any]:
@@ -841,7 +840,6 @@ class Estimator:
             backend.release(spec)  # the name is free again, and nothing staged for it is left
             raise
         print(f"Creating training-job with name: {spec.TrainingJobName}", flush=True)
-        self._current_job_name = spec.TrainingJobName
         self.latest_training_job = TrainingJob(backend, spec.TrainingJobName)
         if wait:
             show_logs = logs not in (False, "None")
@@ -957,7 +955,6 @@ class Estimator:
         description = backend.describe(training_job_name)
         kwargs = cls._init_params_from_description(description)
         estimator = cls(sagemaker_session=sagemaker_session, **kwargs)
-        estimator._current_job_name = training_job_name
         estimator.latest_training_job = TrainingJob(backend, training_job_name)
         if wait:
             estimator.latest_training_job.wait(logs=False)

@@ -242,12 +242,9 @@ MAX_HYPERPARAMETER_VALUE_CHARS = 2500
 # --- environment variables ----------------------------------------------------------------------
 
 SM_PREFIX = "SM_"
-SM_HP_PREFIX = "SM_HP_"
-SM_CHANNEL_PREFIX = "SM_CHANNEL_"
 
 # Set by the platform.
 TRAINING_JOB_NAME_ENV = "TRAINING_JOB_NAME"
-TRAINING_JOB_ARN_ENV = "TRAINING_JOB_ARN"
 PROGRAM_ENV = "SAGEMAKER_PROGRAM"
 TRAINING_MODULE_ENV = "SAGEMAKER_TRAINING_MODULE"
 

@@ -32,6 +32,10 @@ script's ``device.type == "cuda"`` holds); what lands on the CPU is the tensors.
 ``Tensor.is_cuda`` and ``Tensor.device`` say ``cpu``, and
 factory calls with ``device="cuda"`` in threads other than the one that imported torch fail as
 without emulation.
+
+One module, though longer than most: the patches are one concept, installed together at the one
+moment torch is imported and judged together (a call is either emulated here or refused here), so
+the list above is the whole contract and this file is the whole implementation.
 """
 
 from __future__ import annotations

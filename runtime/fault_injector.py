@@ -1,6 +1,6 @@
 """Carries out the ``SMLAUNCH_FAULTS`` meant for this host (the specification: :mod:`runtime.faults`).
 
-A :class:`~runtime.watchdog.SupervisorHook` the supervisor runs when ``SMLAUNCH_FAULTS`` is set
+A :class:`~runtime.hooks.SupervisorHook` the supervisor runs when ``SMLAUNCH_FAULTS`` is set
 (:func:`runtime.watchdog.hooks_from_environ`): timers (``after_seconds``) or line counts
 (``after_lines``) started with the host's processes, then SIGKILL (``kill``, ``kill_host``) or an
 action for :mod:`runtime.rankboot` plus SIGUSR2 (``crash``, ``hang``). Runs on hosts only.
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from runtime.faults import JOB_KINDS, Fault
-from runtime.watchdog import Log, RankInfo, RankRegistry, StartedProcess, SupervisorHook
+from runtime.hooks import Log, RankInfo, RankRegistry, StartedProcess, SupervisorHook
 
 _RANK_LABEL = re.compile(r"rank (\d+)$")
 REGISTRATION_WAIT_SECONDS = 10.0

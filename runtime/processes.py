@@ -7,6 +7,7 @@ Part of the shared layer (see :mod:`runtime`): pure standard library, no torch, 
 - :func:`die_with_parent`: a pre-exec hook giving a child ``PR_SET_PDEATHSIG`` against the process
   that spawns it (Linux), so a child never outlives its parent, even one killed with SIGKILL.
 - :func:`set_parent_death_signal`: the same for the calling process itself (a FUSE server).
+- :func:`pid_alive`: whether a process runs (a zombie does not).
 - :func:`become_subreaper`: orphaned descendants are re-parented to this process, which can then
   find, kill and reap them.
 """
@@ -97,3 +98,13 @@ def become_subreaper() -> bool:
     """Make this process a child subreaper (Linux); False where that is not possible."""
     prctl = prctl_function()
     return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (False when that cannot be told)."""
+    try:
+        import psutil
+
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except Exception:
+        return False

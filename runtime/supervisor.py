@@ -35,7 +35,7 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
    into the log and ``output/data/smlaunch-stacks-<host>.txt``, and the job ends as in 3 with exit
    code 124 and a reason naming where each rank was (:mod:`runtime.watchdog`).
 8. **Hooks.** The watchdog and fault injection (:mod:`runtime.fault_injector`, ``SMLAUNCH_FAULTS``) are
-   :class:`runtime.watchdog.SupervisorHook` objects (``hooks=``; :meth:`from_environ` adds them).
+   :class:`runtime.hooks.SupervisorHook` objects (``hooks=``; :meth:`from_environ` adds them).
 
 Reporting the outcome (the ``success`` / ``failure`` files) is :mod:`runtime.report`'s job; the
 supervisor returns a :class:`RunResult` with the per-process exit codes and the first failure.
@@ -62,7 +62,7 @@ from runtime.launchers.base import LaunchPlan, ProcessSpec
 from runtime.processes import die_with_parent, exit_code_of
 
 if TYPE_CHECKING:
-    from runtime.watchdog import SupervisorHook
+    from runtime.hooks import SupervisorHook
 
 STDERR_TAIL_LINES = 100
 TRACEBACK_MAX_LINES = 400
@@ -213,7 +213,7 @@ class Supervisor:
         """What keeps daemons the ranks start inside the host (:mod:`runtime.containment`); with
         None, only the ranks' process groups are killed at the end."""
         self.hooks = list(hooks)
-        """Watchdog / fault-injection hooks (:class:`runtime.watchdog.SupervisorHook`)."""
+        """Watchdog / fault-injection hooks (:class:`runtime.hooks.SupervisorHook`)."""
         self.stop_grace = stop_grace
         self.fail_fast_grace = fail_fast_grace
         self.prefix_output = prefix_output
@@ -221,7 +221,6 @@ class Supervisor:
         self._stderr = stderr
         self._print_lock = threading.Lock()
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._signals_seen = 0
 
     @classmethod
     def from_environ(cls, host: str, environ: Mapping[str, str], **kwargs: Any) -> Supervisor:
@@ -364,7 +363,7 @@ class Supervisor:
                     spec = hook.prepare(spec)
                 procs.append(self._spawn(spec))
             if self.hooks:
-                from runtime.watchdog import StartedProcess
+                from runtime.hooks import StartedProcess
 
                 started = [StartedProcess(p.spec.label, p.spec.rank, p.popen.pid) for p in procs]
                 for hook in self.hooks:
@@ -422,7 +421,6 @@ class Supervisor:
                     kill_at = time.monotonic() + self.fail_fast_grace
             elif kind == "signal":
                 signum = int(payload)
-                self._signals_seen += 1
                 if signum == signal.SIGHUP:  # the agent that started this host is gone
                     if result.stop_signal is None and result.first_failure is None:
                         result.stop_signal = signum

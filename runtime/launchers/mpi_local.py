@@ -20,6 +20,7 @@ from typing import Any
 
 from runtime import contract
 from runtime.errors import HostConfigurationError
+from runtime.processes import pid_alive
 
 
 @dataclass
@@ -88,7 +89,7 @@ class LocalRendezvous:
     def _waiting(self, host: str) -> bool:
         """Whether ``host`` is still alive and has not yet read ``done.json``."""
         try:
-            return _pid_alive(int(json.loads(self.env_file(host).read_text(encoding="utf-8"))["pid"]))
+            return pid_alive(int(json.loads(self.env_file(host).read_text(encoding="utf-8"))["pid"]))
         except (OSError, ValueError, KeyError):
             return False
 
@@ -102,7 +103,7 @@ class LocalRendezvous:
                     return int(json.loads(self.done_file.read_text(encoding="utf-8"))["exit_code"])
                 if self.master_file.exists():
                     pid = int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"])
-                    if not _pid_alive(pid) and not self.done_file.exists():
+                    if not pid_alive(pid) and not self.done_file.exists():
                         raise RuntimeError(
                             f"MPI: the master host's runtime (pid {pid}) ended without finishing"
                         )
@@ -119,18 +120,9 @@ class LocalRendezvous:
 
     def _master_alive(self) -> bool:
         try:
-            return _pid_alive(int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"]))
+            return pid_alive(int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"]))
         except (OSError, ValueError, KeyError):
             return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        import psutil
-
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:
-        return False
 
 
 def wait_seconds(environ: Mapping[str, str]) -> float:

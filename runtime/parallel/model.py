@@ -9,7 +9,8 @@ boundary tensor. Inside a step, ``model(x)`` and ``model.backward(loss)`` behave
 says (:class:`_StepContext`, set by :mod:`runtime.parallel.step`): call the module directly (pp == 1),
 capture the inputs (first stage), or replay the pipeline's output (last stage). Gradients are
 all-reduced over the data-parallel group (bucketed, averaged), never with DDP (DDP breaks with several
-stages per rank, §3.4.9). How a whole step runs: :mod:`runtime.parallel.step` (``docs/smp.md``).
+stages per rank). How a whole step runs: :mod:`runtime.parallel.step` (``docs/smp.md``).
+The module is one concept, the ``DistributedModel`` class and the stage module it builds.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from runtime import contract
 from runtime.errors import HostConfigurationError
 from runtime.fault_injector import FaultInjector
 from runtime.faults import Fault, parse_faults
+from runtime.hooks import RankRegistry, StartedProcess
 from runtime.launchers.base import ProcessSpec
-from runtime.watchdog import RankRegistry, StartedProcess, dump_stacks, where
+from runtime.stacks import dump_stacks, where
 
 LOOP = """
 import time

@@ -17,15 +17,10 @@ import pytest
 
 from runtime import contract
 from runtime.errors import HostConfigurationError
+from runtime.hooks import RankRegistry, StartedProcess
 from runtime.launchers.base import ProcessSpec
-from runtime.watchdog import (
-    STALL_EXIT_CODE,
-    RankRegistry,
-    StallWatchdog,
-    StartedProcess,
-    hooks_from_environ,
-    where,
-)
+from runtime.stacks import where
+from runtime.watchdog import STALL_EXIT_CODE, StallWatchdog, hooks_from_environ
 
 STUCK = """
 import os, sys, time

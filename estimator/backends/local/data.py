@@ -374,7 +374,6 @@ class PipeFeeder:
         self.recordio = recordio
         self.shuffle_seed = shuffle_seed
         self.stop = stop
-        self.epochs_done = 0
 
     def create(self, epoch: int) -> Path:
         path = self.paths.pipe_path(self.channel, epoch)
@@ -397,7 +396,6 @@ class PipeFeeder:
             finally:
                 os.close(fd)
                 path.unlink(missing_ok=True)
-            self.epochs_done += 1
             epoch += 1
 
     def _open_writer(self, path: Path) -> int | None:

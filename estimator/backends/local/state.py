@@ -107,9 +107,6 @@ class JobDir:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
 
-    def write_json(self, path: Path, data: dict[str, Any]) -> None:
-        write_json_atomic(path, data)
-
     def read_state(self) -> dict[str, Any]:
         return self.read_json(self.state_file)
 

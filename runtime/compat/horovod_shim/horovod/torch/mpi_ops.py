@@ -13,6 +13,10 @@ a ``compression``; ``allgather`` concatenates along dimension 0 even when the ra
 dimensions differ; ``alltoall`` splits along dimension 0. The backend is NCCL when CUDA is
 available, else gloo; CPU tensors in an NCCL job go through a gloo group, as Horovod moves them
 through its CPU path. ``*_async`` variants return a handle for :func:`synchronize` / :func:`poll`.
+
+One module, though longer than most: it is Horovod's own ``horovod/torch/mpi_ops.py``, whose import
+path and surface scripts rely on (``from horovod.torch.mpi_ops import allreduce_async_``); every
+collective shares the topology and group choice above.
 """
 
 from __future__ import annotations

@@ -158,13 +158,14 @@ class LocalSession:
 
     def backend(self) -> Backend:
         if self._backend is None:
+            from estimator.backends.local.backend import LocalBackend
+
             if self.executor == "docker":
-                from estimator.backends.local.executors.docker import DockerBackend
+                from estimator.backends.local.executors.docker import DockerExecutor
 
-                self._backend = DockerBackend(session=self, client=self._docker_client)
+                docker = DockerExecutor(client=self._docker_client)
+                self._backend = LocalBackend(session=self, executor=docker)
             else:
-                from estimator.backends.local.backend import LocalBackend
-
                 self._backend = LocalBackend(session=self)
         return self._backend
 

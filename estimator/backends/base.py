@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, get_args
+from typing import Any, get_args
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict
@@ -113,7 +113,8 @@ def refuse_earlier_output(spec: TrainingJobSpec, s3_client: Callable[[], Any]) -
 class Backend(ABC):
     """One place a job can run. Subclasses set ``capabilities`` and implement the four operations."""
 
-    capabilities: ClassVar[Capabilities]
+    capabilities: Capabilities
+    """What this backend supports (a class attribute; an instance may narrow it, e.g. by executor)."""
 
     def check(self, spec: TrainingJobSpec) -> None:
         """Raise :class:`UnsupportedByBackendError` for anything in ``spec`` this backend cannot do."""

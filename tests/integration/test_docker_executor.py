@@ -36,7 +36,9 @@ from typing import Any
 
 import pytest
 
-from estimator.backends.local.executors.docker import LABEL_JOB, DockerBackend, docker_client
+from estimator.backends.local.agent import Agent
+from estimator.backends.local.backend import LocalBackend
+from estimator.backends.local.executors.docker import LABEL_JOB, DockerExecutor, docker_client
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
 from estimator.spec import CheckpointConfig
@@ -106,9 +108,9 @@ def root(tmp_path: Path, engine: Any) -> Iterator[Path]:
         assert_no_job_processes(name, jobs / name)
 
 
-def _backend(root: Path, engine: Any, **kwargs: Any) -> DockerBackend:
+def _backend(root: Path, engine: Any, **kwargs: Any) -> LocalBackend:
     backend = LocalSession(root=root, executor="docker", docker_client=engine, **kwargs).backend()
-    assert isinstance(backend, DockerBackend)
+    assert isinstance(backend, LocalBackend) and isinstance(backend.executor, DockerExecutor)
     return backend
 
 
@@ -476,7 +478,6 @@ def test_a_file_channel_that_does_not_exist_is_refused_at_fit_before_staging(
 
 def _in_process_agent(root: Path, engine: Any, spec: Any, agent_class: Any = None, **settings: Any) -> Any:
     """The job's agent in this process (as the backend's would run it), with ``settings`` changed."""
-    from estimator.backends.local.executors import docker as docker_backend
     from estimator.backends.local.state import write_json_atomic
 
     backend = _backend(root, engine)
@@ -487,7 +488,7 @@ def _in_process_agent(root: Path, engine: Any, spec: Any, agent_class: Any = Non
     write_json_atomic(job.spec_file, spec.to_request())
     write_json_atomic(job.settings_file, {**backend.settings(spec), **settings})
     job.write_state({"TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatusTransitions": []})
-    return (agent_class or docker_backend._agent_class())(job, client=engine, stream_client=engine)
+    return (agent_class or Agent)(job, DockerExecutor(client=engine, stream_client=engine))
 
 
 def _run_agent(agent: Any) -> dict[str, Any]:
@@ -536,11 +537,7 @@ def test_a_non_root_caller_owns_every_file_its_containers_write(
 ) -> None:
     """Tests run as root here, where ownership proves nothing: play a caller with uid 4321, whose
     host tree is its own, and check every path the containers left in it is the caller's."""
-    from estimator.backends.local.executors import docker as docker_backend
-
-    base_class = docker_backend._agent_class()
-
-    class NonRootCallerAgent(base_class):  # type: ignore[misc, valid-type]
+    class NonRootCallerAgent(Agent):
         def _prepare(self) -> None:
             super()._prepare()  # what a caller with uid 4321 would have written itself
             for path in [self.job.hosts_dir, *self.job.hosts_dir.rglob("*")]:

@@ -15,7 +15,6 @@ import pytest
 from estimator import hyperparameters as hp
 from estimator.backends.base import Backend, Capabilities
 from estimator.backends.local.backend import LocalBackend
-from estimator.backends.local.executors.docker import DockerBackend
 from estimator.backends.sagemaker import SageMakerBackend
 from estimator.distribution import Distribution, Strategy
 from estimator.errors import ConfigurationError, UnsupportedByBackendError
@@ -90,7 +89,7 @@ def test_distribution_table_covers_every_strategy() -> None:
         assert Distribution.parse(distribution).strategy == name
 
 
-@pytest.mark.parametrize("backend", [LocalBackend, SageMakerBackend, DockerBackend], ids=lambda b: b.__name__)
+@pytest.mark.parametrize("backend", [LocalBackend, SageMakerBackend], ids=lambda b: b.__name__)
 def test_every_backend_declares_the_strategy_names_distribution_uses(backend: type[Backend]) -> None:
     assert backend.capabilities.distributions == frozenset(get_args(Strategy))
 

@@ -20,13 +20,15 @@ from typing import Any
 import docker.errors
 import pytest
 
+from estimator.backends.local.agent import Agent
+from estimator.backends.local.backend import LocalBackend
 from estimator.backends.local.executors import docker as docker_backend
 from estimator.backends.local.executors.docker import (
     CONTAINER_BASE_DIR,
     CONTAINER_SSH_DIR,
     LABEL_JOB,
     ContainerProcess,
-    DockerBackend,
+    DockerExecutor,
     FailedStart,
     _LineReader,
     read_only_sources,
@@ -154,10 +156,10 @@ def _forget_probed_images() -> Iterator[None]:
     docker_backend._TRAIN_CHECKED.clear()
 
 
-def _backend(tmp_path: Path, client: FakeClient) -> DockerBackend:
+def _backend(tmp_path: Path, client: FakeClient) -> LocalBackend:
     session = LocalSession(root=tmp_path / "jobs", executor="docker", docker_client=client)
     backend = session.backend()
-    assert isinstance(backend, DockerBackend)
+    assert isinstance(backend, LocalBackend) and isinstance(backend.executor, DockerExecutor)
     return backend
 
 
@@ -269,14 +271,15 @@ def _agent(tmp_path: Path, client: FakeClient, spec: Any, **settings: Any) -> An
     values.update(settings)
     write_json_atomic(job.settings_file, values)
     job.write_state({"TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatusTransitions": []})
-    return docker_backend._agent_class()(job, client=client, stream_client=client)
+    return Agent(job, DockerExecutor(client=client, stream_client=client))
 
 
 def test_container_arguments_per_host(tmp_path: Path) -> None:
     client = FakeClient()
     agent = _agent(tmp_path, client, _spec(tmp_path), gpus=True, uid=1234, gid=5678)
-    kwargs = agent.container_kwargs("algo-2", {"A": "1"}, {"/x": {"bind": "/x", "mode": "ro"}},
-                                    ["algo-1", "algo-2"])
+    kwargs = agent.executor.container_kwargs(
+        agent.context(), "algo-2", {"A": "1"}, {"/x": {"bind": "/x", "mode": "ro"}}, ["algo-1", "algo-2"]
+    )
     assert kwargs["name"] == "job-1-algo-2" and kwargs["hostname"] == "algo-2"
     assert kwargs["command"] == ["train"] and kwargs["image"] == "smlaunch-cpu:test"
     assert kwargs["network_mode"] == "host"
@@ -286,7 +289,7 @@ def test_container_arguments_per_host(tmp_path: Path) -> None:
     [request] = kwargs["device_requests"]
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
     root = _agent(tmp_path / "r", FakeClient(), _spec(tmp_path / "r"), gpus=False, uid=0, gid=0)
-    kwargs = root.container_kwargs("algo-1", {}, {}, ["algo-1"])
+    kwargs = root.executor.container_kwargs(root.context(), "algo-1", {}, {}, ["algo-1"])
     assert "device_requests" not in kwargs and "group_add" not in kwargs and kwargs["user"] == "0:0"
 
 
@@ -334,7 +337,7 @@ def test_inherited_environment_is_aws_configuration_and_smlaunch_knobs_only(
     for name, value in PLANTED.items():
         monkeypatch.setenv(name, value)
     agent = _agent(tmp_path, FakeClient(), _spec(tmp_path))
-    env = agent._inherited_env()
+    env = agent.executor._inherited_env()
     assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:5000" and env["SMLAUNCH_FAULTS"] == "[]"
     assert env["AWS_REGION"] == "eu-west-1"
     assert "SOME_HOST_SECRET" not in env and "PATH" not in env and "AWS_PROFILE" not in env
@@ -374,7 +377,7 @@ def test_containers_get_credentials_from_an_endpoint_never_in_their_definition(
         frozen = served.get_frozen_credentials()
         assert (frozen.access_key, frozen.secret_key, frozen.token) == tuple(PLANTED.values())
     finally:
-        agent.credentials.stop()
+        agent.executor.credentials.stop()
 
 
 def test_container_that_cannot_start_fails_the_job_with_a_client_error(tmp_path: Path) -> None:
@@ -516,11 +519,11 @@ def test_reaper_removes_the_containers_of_a_dead_agent(tmp_path: Path) -> None:
 
 def test_docker_is_chosen_explicitly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SMLAUNCH_EXECUTOR", raising=False)
-    assert not isinstance(LocalSession(root=tmp_path).backend(), DockerBackend)
+    assert not isinstance(LocalSession(root=tmp_path).backend().executor, DockerExecutor)
     monkeypatch.setenv("SMLAUNCH_EXECUTOR", "docker")
     backend = LocalSession(root=tmp_path, docker_client=FakeClient()).backend()
-    assert isinstance(backend, DockerBackend) and backend.capabilities.name == "docker"
-    assert backend.agent_module == "estimator.backends.local.executors.docker"
+    assert isinstance(backend.executor, DockerExecutor) and backend.capabilities.name == "docker"
+    assert LocalSession(root=tmp_path / "p", executor="process").backend().capabilities.name == "local"
     assert os.environ["SMLAUNCH_EXECUTOR"] == "docker"
 
 
@@ -615,7 +618,7 @@ def test_container_paths_under_opt_ml_need_no_mount_of_their_own(tmp_path: Path)
     agent = _agent(tmp_path, client, spec)
     agent._prepare()
     host = agent.hosts[0]
-    assert agent._container_dir_mounts(host.paths) == {}
+    assert agent.executor._container_dir_mounts(agent.context(), host.paths) == {}
     config = json.loads(host.paths.tensorboard_config_file.read_text())
     assert config["LocalPath"] == "/opt/ml/output/tensorboard"
     assert host.paths.tensorboard_dir.is_dir()

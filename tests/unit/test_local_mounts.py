@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends.local import agent as local_agent
-from estimator.backends.local.executors.process import PrivateOptMl
+from estimator.backends.local.executors.base import Host, LaunchContext
+from estimator.backends.local.executors.process import PrivateOptMl, ProcessExecutor
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:
@@ -74,10 +74,9 @@ def test_the_agent_says_once_when_hosts_cannot_have_their_own_opt_ml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(PrivateOptMl, "unavailable", lambda self, tree: "user namespaces are disabled")
-    agent = object.__new__(local_agent.Agent)
     said: list[str] = []
-    agent.say = said.append  # type: ignore[method-assign]
-    agent.hosts = [local_agent._Host("algo-1", 0, tmp_path)]
-    agent._opt_ml = None
-    assert agent._private_opt_ml() is None and agent._private_opt_ml() is None
+    context = LaunchContext(spec=None, settings={}, job=None, hosts=[Host("algo-1", 0, tmp_path)],  # type: ignore[arg-type]
+                            grace=1.0, say=said.append)
+    executor = ProcessExecutor()
+    assert executor._private_opt_ml(context) is None and executor._private_opt_ml(context) is None
     assert len(said) == 1 and "user namespaces are disabled" in said[0] and "SM_*" in said[0]

@@ -5,13 +5,16 @@ the job survives the notebook; every handle talks to it through the files of the
 (:mod:`estimator.backends.local.state`). It is the only writer of ``state.json``.
 
 What it does, in order: write every host's ``/opt/ml`` tree and channel views (SecondaryStatus
-``Downloading``); start one ``python -m runtime`` per host (``Training``), each in its own mount
-namespace where its tree is ``/opt/ml`` (:mod:`estimator.backends.local.executors.process`), with its own
-``SAGEMAKER_BASE_DIR``, the host->address map (all ``127.0.0.1``) and a free master port, so
-concurrent jobs never collide; copy every line the hosts print to ``logs/<host>.log`` and the merged
-``logs/job.log`` (prefixed ``[algo-N] `` unless the runtime already prefixed it); when the hosts
-have ended, merge their model and output directories into ``model.tar.gz`` / ``output.tar.gz``
-(``Uploading``; :mod:`estimator.backends.local.artifacts`); write the terminal state.
+``Downloading``); have the job's executor start every host (``Training``): one ``python -m
+runtime`` per host as a local process (:mod:`estimator.backends.local.executors.process`, the
+default) or one container per host (:mod:`estimator.backends.local.executors.docker`), chosen by
+``settings.json``'s ``"executor"``; copy every line the hosts print to ``logs/<host>.log`` and the
+merged ``logs/job.log`` (prefixed ``[algo-N] `` unless the runtime already prefixed it); when the
+hosts have ended, merge their model and output directories into ``model.tar.gz`` /
+``output.tar.gz`` (``Uploading``; :mod:`estimator.backends.local.artifacts`); write the terminal
+state (:class:`estimator.backends.local.state.JobState` documents the transitions). The agent owns
+the job's state machine and policy; the executor only starts, signals and cleans up hosts
+(:class:`estimator.backends.local.executors.base.Executor`).
 
 Failure policy across hosts (one policy for every fault; times are bounds, not sleeps)
 -------------------------------------------------------------------------------------
@@ -52,21 +55,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
-
-import psutil
 
 from estimator.backends.local import layout
 from estimator.backends.local.artifacts import package_artifacts
@@ -80,13 +76,14 @@ from estimator.backends.local.checkpoints import (
     spot_faults,
 )
 from estimator.backends.local.data import JobData
-from estimator.backends.local.executors.process import PrivateOptMl
+from estimator.backends.local.executors import executor_class
+from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.local.metrics import METRICS_FILE, MetricRecorder
-from estimator.backends.local.state import STORE_FULL_FIX, JobDir
+from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
-from runtime.processes import become_subreaper, die_with_parent, exit_code_of, free_port
+from runtime.processes import become_subreaper, exit_code_of
 from runtime.transfer import TransferEngine
 
 FAILURE_GRACE_SECONDS = 2.0
@@ -96,7 +93,6 @@ SPACE_RESERVE_BYTES = 1 << 20
 DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05
-DESCENDANT_SCAN_SECONDS = 1.0
 LOG_TAIL_LINES = 20
 _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
@@ -112,49 +108,32 @@ _MESSAGES = {
 }
 
 
-class _Host:
-    def __init__(self, name: str, index: int, base: Path) -> None:
-        self.name = name
-        self.index = index
-        self.base = base
-        self.paths = contract.Paths(base)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.exit_code: int | None = None
-        self.exited_at: float | None = None
-        self.pump: threading.Thread | None = None
-
-    @property
-    def failure_details(self) -> Path:
-        return self.paths.output_dir / contract.FAILURE_DETAILS_FILE
-
-
 class Agent:
     """Runs one local job to a terminal state. See the module docstring for the policy."""
 
-    def __init__(self, job: JobDir) -> None:
+    def __init__(self, job: JobDir, executor: Executor | None = None) -> None:
         self.job = job
         self.spec = TrainingJobSpec.model_validate(job.read_json(job.spec_file))
         self.settings = job.read_json(job.settings_file)
         self.state = job.read_state()
+        self.executor = executor or executor_class(
+            str(self.settings.get("executor", "process"))).for_agent(self.settings)
+        """Starts, signals and cleans up the hosts (:mod:`estimator.backends.local.executors`)."""
         names = layout.host_names(self.spec.ResourceConfig.InstanceCount)
-        self.hosts = [_Host(name, i, job.host_base(name)) for i, name in enumerate(names)]
+        self.hosts = [Host(name, i, job.host_base(name)) for i, name in enumerate(names)]
         self.grace = float(self.settings["stop_grace_seconds"])
         self._log_lock = threading.Lock()
         self._job_log: IO[bytes] = open(job.job_log, "ab")
         self._signalled = False
         self._s3: Any = None
         self._fingerprints: dict[str, list[int]] = {}
-        self._known_pids: set[int] = set()
-        self._descendants_seen_at = 0.0
         self._data: JobData | None = None
         self._syncs: list[DirectorySync] = []
         self._attempts = Attempts()
         self._spot = SpotFaults(spot_faults(self.spec.Environment), job.path, self.say)
         self._transfer: TransferEngine | None = None
-        self._scratch: list[Path] = []
         definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
         self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)
-        self._opt_ml: PrivateOptMl | bool | None = None
         self._reserve = job.path / ".space-reserve"
         self._no_space: str | None = None
         """The FailureReason once a write of the agent found the job store full."""
@@ -206,7 +185,10 @@ class Agent:
             self._write_failed(error, self._reserve)
 
     def transition(self, secondary: str, status: str | None = None, **fields: Any) -> None:
+        """Record a new SecondaryStatus (and TrainingJobStatus, a :class:`JobState` value) in
+        ``state.json``, with ``fields`` (FailureReason, ...)."""
         at = time.time()
+        terminal = status is not None and JobState(status).is_terminal
         transitions = self.state.setdefault("SecondaryStatusTransitions", [])
         if transitions and "EndTime" not in transitions[-1]:
             transitions[-1]["EndTime"] = at
@@ -215,7 +197,7 @@ class Agent:
             "StartTime": at,
             "StatusMessage": _MESSAGES.get(secondary, ""),
         }
-        if status in contract.TERMINAL_STATUSES:
+        if terminal:
             entry["EndTime"] = at
         transitions.append(entry)
         self.state["SecondaryStatus"] = secondary
@@ -223,13 +205,13 @@ class Agent:
             self.state["TrainingJobStatus"] = status
         self.state["LastModifiedTime"] = at
         self.state.update(fields)
-        if status in contract.TERMINAL_STATUSES:
+        if terminal:
             self._reserve.unlink(missing_ok=True)  # room for the last word, even on a full disk
         try:
             self.job.write_state(self.state)
         except OSError as error:
             # state.json keeps its last complete version; the terminal state must not be lost.
-            if self._write_failed(error, self.job.state_file) is None or status in contract.TERMINAL_STATUSES:
+            if self._write_failed(error, self.job.state_file) is None or terminal:
                 raise
 
     # --- the job ------------------------------------------------------------------------------
@@ -243,14 +225,13 @@ class Agent:
             outcome = self._run()
         except Exception as exc:  # the agent's own bug or an I/O error: never leave InProgress behind
             self.say(traceback.format_exc())
-            self._kill_everything()
+            self.executor.kill_everything(self.context())
             reason = self._no_space_reason(exc, self.job.path) or (
                 f"InternalServerError: {type(exc).__name__}: {exc}")
             outcome = (contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason})
         if self._data is not None:
             self._data.close()  # whatever the path: no FastFile mount outlives the job
-        for scratch in self._scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+        self.executor.close(self.context())
         status, secondary, fields = outcome
         ended = time.time()
         start = self.state.get("TrainingStartTime", ended)
@@ -366,12 +347,13 @@ class Agent:
         # Checkpoints restored (and, with intermediate output, synced while training):
         # estimator.backends.local.checkpoints.
         self._syncs = host_syncs(self.spec, {h.name: h.paths for h in self.hosts}, self._engine(), self.say)
+        self.executor.prepare(self.context())
 
     def _fresh_hosts(self) -> None:
         """After a spot interruption: keep the old trees aside, start the next attempt on new hosts."""
         done = len(self._attempts.records)
         self.job.hosts_dir.rename(self.job.path / f"hosts-attempt-{done}")
-        self.hosts = [_Host(h.name, h.index, self.job.host_base(h.name)) for h in self.hosts]
+        self.hosts = [Host(h.name, h.index, self.job.host_base(h.name)) for h in self.hosts]
         self.say(f"Spot interruption: attempt {done} ended; starting attempt {done + 1} on fresh hosts")
         self.transition(contract.SECONDARY_STARTING)
         self.transition(contract.SECONDARY_DOWNLOADING)
@@ -383,92 +365,19 @@ class Agent:
         marker.unlink(missing_ok=True)
         return True
 
+    def context(self) -> LaunchContext:
+        """What the executor is told about this attempt."""
+        return LaunchContext(self.spec, self.settings, self.job, self.hosts, self.grace, self.say)
+
     def _launch(self) -> None:
-        port = free_port()
-        addresses = {h.name: "127.0.0.1" for h in self.hosts}
-        ranks = int(self.settings["processes_per_host"])
-        python = self.settings.get("python") or sys.executable
-        self.say(
-            f"Job {self.spec.TrainingJobName}: {len(self.hosts)} host(s) {[h.name for h in self.hosts]} "
-            f"emulating {self.spec.ResourceConfig.InstanceType}, {ranks} process(es) per host for "
-            f"per-GPU launchers, master {self.hosts[0].name}=127.0.0.1:{port}, "
-            f"stop grace {self.grace:g} s, max run {self.spec.StoppingCondition.MaxRuntimeInSeconds} s"
-        )
-        emulated = self.settings.get("emulate_cuda")
-        if emulated:
-            self.say(
-                f"CUDA emulated on CPU: {emulated['gpus']} {emulated['model']} GPU(s) per host that this "
-                "machine lacks; CUDA calls run on the CPU, NCCL uses gloo, numbers are a CPU run's "
-                "(LocalSession(emulate_cuda=False) turns this off)"
-            )
-        # SIGHUP, not SIGKILL: a host runtime must live long enough to kill and reap everything its
-        # ranks started (runtime.supervisor, point 5).
-        die_with_agent = die_with_parent(signal.SIGHUP)
-        opt_ml = self._private_opt_ml()
-        base_env = dict(os.environ)
-        # The S3 the session talks to (e.g. a test's moto server) is the S3 the hosts talk to:
-        # the runtime fetches s3:// code with boto3, which honours these variables.
-        if self.settings.get("s3_endpoint_url"):
-            base_env.setdefault("AWS_ENDPOINT_URL_S3", str(self.settings["s3_endpoint_url"]))
-        if self.settings.get("s3_region_name"):
-            base_env.setdefault("AWS_REGION", str(self.settings["s3_region_name"]))
-        base_env[contract.SMLAUNCH_MPI_DIR] = str(self._scratch_dir())
-        # Every host is spawned from this (main) thread, before the log threads start: PDEATHSIG
-        # is tied to the thread that forked, and the pre-exec hooks only enter the host's mount
-        # namespace (executors.process) and call prctl and getppid, PDEATHSIG last.
-        for host in self.hosts:
-            env = dict(base_env)
-            env.update(
-                layout.host_environment(
-                    self.spec,
-                    host.base,
-                    addresses,
-                    port,
-                    ranks,
-                    self.grace,
-                    self.settings.get("num_gpus"),
-                    emulated,
-                )
-            )
-            env.update(layout.requirements_environment(self.settings))
-            host.proc = subprocess.Popen(
-                [python, "-m", "runtime"],
-                cwd=str(host.base),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_in_order(opt_ml and opt_ml.hook(host.base), die_with_agent),
-            )
+        self.executor.launch(self.context())
         for host in self.hosts:
             host.pump = threading.Thread(
                 target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True
             )
             host.pump.start()
 
-    def _private_opt_ml(self) -> PrivateOptMl | None:
-        """What gives each host its own tree at /opt/ml (probed once per job), or None after saying
-        once why this machine cannot."""
-        if self._opt_ml is None:
-            mounts = PrivateOptMl()
-            why = mounts.unavailable(self.hosts[0].base)
-            self._opt_ml = mounts if why is None else False
-            if why is not None:
-                self.say(
-                    f"No private /opt/ml per host on this machine ({why}): scripts must take their "
-                    "paths from SM_* variables (or use LocalSession(executor='docker'))"
-                )
-        return self._opt_ml or None
-
-    def _scratch_dir(self) -> Path:
-        """A private directory (``mkdtemp``: 0700, unguessable) inside the job directory that this
-        attempt's hosts share (the emulated MPI hosts meet there); removed when the job ends. Never a
-        predictable path in the system temp directory, where others could read or pre-create it."""
-        path = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.job.path))
-        self._scratch.append(path)
-        return path
-
-    def _pump(self, host: _Host) -> None:
+    def _pump(self, host: Host) -> None:
         assert host.proc is not None and host.proc.stdout is not None
         # A rank line may name another host: one mpirun on the master serves every emulated host.
         own = (f"[{host.name}]", *(f"[{h.name}/" for h in self.hosts))
@@ -485,6 +394,14 @@ class Agent:
                     self._write_failed(error, self.job.logs_dir / METRICS_FILE)
 
     def _supervise(self) -> tuple[str, str, dict[str, Any]]:
+        """Poll the hosts until all ended, applying the failure policy (module docstring)."""
+        context = self.context()
+        try:
+            return self._supervise_hosts(context)
+        finally:
+            self.executor.attempt_ended(context)
+
+    def _supervise_hosts(self, context: LaunchContext) -> tuple[str, str, dict[str, Any]]:
         max_run = self.spec.StoppingCondition.MaxRuntimeInSeconds
         # max_run counts training time over every attempt; max_wait (spot) counts from the job's start.
         deadline = time.monotonic() + max_run - self._attempts.running_seconds
@@ -505,8 +422,7 @@ class Agent:
                         running.append(host)
                     else:
                         host.exit_code, host.exited_at = exit_code_of(code), time.time()
-            if now - self._descendants_seen_at >= DESCENDANT_SCAN_SECONDS:
-                self._remember_descendants()  # a /proc scan: not at every poll
+            self.executor.watch(context)
             if not running:
                 break
             if outcome is None:
@@ -518,7 +434,7 @@ class Agent:
                         f"Host {names} failed: ending every host (SIGTERM, SIGKILL after "
                         f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
                     )
-                    kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))
+                    kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
                 elif self._data is not None and self._data.errors:
                     outcome = (
                         contract.STATUS_FAILED,
@@ -529,22 +445,22 @@ class Agent:
                         f"Data download failed: ending every host (SIGTERM, SIGKILL after "
                         f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
                     )
-                    kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))
+                    kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
                 elif self._no_space is not None:
                     outcome = ("failed", "", {})
                     self.say(f"{self._no_space}: ending every host (SIGTERM, SIGKILL after "
                              f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)")
-                    kill_at = now + self._terminate(running, min(self.grace, FAILURE_GRACE_SECONDS))
+                    kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
                 elif self._stop_requested():
                     outcome = (contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {})
                     self.say(f"Stop requested: SIGTERM to every host, SIGKILL after {self.grace:g} s")
                     self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
-                    kill_at = now + self._terminate(running, self.grace)
+                    kill_at = now + self._terminate(context, running, self.grace)
                 elif self._interrupt_requested():
                     outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
                     self.say(f"Spot interruption: SIGTERM to every host, SIGKILL after {self.grace:g} s")
                     self.transition(contract.SECONDARY_INTERRUPTED)
-                    kill_at = now + self._terminate(running, self.grace)
+                    kill_at = now + self._terminate(context, running, self.grace)
                 elif now >= wait_deadline:
                     outcome = (
                         contract.STATUS_STOPPED,
@@ -554,7 +470,7 @@ class Agent:
                     )
                     self.say(f"MaxWaitTimeInSeconds={max_wait} exceeded: SIGTERM to every host")
                     self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
-                    kill_at = now + self._terminate(running, self.grace)
+                    kill_at = now + self._terminate(context, running, self.grace)
                 elif now >= deadline:
                     outcome = (
                         contract.STATUS_STOPPED,
@@ -569,14 +485,14 @@ class Agent:
                         f"SIGKILL after {self.grace:g} s"
                     )
                     self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
-                    kill_at = now + self._terminate(running, self.grace)
+                    kill_at = now + self._terminate(context, running, self.grace)
             if kill_at is not None and now >= kill_at:
                 self.say("Grace period over: SIGKILL to every remaining process of the job")
-                self._kill_everything()
+                self.executor.kill_everything(context)
                 kill_at = None
             time.sleep(POLL_SECONDS)
         # Orphaned ranks (their runtime died first) were reparented to us: none may outlive the job.
-        self._kill_everything()
+        self.executor.kill_everything(context)
         for host in self.hosts:
             if host.pump is not None:
                 host.pump.join(timeout=10)
@@ -588,58 +504,16 @@ class Agent:
                 else (contract.STATUS_COMPLETED, contract.SECONDARY_COMPLETED, {})
             )
         if outcome[0] == "failed":
-            cause = self._root_cause()
+            cause = self.executor.root_cause(context) or self._root_cause()
             self._probe_space()  # a rank may have died of a full disk the agent's own writes missed
             if self._no_space is not None:  # then the disk is the cause; the rank's words follow
                 cause["FailureReason"] = f"{self._no_space}\n{cause['FailureReason']}"
             return contract.STATUS_FAILED, contract.SECONDARY_FAILED, cause
         return outcome
 
-    def _terminate(self, running: list[_Host], grace: float) -> float:
-        self._remember_descendants()
-        for host in running:
-            assert host.proc is not None
-            with contextlib.suppress(ProcessLookupError):
-                host.proc.send_signal(signal.SIGTERM)
+    def _terminate(self, context: LaunchContext, running: list[Host], grace: float) -> float:
+        self.executor.signal(context, running, signal.SIGTERM)
         return grace
-
-    def _remember_descendants(self) -> None:
-        self._descendants_seen_at = time.monotonic()
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process().children(recursive=True):
-                self._known_pids.add(child.pid)
-
-    def _kill_everything(self) -> None:
-        """SIGKILL every process of the job still alive: our descendants and any we saw before."""
-        victims: list[psutil.Process] = []
-        with contextlib.suppress(psutil.Error):
-            victims.extend(psutil.Process().children(recursive=True))
-        for pid in self._known_pids:
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if self._belongs_to_job(proc):
-                    victims.append(proc)
-        for proc in victims:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(victims, timeout=5)
-        self._reap_orphans()
-
-    def _belongs_to_job(self, proc: psutil.Process) -> bool:
-        """A pid we once saw may have been reused: kill it only if it still carries this job."""
-        try:
-            env = proc.environ()
-        except psutil.Error:
-            return False
-        return env.get(contract.TRAINING_JOB_NAME_ENV) == self.spec.TrainingJobName
-
-    def _reap_orphans(self) -> None:
-        ours = {h.proc.pid for h in self.hosts if h.proc is not None}
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process().children():
-                if child.pid not in ours:
-                    with contextlib.suppress(ChildProcessError, OSError):
-                        os.waitpid(child.pid, os.WNOHANG)
 
     def _root_cause(self) -> dict[str, Any]:
         """The first failure across hosts: earliest failure.json, else the first non-zero exit."""
@@ -681,19 +555,6 @@ class Agent:
                 f"WARNING: input file {path} changed during the job (written through its channel "
                 "view); channel data should be treated as read-only"
             )
-
-
-def _in_order(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
-    """One pre-exec hook running ``hooks`` (None ones skipped) in order."""
-    present = [hook for hook in hooks if hook is not None]
-    if not present:
-        return None
-
-    def run() -> None:
-        for hook in present:
-            hook()
-
-    return run
 
 
 def _tail(path: Path, lines: int) -> str:

@@ -1,11 +1,17 @@
-"""The local backend: every host of the job emulated as processes on this machine (no AWS, no Docker).
+"""The local backend: every host of the job emulated on this machine (no AWS), by an executor.
+
+The session chooses the executor (:mod:`estimator.backends.local.executors`): local processes (the
+default, :class:`~estimator.backends.local.executors.process.ProcessExecutor`) or one Docker
+container per host (:class:`~estimator.backends.local.executors.docker.DockerExecutor`). The
+executor adds its checks and settings here and starts the hosts in the agent; all the rest is this
+backend's and the agent's, whatever the executor.
 
 ``reserve(spec)`` claims the job's name by creating the job directory ``<session.root>/<job>/``
 (one ``mkdir``: of two submitters of one name exactly one gets it, before either stages code there);
 ``submit(spec)`` checks the spec, fills the directory (layout in
 :mod:`estimator.backends.local.state`), and starts ONE detached supervisor process per job,
 ``python -m estimator.backends.local.agent <job dir>``, then returns at once. The agent writes the
-hosts' ``/opt/ml`` trees, starts one ``python -m runtime`` per host, streams their logs, applies the
+hosts' ``/opt/ml`` trees, has the executor start the hosts, streams their logs, applies the
 failure, stop and ``max_run`` policy, packages the artifacts and keeps ``state.json`` current (see
 its docstring for the policy).
 
@@ -39,6 +45,8 @@ from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.local import data as local_data
 from estimator.backends.local import layout
 from estimator.backends.local.checkpoints import request_interruption, spot_faults
+from estimator.backends.local.executors.base import Executor
+from estimator.backends.local.executors.process import ProcessExecutor
 from estimator.backends.local.layout import file_uri_path, instance_ranks, machine_gpu_count
 from estimator.backends.local.metrics import METRICS_FILE, final_metric_data, read_metric_records
 from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, write_json_atomic
@@ -66,7 +74,7 @@ class JobNotFoundError(SmlaunchError, KeyError):
 
 
 class LocalBackend(Backend):
-    """Run jobs as processes on this machine; see the module docstring."""
+    """Run jobs on this machine with the session's executor; see the module docstring."""
 
     capabilities = Capabilities(
         name="local",
@@ -78,16 +86,14 @@ class LocalBackend(Backend):
         interrupt_stops_job=True,
     )
     agent_module: str = "estimator.backends.local.agent"
-    """The module run as ``python -m <agent_module> <job dir>``; the Docker backend runs its own."""
-    layered_requirements: bool = True
-    """``requirements.txt`` goes into a cached environment layered over the user's interpreter, which
-    every emulated host shares (:mod:`runtime.requirements`); containers have interpreters of their own."""
-    mounts_container_paths: bool = False
-    """Hosts see paths outside ``/opt/ml`` that the backend provides (containers: bind mounts).
-    Processes see this machine's file system, so only ``/opt/ml`` (their tree) is theirs."""
+    """The module run as ``python -m <agent_module> <job dir>``, whatever the executor."""
 
-    def __init__(self, session: LocalSession) -> None:
+    def __init__(self, session: LocalSession, executor: Executor | None = None) -> None:
         self.session = session
+        self.executor: Executor = executor or ProcessExecutor()
+        """How the job's hosts start (chosen by the session): processes, or containers."""
+        if self.executor.name != ProcessExecutor.name:
+            self.capabilities = LocalBackend.capabilities.model_copy(update={"name": self.executor.name})
         self._reserved: set[str] = set()
 
     # --- where things are -------------------------------------------------------------------
@@ -110,7 +116,9 @@ class LocalBackend(Backend):
         not used yet (unless this backend reserved it), no earlier artifacts at
         ``<output_path>/<job>/output/`` (they would be overwritten), and ManifestFile channels that
         parse and name existing objects (AugmentedManifestFile is not emulated). Raises before
-        anything starts."""
+        anything starts. The executor's own checks come first (Docker: an engine answers and has the
+        image), before the local checks create the output directory or read manifests."""
+        self.executor.check(spec)
         super().check(spec)
         output = spec.OutputDataConfig.S3OutputPath
         if urlparse(output).scheme == "file":
@@ -256,7 +264,7 @@ class LocalBackend(Backend):
         if local_path == base or local_path in base.parents:
             raise ConfigurationError(field, value, "is /opt/ml itself or above it",
                                      f"pass a directory of its own, e.g. {default!r}")
-        if layout.below_opt_ml(value) is None and not self.mounts_container_paths:
+        if layout.below_opt_ml(value) is None and not self.executor.mounts_container_paths:
             raise ConfigurationError(
                 field, value,
                 "hosts run as processes on this machine, each with its own emulated /opt/ml tree; a "
@@ -276,7 +284,7 @@ class LocalBackend(Backend):
             "artifact_conflicts": self.session.artifact_conflicts,
             "install_requirements": self.session.install_requirements,
             "requirements_cache": str(Path(self.session.root) / REQUIREMENTS_CACHE_DIR)
-            if self.layered_requirements else None,
+            if self.executor.layered_requirements else None,
             "num_gpus": emulated["gpus"] if emulated else (0 if machine_gpu_count() == 0 else None),
             "emulate_cuda": emulated,
             "python": sys.executable,
@@ -287,6 +295,7 @@ class LocalBackend(Backend):
             meta = getattr(self.session.s3_client(), "meta", None)
             settings["s3_endpoint_url"] = getattr(meta, "endpoint_url", None)
             settings["s3_region_name"] = getattr(meta, "region_name", None)
+        settings.update(self.executor.settings(spec))
         return settings
 
     def submit(self, spec: TrainingJobSpec) -> None:
@@ -305,6 +314,7 @@ class LocalBackend(Backend):
             self.release(spec)
             raise
         self._reserved.discard(spec.TrainingJobName)
+        self.executor.submitted(self.job_dir(spec.TrainingJobName))
 
     def _warn_when_short_of_space(self, spec: TrainingJobSpec) -> None:
         """Each host extracts the code, and ``s3://`` File-mode channels are downloaded into the job

@@ -127,7 +127,7 @@ class LaunchContext:
     job: JobDir
     """The job directory (logs, host trees, scratch space)."""
     hosts: Sequence[Host]
-    """This attempt's hosts, trees already written (:meth:`Executor.prepare` ran)."""
+    """This attempt's hosts, their ``/opt/ml`` trees written by the agent."""
     grace: float
     """SIGTERM -> SIGKILL grace in seconds (``SMLAUNCH_STOP_GRACE_SECONDS`` of the hosts)."""
     say: Callable[[str], None]
@@ -170,12 +170,12 @@ class Executor(ABC):
 
     @classmethod
     def for_agent(cls, settings: dict[str, Any]) -> Executor:
-        """The executor the agent uses, from the job's ``settings.json``."""
+        """The executor the agent uses, from the job's ``settings.json`` (clients made on first use)."""
         return cls()
 
-    def prepare(self, spec: TrainingJobSpec, hosts: Sequence[Host]) -> None:
-        """Adjust the host trees the agent has just written (e.g. the network interface a container
-        sees), before any host of the attempt starts."""
+    def prepare(self, context: LaunchContext) -> None:
+        """Adjust the host trees the agent has just written for this attempt (e.g. the network
+        interface a container sees), before any host starts."""
         return None
 
     @abstractmethod
@@ -184,23 +184,34 @@ class Executor(ABC):
 
         A host that cannot start gets a :class:`HostProcess` that has already ended non-zero and
         says why on its ``stdout``: the agent's failure policy then ends the job. Hosts must be
-        started from the calling (main) thread: the parent-death signal is tied to it.
+        started from the calling (main) thread: the parent-death signal is tied to it. Log the
+        resolved topology (hosts, master, ranks per host) with ``context.say`` once.
         """
 
-    def kill_everything(self, hosts: Sequence[Host]) -> None:
-        """SIGKILL whatever of the job's hosts is still alive and wait for it to end. The agent also
-        kills its own descendants; this covers what is not one (containers, remote steps)."""
+    def watch(self, context: LaunchContext) -> None:
+        """Called at every poll of the agent while hosts run (every few tens of milliseconds): keep
+        track of what :meth:`kill_everything` must find later. Must be cheap."""
         return None
 
-    def root_cause(self, hosts: Sequence[Host]) -> dict[str, Any] | None:
+    def signal(self, context: LaunchContext, hosts: Sequence[Host], sig: int) -> None:
+        """Deliver ``sig`` to each of ``hosts`` (the agent's SIGTERM on stop, failure or max_run)."""
+        for host in hosts:
+            if host.proc is not None:
+                host.proc.send_signal(sig)
+
+    def kill_everything(self, context: LaunchContext) -> None:
+        """SIGKILL whatever of the job is still alive, wherever it runs, and wait for it to end."""
+        return None
+
+    def root_cause(self, context: LaunchContext) -> dict[str, Any] | None:
         """``{"FailureReason", "ExitCode"}`` for a failure only the executor knows about (a host it
         could not start, one ended from outside), else None: the agent reads the hosts' reports."""
         return None
 
-    def attempt_ended(self) -> None:
-        """The attempt's hosts have all ended: release what belonged to them (e.g. remove containers)."""
+    def attempt_ended(self, context: LaunchContext) -> None:
+        """Every host of the attempt has ended: release what belonged to them (e.g. containers)."""
         return None
 
-    def close(self) -> None:
-        """The job is terminal: release everything the executor holds (servers, leftovers)."""
+    def close(self, context: LaunchContext) -> None:
+        """The job is about to be terminal: release everything the executor holds for it."""
         return None

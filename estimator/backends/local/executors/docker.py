@@ -5,7 +5,7 @@ stay the default. Everything but *how a host starts* is the local backend's: the
 its files (:mod:`estimator.backends.local.state`), the per-host ``/opt/ml`` trees and channel views
 (:mod:`estimator.backends.local.layout`, :mod:`estimator.backends.local.data`), the agent's log
 streaming, failure / stop / ``max_run`` policy and artifact packaging
-(:mod:`estimator.backends.local.agent`). :class:`DockerAgent` only replaces the host processes by
+(:mod:`estimator.backends.local.agent`). :class:`DockerExecutor` only replaces the host processes by
 containers, which it makes look like the ``subprocess.Popen`` objects the agent supervises
 (:class:`ContainerProcess`).
 
@@ -31,7 +31,7 @@ Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
   (:mod:`estimator.backends.local.executors.credentials`);
 - labels ``smlaunch.job=<job>`` and ``smlaunch.host=algo-N``: every exit path removes the job's
   containers by label; if the agent itself is killed, a small reaper process (started by
-  :meth:`DockerBackend.submit`) removes them.
+  :meth:`DockerExecutor.submitted`) removes them.
 
 MPI jobs use the runtime's real multi-node roles (:mod:`runtime.mpi_roles`): workers serve sshd, the
 master runs ``mpirun`` over ssh. Containers share the host's network, so each host's sshd listens
@@ -54,21 +54,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from estimator.backends.base import Capabilities
 from estimator.backends.local import layout
-from estimator.backends.local.backend import LocalBackend
+from estimator.backends.local.executors.base import Executor, LaunchContext
 from estimator.backends.local.executors.credentials import CredentialServer, container_aws_configuration
 from estimator.backends.local.state import JobDir
 from estimator.errors import ConfigurationError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
-
-if TYPE_CHECKING:
-    from estimator.backends.local.agent import Agent as _AgentBase
-    from estimator.session import LocalSession
+from runtime.processes import free_port
 
 DOCKER_IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
 LABEL_JOB = "smlaunch.job"
@@ -145,93 +141,6 @@ def _errors() -> Any:
     import docker.errors
 
     return docker.errors
-
-
-class DockerBackend(LocalBackend):
-    """Run local jobs with one container per host; see the module docstring."""
-
-    capabilities: ClassVar[Capabilities] = LocalBackend.capabilities.model_copy(update={"name": "docker"})
-    agent_module = "estimator.backends.local.executors.docker"
-    layered_requirements = False
-    mounts_container_paths = True
-
-    def __init__(self, session: LocalSession, client: Any | None = None) -> None:
-        super().__init__(session)
-        self._client = client
-
-    def client(self) -> Any:
-        """The injected Docker client, else one from the environment (created on first use)."""
-        if self._client is None:
-            self._client = docker_client()
-        else:
-            try:
-                self._client.ping()
-            except Exception as exc:
-                raise ConfigurationError(
-                    "executor", "docker", f"the Docker engine does not answer ({type(exc).__name__}: {exc})",
-                    _NO_ENGINE_FIX,
-                ) from None
-        return self._client
-
-    # --- check / submit -----------------------------------------------------------------------
-
-    def image(self, spec: TrainingJobSpec) -> str:
-        image = spec.AlgorithmSpecification.TrainingImage or os.environ.get(DOCKER_IMAGE_ENV)
-        if not image:
-            raise ConfigurationError(
-                "image_uri", None, "the docker executor needs an image and none was given",
-                "build one with `container/build.sh cpu` and pass image_uri=<its tag> "
-                f"(or set {DOCKER_IMAGE_ENV})",
-            )
-        return image
-
-    def check(self, spec: TrainingJobSpec) -> None:
-        """An engine answers, the image is present locally and has ``train``; then the local
-        backend's checks (``file://`` inputs exist...). Raises before anything starts: the engine
-        first, before the local checks create the output directory or read manifests."""
-        client = self.client()
-        image = self.image(spec)
-        errors = _errors()
-        try:
-            found = client.images.get(image)
-        except errors.ImageNotFound:
-            raise ConfigurationError(
-                "image_uri", image, "is not present in the local Docker engine (smlaunch never pulls images)",
-                "build it (container/build.sh cpu --tag <name>), or `docker pull` / `docker load` it first",
-            ) from None
-        _require_train(client, image, found)
-        super().check(spec)
-        # file:// channels that do not exist were refused above (LocalBackend.check). The code is
-        # staged after this check, so a mount source that vanishes later (code or data) fails the
-        # job at launch with a ClientError naming it, before any container starts and before the
-        # engine could create the missing source as root (DockerAgent._start).
-
-    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
-        settings = super().settings(spec)
-        image = self.image(spec)
-        settings.update(
-            {
-                "executor": "docker",
-                "image": image,
-                "uid": os.getuid(),
-                "gid": os.getgid(),
-                "gpus": layout.instance_gpu_count(spec.ResourceConfig.InstanceType) > 0
-                and layout.machine_gpu_count() > 0,
-            }
-        )
-        return settings
-
-    def submit(self, spec: TrainingJobSpec) -> None:
-        """As the local backend (the agent is :class:`DockerAgent`), plus a reaper that removes the
-        job's containers should the agent die without doing it (e.g. SIGKILL)."""
-        super().submit(spec)
-        job = self.job_dir(spec.TrainingJobName)
-        with open(job.logs_dir / "reaper.log", "ab") as log:
-            subprocess.Popen(
-                [sys.executable, "-m", self.agent_module, "--reap", str(job.path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True, env=_child_environment(),
-            )
 
 
 def _child_environment() -> dict[str, str]:
@@ -528,213 +437,287 @@ def sweep(client: Any, job_name: str) -> list[str]:
     return removed
 
 
-def _agent_class() -> type[_AgentBase]:
-    from estimator.backends.local.agent import Agent, free_port
+class DockerExecutor(Executor):
+    """One container per host (module docstring); the agent's policy applies unchanged.
 
-    class DockerAgent(Agent):
-        """The local agent with containers for hosts (module docstring); the policy is inherited."""
+    ``client`` (a Docker SDK ``DockerClient``, or a fake in tests) is made from the environment on
+    first use when not given; ``stream_client`` serves log streams and waits, which block for as
+    long as a container runs (no request timeout), and defaults to ``client`` when one is given.
+    """
 
-        def __init__(self, job: JobDir, client: Any | None = None, stream_client: Any | None = None) -> None:
-            super().__init__(job)
-            self.client = client or docker_client()
-            # Log streams and waits block for as long as a container runs: no request timeout.
-            if stream_client is None:
-                stream_client = client if client is not None else docker_client(timeout=None)
-            self.stream_client = stream_client
-            self.image = str(self.settings["image"])
-            self.containers: dict[str, Any] = {}
-            self.credentials = CredentialServer()
-            self._credentials_env: dict[str, str] | None = None
+    name: ClassVar[str] = "docker"
+    layered_requirements: ClassVar[bool] = False
+    mounts_container_paths: ClassVar[bool] = True
 
-        def run(self) -> int:
+    def __init__(self, client: Any | None = None, stream_client: Any | None = None) -> None:
+        self._client = client
+        self._stream_client = stream_client
+        self.containers: dict[str, Any] = {}
+        """The containers of the running attempt, by host name."""
+        self.credentials = CredentialServer()
+        """The per-job AWS credentials endpoint (started on the first launch)."""
+        self._credentials_env: dict[str, str] | None = None
+
+    # --- in the notebook ------------------------------------------------------------------------
+
+    def client(self) -> Any:
+        """The injected Docker client, else one from the environment (created on first use); raises
+        ConfigurationError when no engine answers."""
+        if self._client is None:
+            self._client = docker_client()
+        else:
             try:
-                return super().run()
-            finally:
-                self.credentials.stop()
-                removed = sweep(self.client, self.spec.TrainingJobName)
-                if removed:
-                    print(f"removed leftover containers {removed}", flush=True)
-
-        def _prepare(self) -> None:
-            super()._prepare()
-            for host in self.hosts:
-                # Containers share this machine's network: the hosts' traffic goes over loopback.
-                config = json.loads(host.paths.resource_config_file.read_text())
-                config["network_interface_name"] = "lo"
-                host.paths.resource_config_file.write_text(json.dumps(config))
-                # The paths inside the container, as the user gave them (or SageMaker's defaults).
-                for config_file, local_path in (
-                    (host.paths.checkpoint_config_file, layout.checkpoint_local_path(self.spec)),
-                    (host.paths.tensorboard_config_file, layout.tensorboard_local_path(self.spec)),
-                ):
-                    if local_path is not None:
-                        config = json.loads(config_file.read_text())
-                        config["LocalPath"] = local_path
-                        config_file.write_text(json.dumps(config))
-
-        def _launch(self) -> None:
-            port = free_port()
-            names = [h.name for h in self.hosts]
-            ranks = int(self.settings["processes_per_host"])
-            mounts = self._mounts()
-            env_common = self._inherited_env()
-            if self._credentials_env is None:  # one endpoint for every attempt of the job
-                self._credentials_env = self.credentials.start()
-            env_common.update(self._credentials_env)
-            ssh_ports: dict[str, int] = {}
-            if uses_mpi(self.spec) and len(self.hosts) > 1:
-                ssh_ports = {name: free_port() for name in names}
-                write_ssh_material(self.job.path / SSH_DIR_NAME, ssh_ports)
-            self.say(
-                f"Job {self.spec.TrainingJobName}: {len(self.hosts)} container(s) {names} from image "
-                f"{self.image}, emulating {self.spec.ResourceConfig.InstanceType}, {ranks} process(es) per "
-                f"host for per-GPU launchers, master {names[0]}={host_address(names[0], names)}:{port} "
-                f"(host network, hosts {host_addresses(names)}), "
-                f"stop grace {self.grace:g} s, max run {self.spec.StoppingCondition.MaxRuntimeInSeconds} s"
-                + (f", sshd ports {ssh_ports}" if ssh_ports else "")
-            )
-            failed: str | None = None
-            for host in self.hosts:
-                if failed is not None:  # one host cannot start: the job fails, start no more
-                    host.proc = FailedStart(host.name, f"{host.name} not started: {failed} could not start")
-                    host.proc.note = None  # a consequence, not the root cause
-                    continue
-                env = dict(env_common)
-                env.update(
-                    layout.host_environment(
-                        self.spec, Path(CONTAINER_BASE_DIR), {}, port, ranks, self.grace,
-                        self.settings.get("num_gpus"), self.settings.get("emulate_cuda"),
-                    )
-                )
-                env.update(layout.requirements_environment(self.settings))
-                # Names resolve through the containers' /etc/hosts: the runtime sees real hosts.
-                env.pop(contract.SMLAUNCH_HOST_ADDRESSES, None)
-                env["HOME"] = "/home/smlaunch" if int(self.settings.get("uid", 0)) != 0 else "/root"
-                host_mounts = dict(mounts)
-                host_mounts[str(host.base.resolve())] = {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
-                host_mounts.update(self._container_dir_mounts(host.paths))
-                if ssh_ports:
-                    ssh_dir = self.job.path / SSH_DIR_NAME
-                    host_mounts[str(ssh_dir.resolve())] = {"bind": CONTAINER_SSH_DIR, "mode": "ro"}
-                    host_mounts[str((ssh_dir / "ssh_config").resolve())] = {
-                        "bind": CONTAINER_SSH_CLIENT_CONFIG, "mode": "ro"}
-                    env[contract.SMLAUNCH_SSHD_CONFIG] = f"{CONTAINER_SSH_DIR}/sshd_config-{host.name}"
-                    env[contract.SMLAUNCH_SSH_PORTS] = json.dumps(ssh_ports, sort_keys=True)
-                host.proc = self._start(host.name, env, host_mounts, names)  # type: ignore[assignment]
-                if isinstance(host.proc, FailedStart):
-                    failed = host.name
-            for host in self.hosts:
-                host.pump = threading.Thread(
-                    target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True
-                )
-                host.pump.start()
-
-        def _inherited_env(self) -> dict[str, str]:
-            env = container_aws_configuration(os.environ)
-            env.update({k: v for k, v in os.environ.items() if k.startswith(INHERITED_PREFIXES)})
-            return env
-
-        def _mounts(self) -> dict[str, dict[str, str]]:
-            return {str(p): {"bind": str(p), "mode": "ro"} for p in read_only_sources(self.spec, self.job)}
-
-        def _container_dir_mounts(self, paths: contract.Paths) -> dict[str, dict[str, str]]:
-            """Checkpoints' and TensorBoard's ``LocalPath`` outside ``/opt/ml``: the host tree's
-            directory (which the agent syncs) bind-mounted there. Under ``/opt/ml`` each is in the
-            tree's mount already."""
-            mounts: dict[str, dict[str, str]] = {}
-            for local_path, directory in (
-                (layout.checkpoint_local_path(self.spec), layout.checkpoint_dir(self.spec, paths)),
-                (layout.tensorboard_local_path(self.spec), layout.tensorboard_dir(self.spec, paths)),
-            ):
-                if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
-                    continue
-                directory.mkdir(parents=True, exist_ok=True)
-                mounts[str(directory.resolve())] = {"bind": local_path, "mode": "rw"}
-            return mounts
-
-        def container_kwargs(
-            self, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]], names: list[str]
-        ) -> dict[str, Any]:
-            """The ``containers.run`` arguments for one host (module docstring)."""
-            uid, gid = int(self.settings.get("uid", os.getuid())), int(self.settings.get("gid", os.getgid()))
-            kwargs: dict[str, Any] = {
-                "image": self.image,
-                "command": ["train"],
-                "name": f"{self.spec.TrainingJobName}-{host}",
-                "hostname": host,
-                "network_mode": "host",
-                "extra_hosts": host_addresses(names),
-                "environment": env,
-                "volumes": mounts,
-                "labels": {LABEL_JOB: self.spec.TrainingJobName, LABEL_HOST: host},
-                "user": f"{uid}:{gid}",
-                "shm_size": "1g",
-                "detach": True,
-                "stdin_open": False,
-                "tty": False,
-            }
-            if uid != 0:
-                kwargs["group_add"] = ["0"]
-            if self.settings.get("gpus"):
-                import docker.types
-
-                kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-            return kwargs
-
-        def _start(self, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]],
-                   names: list[str]) -> ContainerProcess | FailedStart:
-            missing = [src for src in mounts if not Path(src).exists()]
-            if missing:
-                return FailedStart(host, f"cannot start {host}: mount source {missing[0]} does not exist")
-            kwargs = self.container_kwargs(host, env, mounts, names)
-            try:
-                container = self.client.containers.run(**kwargs)
+                self._client.ping()
             except Exception as exc:
-                message = f"cannot start {host} from image {self.image}: {_api_message(exc)}"
-                if getattr(exc, "status_code", None) == 409:
-                    message += (f" (a container named {kwargs['name']} already exists, left by an earlier "
-                                f"job of that name: `docker rm -f {kwargs['name']}`)")
-                return FailedStart(host, message)
-            self.containers[host] = container
-            streaming = container
-            if self.stream_client is not self.client:
-                streaming = self.stream_client.containers.get(container.id)
-            return ContainerProcess(container, streaming, host)
+                raise ConfigurationError(
+                    "executor", "docker", f"the Docker engine does not answer ({type(exc).__name__}: {exc})",
+                    _NO_ENGINE_FIX,
+                ) from None
+        return self._client
 
-        def _kill_everything(self) -> None:
-            super()._kill_everything()
-            for host in self.hosts:
-                proc = host.proc
-                if isinstance(proc, ContainerProcess) and proc.returncode is None:
-                    proc.kill()
-            for host in self.hosts:
-                proc = host.proc
-                if isinstance(proc, ContainerProcess):
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(15)
+    def image(self, spec: TrainingJobSpec) -> str:
+        """The spec's ``TrainingImage``, else ``$SMLAUNCH_DOCKER_IMAGE``; ConfigurationError if neither."""
+        image = spec.AlgorithmSpecification.TrainingImage or os.environ.get(DOCKER_IMAGE_ENV)
+        if not image:
+            raise ConfigurationError(
+                "image_uri", None, "the docker executor needs an image and none was given",
+                "build one with `container/build.sh cpu` and pass image_uri=<its tag> "
+                f"(or set {DOCKER_IMAGE_ENV})",
+            )
+        return image
 
-        def _supervise(self) -> tuple[str, str, dict[str, Any]]:
-            try:
-                return super()._supervise()
-            finally:
-                for container in self.containers.values():
-                    with contextlib.suppress(Exception):
-                        container.remove(force=True)
-                self.containers.clear()
+    def check(self, spec: TrainingJobSpec) -> None:
+        """An engine answers, the image is present locally and has ``train``. The code is staged
+        after this check, so a mount source that vanishes later (code or data) fails the job at
+        launch with a ClientError naming it, before any container starts and before the engine
+        could create the missing source as root (:meth:`_start`)."""
+        client = self.client()
+        image = self.image(spec)
+        errors = _errors()
+        try:
+            found = client.images.get(image)
+        except errors.ImageNotFound:
+            raise ConfigurationError(
+                "image_uri", image, "is not present in the local Docker engine (smlaunch never pulls images)",
+                "build it (container/build.sh cpu --tag <name>), or `docker pull` / `docker load` it first",
+            ) from None
+        _require_train(client, image, found)
 
-        def _root_cause(self) -> dict[str, Any]:
-            """A container that could not start, or ended from outside, is the root cause: the other
-            hosts' reports only say they were stopped because of it."""
-            ended = [h for h in self.hosts if getattr(h.proc, "note", None) and h.exit_code not in (0, None)]
-            if ended:
-                first = min(ended, key=lambda h: h.exited_at or 0.0)
-                tag = "ClientError" if isinstance(first.proc, FailedStart) else "InternalServerError"
-                return {"FailureReason": f"{tag}: {first.proc.note}",  # type: ignore[union-attr]
-                        "ExitCode": first.exit_code}
-            return super()._root_cause()
+    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
+        """The image, the caller's uid/gid and whether the containers get GPUs."""
+        return {
+            "executor": self.name,
+            "image": self.image(spec),
+            "uid": os.getuid(),
+            "gid": os.getgid(),
+            "gpus": layout.instance_gpu_count(spec.ResourceConfig.InstanceType) > 0
+            and layout.machine_gpu_count() > 0,
+        }
 
-    return DockerAgent
+    def submitted(self, job: JobDir) -> None:
+        """A reaper that removes the job's containers should the agent die without doing it (e.g.
+        SIGKILL): ``python -m estimator.backends.local.executors.docker --reap <job dir>``."""
+        with open(job.logs_dir / "reaper.log", "ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", __name__, "--reap", str(job.path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, env=_child_environment(),
+            )
 
+    # --- in the agent -----------------------------------------------------------------------------
+
+    def agent_client(self) -> Any:
+        """The client for API requests in the agent (bounded by a timeout)."""
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    def stream_client(self) -> Any:
+        """The client for log streams and waits (no request timeout)."""
+        if self._stream_client is None:
+            self._stream_client = self._client if self._client is not None else docker_client(timeout=None)
+        return self._stream_client
+
+    def prepare(self, context: LaunchContext) -> None:
+        for host in context.hosts:
+            # Containers share this machine's network: the hosts' traffic goes over loopback.
+            config = json.loads(host.paths.resource_config_file.read_text())
+            config["network_interface_name"] = "lo"
+            host.paths.resource_config_file.write_text(json.dumps(config))
+            # The paths inside the container, as the user gave them (or SageMaker's defaults).
+            for config_file, local_path in (
+                (host.paths.checkpoint_config_file, layout.checkpoint_local_path(context.spec)),
+                (host.paths.tensorboard_config_file, layout.tensorboard_local_path(context.spec)),
+            ):
+                if local_path is not None:
+                    config = json.loads(config_file.read_text())
+                    config["LocalPath"] = local_path
+                    config_file.write_text(json.dumps(config))
+
+    def launch(self, context: LaunchContext) -> None:
+        spec, settings, hosts = context.spec, context.settings, context.hosts
+        port = free_port()
+        names = [h.name for h in hosts]
+        ranks = int(settings["processes_per_host"])
+        mounts = self._mounts(context)
+        env_common = self._inherited_env()
+        if self._credentials_env is None:  # one endpoint for every attempt of the job
+            self._credentials_env = self.credentials.start()
+        env_common.update(self._credentials_env)
+        ssh_ports: dict[str, int] = {}
+        if uses_mpi(spec) and len(hosts) > 1:
+            ssh_ports = {name: free_port() for name in names}
+            write_ssh_material(context.job.path / SSH_DIR_NAME, ssh_ports)
+        context.say(
+            f"Job {spec.TrainingJobName}: {len(hosts)} container(s) {names} from image "
+            f"{settings['image']}, emulating {spec.ResourceConfig.InstanceType}, {ranks} process(es) per "
+            f"host for per-GPU launchers, master {names[0]}={host_address(names[0], names)}:{port} "
+            f"(host network, hosts {host_addresses(names)}), "
+            f"stop grace {context.grace:g} s, max run {spec.StoppingCondition.MaxRuntimeInSeconds} s"
+            + (f", sshd ports {ssh_ports}" if ssh_ports else "")
+        )
+        failed: str | None = None
+        for host in hosts:
+            if failed is not None:  # one host cannot start: the job fails, start no more
+                host.proc = FailedStart(host.name, f"{host.name} not started: {failed} could not start")
+                host.proc.note = None  # a consequence, not the root cause
+                continue
+            env = dict(env_common)
+            env.update(
+                layout.host_environment(
+                    spec, Path(CONTAINER_BASE_DIR), {}, port, ranks, context.grace,
+                    settings.get("num_gpus"), settings.get("emulate_cuda"),
+                )
+            )
+            env.update(layout.requirements_environment(settings))
+            # Names resolve through the containers' /etc/hosts: the runtime sees real hosts.
+            env.pop(contract.SMLAUNCH_HOST_ADDRESSES, None)
+            env["HOME"] = "/home/smlaunch" if int(settings.get("uid", 0)) != 0 else "/root"
+            host_mounts = dict(mounts)
+            host_mounts[str(host.base.resolve())] = {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
+            host_mounts.update(self._container_dir_mounts(context, host.paths))
+            if ssh_ports:
+                ssh_dir = context.job.path / SSH_DIR_NAME
+                host_mounts[str(ssh_dir.resolve())] = {"bind": CONTAINER_SSH_DIR, "mode": "ro"}
+                host_mounts[str((ssh_dir / "ssh_config").resolve())] = {
+                    "bind": CONTAINER_SSH_CLIENT_CONFIG, "mode": "ro"}
+                env[contract.SMLAUNCH_SSHD_CONFIG] = f"{CONTAINER_SSH_DIR}/sshd_config-{host.name}"
+                env[contract.SMLAUNCH_SSH_PORTS] = json.dumps(ssh_ports, sort_keys=True)
+            host.proc = self._start(context, host.name, env, host_mounts, names)
+            if isinstance(host.proc, FailedStart):
+                failed = host.name
+
+    def _inherited_env(self) -> dict[str, str]:
+        env = container_aws_configuration(os.environ)
+        env.update({k: v for k, v in os.environ.items() if k.startswith(INHERITED_PREFIXES)})
+        return env
+
+    def _mounts(self, context: LaunchContext) -> dict[str, dict[str, str]]:
+        return {str(p): {"bind": str(p), "mode": "ro"} for p in read_only_sources(context.spec, context.job)}
+
+    def _container_dir_mounts(
+        self, context: LaunchContext, paths: contract.Paths
+    ) -> dict[str, dict[str, str]]:
+        """Checkpoints' and TensorBoard's ``LocalPath`` outside ``/opt/ml``: the host tree's
+        directory (which the agent syncs) bind-mounted there. Under ``/opt/ml`` each is in the
+        tree's mount already."""
+        mounts: dict[str, dict[str, str]] = {}
+        spec = context.spec
+        for local_path, directory in (
+            (layout.checkpoint_local_path(spec), layout.checkpoint_dir(spec, paths)),
+            (layout.tensorboard_local_path(spec), layout.tensorboard_dir(spec, paths)),
+        ):
+            if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            mounts[str(directory.resolve())] = {"bind": local_path, "mode": "rw"}
+        return mounts
+
+    def container_kwargs(
+        self, context: LaunchContext, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]],
+        names: list[str],
+    ) -> dict[str, Any]:
+        """The ``containers.run`` arguments for one host (module docstring)."""
+        settings = context.settings
+        uid, gid = int(settings.get("uid", os.getuid())), int(settings.get("gid", os.getgid()))
+        kwargs: dict[str, Any] = {
+            "image": str(settings["image"]),
+            "command": ["train"],
+            "name": f"{context.spec.TrainingJobName}-{host}",
+            "hostname": host,
+            "network_mode": "host",
+            "extra_hosts": host_addresses(names),
+            "environment": env,
+            "volumes": mounts,
+            "labels": {LABEL_JOB: context.spec.TrainingJobName, LABEL_HOST: host},
+            "user": f"{uid}:{gid}",
+            "shm_size": "1g",
+            "detach": True,
+            "stdin_open": False,
+            "tty": False,
+        }
+        if uid != 0:
+            kwargs["group_add"] = ["0"]
+        if settings.get("gpus"):
+            import docker.types
+
+            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        return kwargs
+
+    def _start(self, context: LaunchContext, host: str, env: dict[str, str],
+               mounts: dict[str, dict[str, str]], names: list[str]) -> ContainerProcess | FailedStart:
+        missing = [src for src in mounts if not Path(src).exists()]
+        if missing:
+            return FailedStart(host, f"cannot start {host}: mount source {missing[0]} does not exist")
+        kwargs = self.container_kwargs(context, host, env, mounts, names)
+        client = self.agent_client()
+        try:
+            container = client.containers.run(**kwargs)
+        except Exception as exc:
+            message = f"cannot start {host} from image {kwargs['image']}: {_api_message(exc)}"
+            if getattr(exc, "status_code", None) == 409:
+                message += (f" (a container named {kwargs['name']} already exists, left by an earlier "
+                            f"job of that name: `docker rm -f {kwargs['name']}`)")
+            return FailedStart(host, message)
+        self.containers[host] = container
+        streaming = container
+        if self.stream_client() is not client:
+            streaming = self.stream_client().containers.get(container.id)
+        return ContainerProcess(container, streaming, host)
+
+    def kill_everything(self, context: LaunchContext) -> None:
+        for host in context.hosts:
+            proc = host.proc
+            if isinstance(proc, ContainerProcess) and proc.returncode is None:
+                proc.kill()
+        for host in context.hosts:
+            proc = host.proc
+            if isinstance(proc, ContainerProcess):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
+
+    def attempt_ended(self, context: LaunchContext) -> None:
+        for container in self.containers.values():
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        self.containers.clear()
+
+    def root_cause(self, context: LaunchContext) -> dict[str, Any] | None:
+        """A container that could not start, or ended from outside, is the root cause: the other
+        hosts' reports only say they were stopped because of it."""
+        ended = [h for h in context.hosts if getattr(h.proc, "note", None) and h.exit_code not in (0, None)]
+        if not ended:
+            return None
+        first = min(ended, key=lambda h: h.exited_at or 0.0)
+        tag = "ClientError" if isinstance(first.proc, FailedStart) else "InternalServerError"
+        return {"FailureReason": f"{tag}: {first.proc.note}",  # type: ignore[union-attr]
+                "ExitCode": first.exit_code}
+
+    def close(self, context: LaunchContext) -> None:
+        self.credentials.stop()
+        removed = sweep(self.agent_client(), context.spec.TrainingJobName)
+        if removed:
+            print(f"removed leftover containers {removed}", flush=True)
 
 def _api_message(exc: Exception) -> str:
     explanation = getattr(exc, "explanation", None)
@@ -749,17 +732,16 @@ def reap(job: JobDir, client: Any | None = None, poll_seconds: float = 1.0) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``--reap <job dir>``: the safety net :meth:`DockerExecutor.submitted` starts."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 2 and args[0] == "--reap":
-        removed = reap(JobDir(Path(args[1])))
-        if removed:
-            print(f"the agent died; removed its containers {removed}", flush=True)
-        return 0
-    if len(args) != 1:
-        print("usage: python -m estimator.backends.local.executors.docker [--reap] <job dir>",
+    if len(args) != 2 or args[0] != "--reap":
+        print("usage: python -m estimator.backends.local.executors.docker --reap <job dir>",
               file=sys.stderr)
         return 2
-    return _agent_class()(JobDir(Path(args[0]))).run()
+    removed = reap(JobDir(Path(args[1])))
+    if removed:
+        print(f"the agent died; removed its containers {removed}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ class SlurmExecutor(Executor):
         return {h.name: (nodes[i], addresses[nodes[i]]) for i, h in enumerate(ordered)}
 
     def launch(self, context: LaunchContext) -> None:
-        from estimator.backends.local.agent import free_port
+        from runtime.processes import free_port
 
         placement = self.nodes(context.hosts)
         addresses = {name: address for name, (_, address) in placement.items()}

@@ -1,4 +1,4 @@
-"""The agent side of ``spot`` faults (estimator.backends.local.checkpoints.SpotFaults): which attempt,
+"""The agent side of ``spot`` faults (estimator.backends.local.spot.SpotFaults): which attempt,
 which rank's lines, which clock. Each fault ends as the interrupt file ``stop(reason="spot")`` writes."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from estimator.backends.local.checkpoints import INTERRUPT_FILE, SpotFaults, spot_faults
+from estimator.backends.local.spot import INTERRUPT_FILE, SpotFaults, spot_faults
 from runtime import contract
 from runtime.faults import Fault
 

@@ -66,19 +66,12 @@ from typing import IO, Any
 
 from estimator.backends.local import layout
 from estimator.backends.local.artifacts import package_artifacts
-from estimator.backends.local.checkpoints import (
-    INTERRUPT_FILE,
-    INTERRUPTED,
-    Attempts,
-    DirectorySync,
-    SpotFaults,
-    host_syncs,
-    spot_faults,
-)
+from estimator.backends.local.checkpoints import DirectorySync, host_syncs
 from estimator.backends.local.data import JobData
 from estimator.backends.local.executors import executor_class
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.local.metrics import METRICS_FILE, MetricRecorder
+from estimator.backends.local.spot import INTERRUPT_FILE, INTERRUPTED, Attempts, SpotFaults, spot_faults
 from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec

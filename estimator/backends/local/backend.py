@@ -44,11 +44,11 @@ from estimator import naming
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.local import data as local_data
 from estimator.backends.local import layout
-from estimator.backends.local.checkpoints import request_interruption, spot_faults
 from estimator.backends.local.executors.base import Executor
 from estimator.backends.local.executors.process import ProcessExecutor
 from estimator.backends.local.layout import file_uri_path, instance_ranks, machine_gpu_count
 from estimator.backends.local.metrics import METRICS_FILE, final_metric_data, read_metric_records
+from estimator.backends.local.spot import request_interruption, spot_faults
 from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, write_json_atomic
 from estimator.backends.status import StatusTracker, summary_lines
 from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError, no_space_errors
@@ -476,7 +476,7 @@ class LocalBackend(Backend):
         """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period).
 
         ``reason="spot"`` emulates a spot interruption instead (managed-spot jobs only): the attempt
-        is interrupted and the job restarts on fresh hosts (:mod:`estimator.backends.local.checkpoints`).
+        is interrupted and the job restarts on fresh hosts (:mod:`estimator.backends.local.spot`).
         """
         job = self._existing(job_name)
         if JobState.of(job.read_state()).is_terminal:

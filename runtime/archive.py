@@ -228,7 +228,7 @@ class _Plan:
                 raise _refuse(raw, f"symlink to {linkname!r} leaves the destination")
         elif kind == _HARDLINK:
             linkname = _normalized_name(raw, info.linkname, "hardlink target")
-            if self.kinds.get(linkname) not in (_FILE, _HARDLINK):
+            if linkname == name or self.kinds.get(linkname) not in (_FILE, _HARDLINK):
                 raise _refuse(raw, f"hardlink to {info.linkname!r}, which is not an earlier regular "
                                    "file of the archive")
         for depth in range(1, len(parts)):
@@ -318,6 +318,16 @@ class _Writer:
         return self._parent[1]
 
     def write(self, member: _Member, info: tarfile.TarInfo, tar: tarfile.TarFile) -> None:
+        """Write one checked member; an OS error (a full disk, a name too long) names it."""
+        try:
+            self._write(member, info, tar)
+        except UnsafeArchiveError:
+            raise
+        except OSError as error:
+            raise OSError(error.errno, f"{error.strerror}: cannot extract archive member "
+                                       f"{member.name[:240]!r}") from error
+
+    def _write(self, member: _Member, info: tarfile.TarInfo, tar: tarfile.TarFile) -> None:
         parent, _, base = member.name.rpartition("/")
         if not base:  # the destination itself
             return

@@ -119,7 +119,10 @@ class SlurmBackend(LocalBackend):
     )
 
     def __init__(self, session: SlurmSession) -> None:
-        super().__init__(session)
+        executor = SlurmExecutor(client=session.slurm_client(), python=session.python,
+                                 container_image=session.container_image, shared_dir=str(session.shared_dir))
+        super().__init__(session, executor=executor)
+        self.capabilities = SlurmBackend.capabilities  # not the local ones the base narrows by executor
         self.session: SlurmSession = session
         self._states: dict[str, tuple[float, SlurmJob | None]] = {}
 
@@ -127,12 +130,6 @@ class SlurmBackend(LocalBackend):
     def client(self) -> SlurmClient:
         client: SlurmClient = self.session.slurm_client()
         return client
-
-    def executor(self) -> SlurmExecutor:
-        """The executor the job's agent will use (its settings are written at submit)."""
-        return SlurmExecutor(client=self.client, python=self.session.python,
-                             container_image=self.session.container_image,
-                             shared_dir=str(self.session.shared_dir))
 
     # --- check / submit ---------------------------------------------------------------------
 
@@ -159,9 +156,8 @@ class SlurmBackend(LocalBackend):
                 f"use instance_count <= {partition.nodes} or a larger partition")
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
-        """The local settings, with the executor's, and GPUs counted on the nodes, not here."""
+        """The local settings (the executor's included), with GPUs counted on the nodes, not here."""
         settings = super().settings(spec)
-        settings.update(self.executor().settings(spec))
         emulated = settings.get("emulate_cuda")
         requested = gpus_per_node(spec, self.session, None)
         settings["num_gpus"] = emulated["gpus"] if emulated else requested  # None: the node counts them

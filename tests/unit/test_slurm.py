@@ -3,6 +3,7 @@ arguments and batch script of a job (no cluster needed; tests/slurm runs a real 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,11 +12,12 @@ import pytest
 
 from estimator import SlurmSession
 from estimator.backends.local.executors.slurm import srun_command
-from estimator.backends.local.state import JobDir
-from estimator.backends.slurm import batch_script, gpus_per_node, sbatch_arguments
+from estimator.backends.local.state import JobDir, write_json_atomic
+from estimator.backends.slurm import SLURM_FILE, SlurmBackend, batch_script, gpus_per_node, sbatch_arguments
 from estimator.backends.slurm_client import Partition, SlurmClient, SlurmCommandError, SlurmJob
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, UnsupportedByBackendError
 from estimator.spec import TrainingJobSpec
+from runtime import contract
 
 # Recorded from slurm-wlm 22.05.8 (Debian) on the two-node test cluster.
 SQUEUE_PENDING = "2|PENDING|Resources|\n"
@@ -250,3 +252,91 @@ def test_srun_command_one_task_on_its_node_with_pyxis_arguments() -> None:
     assert boxed[7:10] == ["--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
                            "--container-mounts=/shared:/shared",
                            f"--container-workdir={tree}"]
+
+
+# --- the backend's view of Slurm's states (a job directory as the agent leaves it) ----------------
+
+def backend_with(tmp_path: Path, answers: dict[str, tuple[int, str, str]],
+                 state: dict[str, object] | None = None) -> tuple[SlurmBackend, Recorded, str]:
+    slurm, runner = client(answers)
+    backend = SlurmBackend(SlurmSession(shared_dir=tmp_path, slurm_client=slurm))
+    job = backend.job_dir("slurm-job")
+    job.path.mkdir(parents=True)
+    job.logs_dir.mkdir()
+    job.job_log.touch()
+    write_json_atomic(job.spec_file, spec().to_request())
+    write_json_atomic(job.path / SLURM_FILE, {"job_id": "9", "sbatch": []})
+    job.write_state(state or {
+        "TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatus": contract.SECONDARY_STARTING,
+        "SecondaryStatusTransitions": [{"Status": "Starting", "StartTime": 1.0, "StatusMessage": "x"}],
+        "CreationTime": 1.0, "LastModifiedTime": 1.0,
+    })
+    return backend, runner, "slurm-job"
+
+
+def test_a_queued_job_says_why_it_waits(tmp_path: Path) -> None:
+    backend, _, name = backend_with(tmp_path, {"squeue": (0, "9|PENDING|Priority|\n", "")})
+    described = backend.describe(name)
+    assert (described["TrainingJobStatus"], described["SecondaryStatus"]) == ("InProgress", "Starting")
+    assert described["SecondaryStatusTransitions"][-1]["StatusMessage"] == "Pending in queue: Priority"
+
+
+@pytest.mark.parametrize(
+    ("slurm_state", "status", "secondary", "reason"),
+    [
+        ("TIMEOUT", "Stopped", "MaxRuntimeExceeded", "MaxRuntimeExceeded: Slurm job 9 ended TIMEOUT"),
+        ("CANCELLED", "Stopped", "Stopped", "Stopped: Slurm job 9 ended CANCELLED"),
+        ("NODE_FAIL", "Failed", "Failed", "InternalServerError: Slurm job 9 ended NODE_FAIL (NodeDown)"),
+        ("OUT_OF_MEMORY", "Failed", "Failed", "InternalServerError: Slurm job 9 ended OUT_OF_MEMORY"),
+    ],
+)
+def test_a_job_slurm_ended_before_its_agent_could_say_so(
+    tmp_path: Path, slurm_state: str, status: str, secondary: str, reason: str
+) -> None:
+    why = "NodeDown" if slurm_state == "NODE_FAIL" else "None"
+    backend, _, name = backend_with(tmp_path, {"squeue": (0, f"9|{slurm_state}|{why}|node[1-2]\n", "")})
+    described = backend.describe(name)
+    assert (described["TrainingJobStatus"], described["SecondaryStatus"]) == (status, secondary)
+    assert described["FailureReason"].startswith(reason), described["FailureReason"]
+    kept = json.loads(backend.job_dir(name).state_file.read_text())  # Slurm will forget the job
+    assert kept["TrainingJobStatus"] == status
+
+
+def test_the_agents_own_outcome_wins_over_slurms(tmp_path: Path) -> None:
+    failed = {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed", "FailureReason": "AlgorithmError: "
+              "algo-2/rank 3 exited with code 1", "SecondaryStatusTransitions": [], "CreationTime": 1.0}
+    completed = {"squeue": (0, "9|COMPLETED|None|node[1-2]\n", "")}
+    backend, runner, name = backend_with(tmp_path, completed, failed)
+    assert backend.describe(name)["FailureReason"].startswith("AlgorithmError: algo-2/rank 3")
+    assert runner.calls == []  # a terminal state needs no Slurm command
+
+
+def test_stop_cancels_a_queued_job_and_signals_a_running_agent(tmp_path: Path) -> None:
+    backend, runner, name = backend_with(tmp_path, {"squeue": (0, "9|PENDING|Resources|\n", ""),
+                                                    "scancel": (0, "", "")})
+    backend.stop(name)
+    assert runner.calls[-1][0] == ["scancel", "9"]
+    assert backend.job_dir(name).stop_file.exists()
+    (tmp_path / "b").mkdir()
+    running = {"squeue": (0, "9|RUNNING|None|node[1-2]\n", ""), "scancel": (0, "", "")}
+    backend, runner, name = backend_with(tmp_path / "b", running)
+    backend.stop(name)
+    assert runner.calls[-1][0] == ["scancel", "--signal=TERM", "--batch", "9"]
+    with pytest.raises(ConfigurationError, match="spot interruptions"):
+        backend.stop(name, reason="spot")
+
+
+def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    backend, _, _ = backend_with(tmp_path, {"sinfo --noheader --partition": (0, "", ""),
+                                            "sinfo --noheader --format=%P": (0, "debug*\n", "")})
+    with pytest.raises(ConfigurationError, match="partition='debug': the cluster has no such partition"):
+        backend.partition()
+    backend, _, _ = backend_with(tmp_path / "b", {"sinfo --noheader --partition": (0, SINFO_PARTITION, "")})
+    backend.session.partition = "debug"
+    with pytest.raises(UnsupportedByBackendError, match="instance_count=3: partition debug has 2 node"):
+        backend.check(spec(count=3).model_copy(update={"TrainingJobName": "other-job"}))
+    mpi = spec().model_copy(update={"TrainingJobName": "mpi-job", "HyperParameters": {
+        "sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "2"}})
+    with pytest.raises(UnsupportedByBackendError, match="distribution='mpi'"):
+        backend.check(mpi)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.slurm_client import SlurmClient, SlurmCommandError
+from runtime.processes import free_port
 
 if TYPE_CHECKING:
     from estimator.spec import TrainingJobSpec
@@ -97,8 +98,6 @@ class SlurmExecutor(Executor):
         return {h.name: (nodes[i], addresses[nodes[i]]) for i, h in enumerate(ordered)}
 
     def launch(self, context: LaunchContext) -> None:
-        from runtime.processes import free_port
-
         placement = self.nodes(context.hosts)
         addresses = {name: address for name, (_, address) in placement.items()}
         port = free_port()
@@ -112,9 +111,7 @@ class SlurmExecutor(Executor):
             f"max run {context.spec.StoppingCondition.MaxRuntimeInSeconds} s"
             + (f", container {self.container_image}" if self.container_image else "")
         )
-        base_env = dict(os.environ)
-        for name in (JOB_ID_ENV, NODELIST_ENV):  # the step's own Slurm variables are srun's to set
-            base_env.pop(name, None)
+        base_env = dict(os.environ)  # SLURM_JOB_ID among them: srun starts a step of this job
         if context.settings.get("s3_endpoint_url"):
             base_env.setdefault("AWS_ENDPOINT_URL_S3", str(context.settings["s3_endpoint_url"]))
         if context.settings.get("s3_region_name"):

@@ -1,0 +1,200 @@
+"""The Slurm backend on the real two-node test cluster (``conftest.py``): SlurmSession end to end.
+
+Covered: the quickstart example, 2 nodes x 2 ranks with torch_distributed, trains to a correct
+``model.tar.gz`` with one ``srun`` step per node; a crash on one rank fails the job naming the host
+and rank, and ends the other node's ranks; ``stop()`` reaches the script with SIGTERM and ends
+Stopped; ``max_run`` ends Stopped/MaxRuntimeExceeded; a job waiting behind another says "Pending in
+queue" and can be stopped there; another process attaches to a running job. After every test no
+process of the job is left on either node and Slurm runs nothing of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from estimator.session import SlurmSession
+from runtime import contract
+from tests.functional._local_helpers import assert_no_job_processes, make_spec, wait_for_line, wait_terminal
+from tests.slurm._cluster import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+JOB_TIMEOUT = 240
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+
+
+@pytest.fixture
+def session(
+    slurm_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SlurmSession]:
+    """A SlurmSession on the test cluster whose shared directory is this test's tmp_path. At the
+    end, Slurm must run nothing of its jobs (within 30 s) and no process of them may be left."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    session = SlurmSession(shared_dir=tmp_path, processes_per_host=2, stop_grace_seconds=10)
+    yield session
+    names = [p.name for p in session.root.glob("*") if p.is_dir() and not p.name.startswith(".")]
+    deadline = time.monotonic() + 30
+    left = {name: _squeue(slurm_cluster, name) for name in names}
+    while any(left.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = {name: _squeue(slurm_cluster, name) for name in names}
+    for name in names:
+        slurm_cluster.run("scancel", f"--name={name}")  # whatever happens, the next test starts clean
+    assert not any(left.values()), f"Slurm still runs {left}"
+    for name in names:
+        assert_no_job_processes(name, session.root / name, settle=10)
+
+
+def _squeue(cluster: Cluster, name: str) -> str:
+    return cluster.run("squeue", "--noheader", f"--name={name}", "--format=%T").stdout.strip()
+
+
+@pytest.mark.slow
+def test_quickstart_two_nodes_two_ranks_trains_a_model(session: SlurmSession) -> None:
+    from estimator import PyTorch
+
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(REPO / "examples" / "quickstart"),
+        role="arn:aws:iam::111122223333:role/SageMakerRole", instance_count=2, instance_type="ml.c5.xlarge",
+        framework_version="2.1.0", py_version="py310", sagemaker_session=session,
+        distribution={"torch_distributed": {"enabled": True}}, base_job_name="slurm-quickstart",
+        hyperparameters={"epochs": 30, "batch-size": 32, "lr": 3e-3},
+    )
+    estimator.fit(logs=False)
+    job = estimator.latest_training_job.name
+    described = estimator.latest_training_job.describe()
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
+    model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as archive:
+        assert "model.pt" in archive.getnames()
+    output = model.with_name("output.tar.gz")
+    with tarfile.open(output) as archive:
+        handle = archive.extractfile("metrics.json")
+        assert handle is not None
+        metrics = json.loads(handle.read())
+    assert metrics["world_size"] == 4 and metrics["test_accuracy"] >= 0.95, metrics
+    log = (session.root / job / "logs" / "job.log").read_text()
+    assert "algo-1=node1(127.0.0.1), algo-2=node2(127.0.0.1)" in log, log[:3000]
+    slurm = json.loads((session.root / job / "slurm.json").read_text())
+    assert "--nodes=2" in slurm["sbatch"] and "--ntasks-per-node=1" in slurm["sbatch"]
+    resources = json.loads((session.root / job / "hosts" / "algo-2" / "input" / "config" /
+                            "resourceconfig.json").read_text())
+    assert resources["current_host"] == "algo-2" and resources["hosts"] == ["algo-1", "algo-2"]
+
+
+CRASH_SCRIPT = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} on {os.environ['SLURMD_NODENAME']} as {os.environ['SM_CURRENT_HOST']}", flush=True)
+if rank == 3:
+    time.sleep(1)
+    sys.exit("rank 3 crashes now")
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_on_one_rank_fails_the_job_naming_host_and_rank(
+    session: SlurmSession, tmp_path: Path
+) -> None:
+    backend = session.backend()
+    name = f"slurm-crash-{os.getpid()}"
+    backend.submit(make_spec(tmp_path, name, CRASH_SCRIPT, ddp=True))
+    described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_FAILED
+    reason = described["FailureReason"]
+    assert "algo-2" in reason and "rank 3" in reason and "crashes now" in reason, reason
+    log = "\n".join(backend.log_lines(name))
+    assert "rank 3 on node2 as algo-2" in log and "rank 0 on node1 as algo-1" in log, log[-3000:]
+
+
+STOP_SCRIPT = """
+import os, signal, sys, time
+def on_term(signum, frame):
+    print(f"got SIGTERM on {os.environ['SM_CURRENT_HOST']}", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print(f"{os.environ['SM_CURRENT_HOST']} ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_reaches_the_script_on_both_nodes(session: SlurmSession, tmp_path: Path,
+                                              slurm_cluster: Cluster) -> None:
+    backend = session.backend()
+    name = f"slurm-stop-{os.getpid()}"
+    backend.submit(make_spec(tmp_path, name, STOP_SCRIPT))
+    wait_for_line(backend, name, "algo-1 ready", timeout=JOB_TIMEOUT)
+    wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
+    assert _squeue(slurm_cluster, name) == "RUNNING"
+    backend.stop(name)
+    described = wait_terminal(backend, name, timeout=120)
+    assert described["TrainingJobStatus"] == contract.STATUS_STOPPED, described.get("FailureReason")
+    log = "\n".join(backend.log_lines(name))
+    assert "got SIGTERM on algo-1" in log and "got SIGTERM on algo-2" in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_max_run_stops_the_job_as_sagemaker_reports_it(session: SlurmSession, tmp_path: Path) -> None:
+    backend = session.backend()
+    name = f"slurm-maxrun-{os.getpid()}"
+    backend.submit(make_spec(tmp_path, name, STOP_SCRIPT, max_run=4))
+    described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert described["SecondaryStatus"] == contract.SECONDARY_MAX_RUNTIME_EXCEEDED
+    assert described["FailureReason"].startswith("MaxRuntimeExceeded:")
+
+
+def test_a_job_waiting_behind_another_says_so_and_attach_sees_it(
+    session: SlurmSession, tmp_path: Path, slurm_cluster: Cluster
+) -> None:
+    backend = session.backend()
+    first, second = f"slurm-first-{os.getpid()}", f"slurm-second-{os.getpid()}"
+    backend.submit(make_spec(tmp_path, first, STOP_SCRIPT))
+    wait_for_line(backend, first, "algo-2 ready", timeout=JOB_TIMEOUT)
+    backend.submit(make_spec(tmp_path, second, STOP_SCRIPT))
+    deadline = time.monotonic() + 30
+    message = ""
+    while time.monotonic() < deadline:
+        described = backend.describe(second)
+        message = described["SecondaryStatusTransitions"][-1]["StatusMessage"]
+        if message.startswith("Pending in queue: Resources"):
+            break
+        time.sleep(0.5)
+    assert described["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS
+    assert described["SecondaryStatus"] == contract.SECONDARY_STARTING
+    assert message == "Pending in queue: Resources", message
+    attached = _attach_from_another_process(session, first)
+    assert attached["status"] == contract.STATUS_IN_PROGRESS and attached["secondary"] == "Training", attached
+    backend.stop(second)  # still queued: cancelled, never started
+    described = wait_terminal(backend, second, timeout=60)
+    assert described["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert "TrainingStartTime" not in described
+    backend.stop(first)
+    assert wait_terminal(backend, first, timeout=120)["TrainingJobStatus"] == contract.STATUS_STOPPED
+
+
+def _attach_from_another_process(session: SlurmSession, name: str) -> dict[str, Any]:
+    code = (
+        "import json, sys\n"
+        "from estimator import Estimator, SlurmSession\n"
+        "est = Estimator.attach(sys.argv[2], sagemaker_session=SlurmSession(shared_dir=sys.argv[1]))\n"
+        "d = est.latest_training_job.describe()\n"
+        "print(json.dumps({'status': d['TrainingJobStatus'], 'secondary': d['SecondaryStatus']}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code, str(session.shared_dir), name], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

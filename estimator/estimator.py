@@ -520,9 +520,11 @@ class Estimator:
             if not isinstance(value, str) or len(value) > 512:
                 raise ConfigurationError(f"environment[{key!r}]", value, "must be a string of at most 512 "
                                          "characters", f"pass str(value), e.g. {{{key!r}: '1'}}")
+        # Checked here, not when a host starts: a typo fails before staging.
+        from runtime.archive import ArchiveLimits
+        from runtime.errors import FieldError
+
         if contract.SMLAUNCH_FAULTS in environment:
-            # Checked here, not when a host starts: a typo in a fault rehearsal fails before staging.
-            from runtime.errors import FieldError
             from runtime.faults import parse_faults
 
             try:
@@ -530,6 +532,10 @@ class Estimator:
             except FieldError as exc:
                 raise ConfigurationError(f"environment[{contract.SMLAUNCH_FAULTS!r}]", exc.value, exc.problem,
                                          exc.fix) from None
+        try:
+            ArchiveLimits.from_environ(environment)
+        except FieldError as exc:
+            raise ConfigurationError(f"environment[{exc.field!r}]", exc.value, exc.problem, exc.fix) from None
         return dict(environment)
 
     @staticmethod

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from runtime import contract
+from runtime.errors import HostConfigurationError
 
 FIXED_MTIME = 0
 DEFAULT_MAX_BYTES = 20 * 1024**3
@@ -120,7 +121,8 @@ class ArchiveLimits:
     """Bounds on what one archive may expand to: total bytes of its files and number of members.
 
     :meth:`from_environ` reads ``SMLAUNCH_ARCHIVE_MAX_BYTES`` and ``SMLAUNCH_ARCHIVE_MAX_MEMBERS``
-    (set them with the estimator's ``environment=``); defaults 20 GiB and 1,000,000.
+    (set them with the estimator's ``environment=``, which checks them); defaults 20 GiB and
+    1,000,000. A value that is not a positive integer is a :class:`HostConfigurationError`.
     """
 
     max_bytes: int = DEFAULT_MAX_BYTES
@@ -128,7 +130,7 @@ class ArchiveLimits:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ArchiveLimits:
-        """The limits set in ``environ``; a value that is not a positive integer is refused."""
+        """The limits set in ``environ``."""
         values = {}
         for field, name, default in (
             ("max_bytes", contract.SMLAUNCH_ARCHIVE_MAX_BYTES, DEFAULT_MAX_BYTES),
@@ -140,9 +142,8 @@ class ArchiveLimits:
             except ValueError:
                 values[field] = 0
             if values[field] <= 0:
-                raise UnsafeArchiveError(
-                    f"{name}={text!r}: must be a positive integer; unset it for the default {default}"
-                )
+                raise HostConfigurationError(name, text, "must be a positive integer",
+                                             f"unset it for the default {default}")
         return cls(**values)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 from pathlib import Path, PurePosixPath
 
@@ -18,6 +19,7 @@ import pytest
 
 from runtime import contract
 from runtime.archive import ArchiveLimits, UnsafeArchiveError, create_tarball, safe_extract
+from runtime.errors import HostConfigurationError
 from tests.security import hostile
 
 
@@ -149,8 +151,23 @@ def test_limits_come_from_the_environment_and_bad_values_are_named() -> None:
                                          contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS: "7"})
     assert limits == ArchiveLimits(max_bytes=1000, max_members=7)
     assert ArchiveLimits.from_environ({}) == ArchiveLimits(20 << 30, 1_000_000)
-    with pytest.raises(UnsafeArchiveError, match=f"{contract.SMLAUNCH_ARCHIVE_MAX_BYTES}='lots'"):
+    with pytest.raises(HostConfigurationError, match=f"{contract.SMLAUNCH_ARCHIVE_MAX_BYTES}='lots'"):
         ArchiveLimits.from_environ({contract.SMLAUNCH_ARCHIVE_MAX_BYTES: "lots"})
+
+
+def test_the_estimator_refuses_bad_limits_at_construction(tmp_path: Path) -> None:
+    from estimator import PyTorch
+    from estimator.errors import ConfigurationError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('train')\n")
+    field = re.escape(f"environment['{contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS}']='-1'")
+    with pytest.raises(ConfigurationError, match=field):
+        PyTorch(entry_point="train.py", source_dir=str(src), role="arn:aws:iam::111122223333:role/r",
+                instance_type="ml.c5.xlarge",
+                instance_count=1, framework_version="2.1.0", py_version="py310",
+                environment={contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS: "-1"})
 
 
 def test_a_corrupt_archive_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """The Slurm backend on the real two-node test cluster (``conftest.py``): SlurmSession end to end.
 
 Covered: the quickstart example, 2 nodes x 2 ranks with torch_distributed, trains to a correct
-``model.tar.gz`` with one ``srun`` step per node; a crash on one rank fails the job naming the host
-and rank, and ends the other node's ranks; ``stop()`` reaches the script with SIGTERM and ends
+``model.tar.gz`` with one ``srun`` step per node; literal ``/opt/ml`` paths are each host's own
+tree on its node; a crash on one rank fails the job naming the host and rank, and ends the other
+node's ranks; ``stop()`` reaches the script with SIGTERM and ends
 Stopped; ``max_run`` ends Stopped/MaxRuntimeExceeded; a job waiting behind another says "Pending in
 queue" and can be stopped there; another process attaches to a running job. After every test no
 process of the job is left on either node and Slurm runs nothing of it.
@@ -90,6 +91,29 @@ def test_quickstart_two_nodes_two_ranks_trains_a_model(session: SlurmSession) ->
     resources = json.loads((session.root / job / "hosts" / "algo-2" / "input" / "config" /
                             "resourceconfig.json").read_text())
     assert resources["current_host"] == "algo-2" and resources["hosts"] == ["algo-1", "algo-2"]
+
+
+LITERAL_SCRIPT = """
+import json, os
+config = json.load(open("/opt/ml/input/config/resourceconfig.json"))
+with open(f"/opt/ml/model/{config['current_host']}.txt", "w") as handle:
+    handle.write(os.environ["SLURMD_NODENAME"])
+"""
+
+
+def test_literal_opt_ml_paths_are_each_hosts_own_tree_on_its_node(
+    session: SlurmSession, tmp_path: Path
+) -> None:
+    backend = session.backend()
+    name = f"slurm-literal-{os.getpid()}"
+    backend.submit(make_spec(tmp_path, name, LITERAL_SCRIPT))
+    described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
+    model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as archive:
+        files = [m for m in archive.getmembers() if m.isfile()]
+        written = {m.name: archive.extractfile(m).read().decode() for m in files}  # type: ignore[union-attr]
+    assert written == {"algo-1.txt": "node1", "algo-2.txt": "node2"}, written
 
 
 CRASH_SCRIPT = """

@@ -247,11 +247,12 @@ def test_srun_command_one_task_on_its_node_with_pyxis_arguments() -> None:
     tree = "/shared/jobs/j/hosts/algo-2"
     plain = srun_command("node2", "algo-2", "/venv/bin/python", None, "/shared", tree)
     assert plain == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--job-name=algo-2",
-                     "--kill-on-bad-exit=0", "--export=ALL", "/venv/bin/python", "-m", "runtime"]
+                     "--kill-on-bad-exit=0", "--export=ALL", "/venv/bin/python", "-m",
+                     "estimator.backends.local.executors.slurm_host"]
     boxed = srun_command("node2", "algo-2", "python", "nvcr.io#nvidia/pytorch:24.05-py3", "/shared", tree)
-    assert boxed[7:10] == ["--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
-                           "--container-mounts=/shared:/shared",
-                           f"--container-workdir={tree}"]
+    assert boxed[7:] == ["--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
+                         f"--container-mounts=/shared:/shared,{tree}:/opt/ml",
+                         f"--container-workdir={tree}", "train"]
 
 
 # --- the backend's view of Slurm's states (a job directory as the agent leaves it) ----------------

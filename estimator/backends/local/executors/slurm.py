@@ -8,19 +8,19 @@ shared directory every node mounts. For each attempt it asks this executor to st
   $SLURM_JOB_NODELIST``); each host's address is its node's ``NodeAddr`` (``sinfo``), so the master
   address is ``algo-1``'s node; the master port is free on the agent's node (``algo-1``'s, as Slurm
   runs the batch script on the allocation's first node);
-- each host is ``srun --nodes=1 --ntasks=1 --nodelist=<node> --job-name=<host> python -m runtime``,
-  started from the host's tree (on the shared directory) with ``SAGEMAKER_BASE_DIR`` set to it; its
-  output comes back through ``srun``, whose exit status is the runtime's;
-- with ``container_image`` (pyxis/enroot clusters) the step runs in that image, with the shared
-  directory mounted at the same path (``--container-image``, ``--container-mounts``,
-  ``--container-workdir``);
+- each host is ``srun --nodes=1 --ntasks=1 --nodelist=<node> --job-name=<host> python -m
+  estimator.backends.local.executors.slurm_host``, started from the host's tree (on the shared
+  directory) with ``SAGEMAKER_BASE_DIR`` set to it, which mounts that tree at ``/opt/ml`` in a
+  private mount namespace and becomes ``python -m runtime``; its output comes back through
+  ``srun``, whose exit status is the runtime's;
+- with ``container_image`` (pyxis/enroot clusters) the step runs the image's ``train`` with the
+  shared directory mounted at the same path and the host's tree at ``/opt/ml``
+  (``--container-image``, ``--container-mounts``, ``--container-workdir``);
 - signals go to the step, not to ``srun`` (which would end the step at once): ``scancel
   --signal=TERM <job>.<step>`` reaches the runtime, which forwards it to its ranks within the
   grace; :meth:`SlurmExecutor.kill_everything` sends SIGKILL the same way to every step left.
 
 Whatever still runs when the batch script (the agent) ends is killed by Slurm with the job.
-Scripts that use literal ``/opt/ml`` paths need ``container_image`` with a mount there; without
-containers, hosts see their tree through ``SAGEMAKER_BASE_DIR`` and the ``SM_*`` variables.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.slurm_client import SlurmClient, SlurmCommandError
+from runtime import contract
 from runtime.processes import free_port
 
 if TYPE_CHECKING:
@@ -45,15 +46,23 @@ NODELIST_ENV = "SLURM_JOB_NODELIST"
 KILL_WAIT_SECONDS = 10.0
 
 
+HOST_MODULE = "estimator.backends.local.executors.slurm_host"
+"""Run by each step outside containers: the host's tree at ``/opt/ml``, then ``python -m runtime``."""
+CONTAINER_COMMAND = "train"
+"""Run by each step in a container: the image's entry command (``python -m runtime`` in ours)."""
+
+
 def srun_command(node: str, host: str, python: str, container_image: str | None,
-                 shared_dir: str, workdir: str) -> list[str]:
-    """The ``srun`` that starts host ``host``'s runtime on ``node`` (one task, this node only)."""
+                 shared_dir: str, tree: str) -> list[str]:
+    """The ``srun`` that starts host ``host`` on ``node`` (one task, this node only), its tree
+    ``tree`` at ``/opt/ml``: through :data:`HOST_MODULE`, or mounted into the container."""
     argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={host}",
             "--kill-on-bad-exit=0", "--export=ALL"]
     if container_image:
-        argv += [f"--container-image={container_image}", f"--container-mounts={shared_dir}:{shared_dir}",
-                 f"--container-workdir={workdir}"]
-    return [*argv, python, "-m", "runtime"]
+        mounts = f"{shared_dir}:{shared_dir},{tree}:{contract.DEFAULT_BASE_DIR}"
+        return [*argv, f"--container-image={container_image}", f"--container-mounts={mounts}",
+                f"--container-workdir={tree}", CONTAINER_COMMAND]
+    return [*argv, python, "-m", HOST_MODULE]
 
 
 class SlurmExecutor(Executor):

@@ -1,0 +1,38 @@
+"""What each ``srun`` step of a Slurm job runs on its node: ``python -m
+estimator.backends.local.executors.slurm_host``, started by
+:class:`~estimator.backends.local.executors.slurm.SlurmExecutor` in the host's tree.
+
+It gives the host its tree at ``/opt/ml`` in a private mount namespace
+(:class:`~estimator.backends.local.executors.process.PrivateOptMl`, as local process hosts get),
+so scripts that use literal ``/opt/ml`` paths work on the node, then replaces itself with ``python
+-m runtime`` (same process: Slurm's signals reach the runtime). Where the node cannot give a
+private ``/opt/ml`` (no user namespaces, no ``/opt``), it says why once and runs the runtime
+anyway: ``SM_*`` paths work, literal ones do not. Imports nothing of the estimator but that class.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from estimator.backends.local.executors.process import PrivateOptMl
+from runtime import contract
+
+
+def main() -> int:
+    tree = Path(os.environ[contract.BASE_DIR_ENV])
+    mounts = PrivateOptMl()
+    why = mounts.unavailable(tree)
+    if why is None:
+        mounts.hook(tree)()  # unshare and bind-mount in this process, which the runtime becomes
+    else:
+        node = os.environ.get("SLURMD_NODENAME", "this node")
+        print(f"No private /opt/ml on {node} ({why}): scripts must take their paths from SM_* "
+              "variables (or use SlurmSession(container_image=...))", flush=True)
+    os.execv(sys.executable, [sys.executable, "-m", "runtime"])
+    return 1  # not reached: execv replaced this process or raised
+
+
+if __name__ == "__main__":
+    sys.exit(main())

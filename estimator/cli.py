@@ -81,6 +81,8 @@ def _job_commands(commands: Any) -> None:
         command.add_argument("--sagemaker", action="store_true",
                              help="the job is on SageMaker (default: local, else SageMaker when the name "
                                   "is not found locally)")
+        command.add_argument("--slurm", metavar="SHARED_DIR",
+                             help="the job is on a Slurm cluster: SlurmSession(shared_dir=SHARED_DIR)")
         command.set_defaults(handler=handler)
         return command
 
@@ -128,6 +130,8 @@ def _job_commands(commands: Any) -> None:
     listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.add_argument("--sagemaker", action="store_true", help="list SageMaker's jobs instead")
+    listing.add_argument("--slurm", metavar="SHARED_DIR",
+                         help="list the Slurm jobs of SlurmSession(shared_dir=SHARED_DIR) instead")
     listing.set_defaults(handler=cli_jobs.cmd_list)
 
     on_job("describe", cli_jobs.cmd_describe, "print DescribeTrainingJob's JSON for a job",

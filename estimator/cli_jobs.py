@@ -6,7 +6,9 @@ status 2 and a :class:`~estimator.errors.JobFailedError` into 1 (``run`` exits 1
 
 Where a job is: local jobs live under ``$SMLAUNCH_HOME/jobs`` (``LocalSession().root``); a job name
 not found there, or any name with ``--sagemaker``, is looked up on SageMaker (``Session()``: your AWS
-credentials and region). ``list`` shows local jobs, or SageMaker's with ``--sagemaker``. ``rm`` and
+credentials and region); with ``--slurm SHARED_DIR``, on a Slurm cluster
+(``SlurmSession(shared_dir=SHARED_DIR)``). ``list`` shows local jobs, or SageMaker's with
+``--sagemaker``, or Slurm's with ``--slurm``. ``rm`` and
 ``gc`` clean the local job store only, and never touch a job that is still running.
 """
 
@@ -41,15 +43,24 @@ _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def _local_session(args: Any) -> Any:
-    from estimator.session import LocalSession
+    from estimator.session import LocalSession, SlurmSession
 
+    if getattr(args, "slurm", None):
+        return SlurmSession(shared_dir=args.slurm)
     return LocalSession(executor="docker" if getattr(args, "docker", False) else None)
 
 
-def _backend_for(job_name: str, args: Any) -> Any:
+def _session_for(job_name: str, args: Any) -> Any:
+    """``--slurm``'s SlurmSession, else the session that knows the job (local, else SageMaker)."""
     from estimator.session import session_for_job
 
-    return session_for_job(job_name, sagemaker=bool(getattr(args, "sagemaker", False))).backend()
+    if getattr(args, "slurm", None):
+        return _local_session(args)
+    return session_for_job(job_name, sagemaker=bool(getattr(args, "sagemaker", False)))
+
+
+def _backend_for(job_name: str, args: Any) -> Any:
+    return _session_for(job_name, args).backend()
 
 
 def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
@@ -281,11 +292,10 @@ def cmd_stop(args: Any, out: TextIO) -> int:
 
 def cmd_metrics(args: Any, out: TextIO) -> int:
     from estimator.analytics import TrainingJobAnalytics
-    from estimator.session import session_for_job
 
     describe_job(args.job, args)  # a clear exit 2 for an unknown job
     analytics = TrainingJobAnalytics(args.job, metric_names=args.metric or None,
-                                     sagemaker_session=session_for_job(args.job, sagemaker=args.sagemaker))
+                                     sagemaker_session=_session_for(args.job, args))
     frame = analytics.dataframe()
     if args.json:
         print(frame.to_json(orient="records"), file=out)

@@ -3,10 +3,11 @@
 Covered: the quickstart example, 2 nodes x 2 ranks with torch_distributed, trains to a correct
 ``model.tar.gz`` with one ``srun`` step per node; literal ``/opt/ml`` paths are each host's own
 tree on its node; a crash on one rank fails the job naming the host and rank, and ends the other
-node's ranks; ``stop()`` reaches the script with SIGTERM and ends
-Stopped; ``max_run`` ends Stopped/MaxRuntimeExceeded; a job waiting behind another says "Pending in
-queue" and can be stopped there; another process attaches to a running job. After every test no
-process of the job is left on either node and Slurm runs nothing of it.
+node's ranks; ``smlaunch stop --slurm`` reaches the script with SIGTERM on both nodes and ends
+Stopped (``smlaunch list --slurm`` shows it); ``max_run`` ends Stopped/MaxRuntimeExceeded; a job
+waiting behind another says "Pending in queue" and can be stopped there; another process attaches
+to a running job. After every test no process of the job is left on either node and Slurm runs
+nothing of it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from estimator import cli
 from estimator.session import SlurmSession
 from runtime import contract
 from tests.functional._local_helpers import assert_no_job_processes, make_spec, wait_for_line, wait_terminal
@@ -153,19 +155,24 @@ time.sleep(600)
 """
 
 
-def test_stop_reaches_the_script_on_both_nodes(session: SlurmSession, tmp_path: Path,
-                                              slurm_cluster: Cluster) -> None:
+def test_stop_from_the_cli_reaches_the_script_on_both_nodes(
+    session: SlurmSession, tmp_path: Path, slurm_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     backend = session.backend()
     name = f"slurm-stop-{os.getpid()}"
     backend.submit(make_spec(tmp_path, name, STOP_SCRIPT))
     wait_for_line(backend, name, "algo-1 ready", timeout=JOB_TIMEOUT)
     wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
     assert _squeue(slurm_cluster, name) == "RUNNING"
-    backend.stop(name)
+    assert cli.main(["stop", name, "--slurm", str(session.shared_dir)]) == 0  # as from a terminal
     described = wait_terminal(backend, name, timeout=120)
     assert described["TrainingJobStatus"] == contract.STATUS_STOPPED, described.get("FailureReason")
     log = "\n".join(backend.log_lines(name))
     assert "got SIGTERM on algo-1" in log and "got SIGTERM on algo-2" in log, log[-3000:]
+    capsys.readouterr()
+    assert cli.main(["list", "--slurm", str(session.shared_dir), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["status"]) for r in rows] == [(name, contract.STATUS_STOPPED)], rows
 
 
 @pytest.mark.slow

@@ -341,3 +341,28 @@ def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi(tmp_path: Path
         "sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "2"}})
     with pytest.raises(UnsupportedByBackendError, match="distribution='mpi'"):
         backend.check(mpi)
+
+
+def test_sbatch_gets_the_agent_and_the_environment_without_aws_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-key")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "s3cr3t-token")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    backend, runner, name = backend_with(tmp_path, {
+        "sinfo --noheader --format=%P": (0, "debug*\n", ""),
+        "sinfo --noheader --partition": (0, SINFO_PARTITION, ""),
+        "sbatch": (0, "42\n", ""),
+    })
+    job = backend.job_dir(name)
+    (job.path / SLURM_FILE).unlink()
+    write_json_atomic(job.settings_file, {"stop_grace_seconds": 10})
+    backend._start_agent(job)
+    argv, stdin, env = runner.calls[-1]
+    assert argv[:2] == ["sbatch", "--parsable"] and "--nodes=2" in argv and "--job-name=slurm-job" in argv
+    assert stdin is not None and stdin.endswith(f" -m estimator.backends.local.agent {job.path}\n")
+    assert env is not None and env["AWS_REGION"] == "us-west-2"
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "AWS_SESSION_TOKEN" not in env
+    assert json.loads((job.path / SLURM_FILE).read_text())["job_id"] == "42"
+    for path in job.path.rglob("*"):
+        assert not path.is_file() or b"s3cr3t" not in path.read_bytes(), path

@@ -63,7 +63,9 @@ def _squeue(cluster: Cluster, name: str) -> str:
 
 
 @pytest.mark.slow
-def test_quickstart_two_nodes_two_ranks_trains_a_model(session: SlurmSession) -> None:
+def test_quickstart_two_nodes_two_ranks_trains_a_model(
+    session: SlurmSession, capfd: pytest.CaptureFixture[str]
+) -> None:
     from estimator import PyTorch
 
     estimator = PyTorch(
@@ -73,7 +75,9 @@ def test_quickstart_two_nodes_two_ranks_trains_a_model(session: SlurmSession) ->
         distribution={"torch_distributed": {"enabled": True}}, base_job_name="slurm-quickstart",
         hyperparameters={"epochs": 30, "batch-size": 32, "lr": 3e-3},
     )
-    estimator.fit(logs=False)
+    estimator.fit()  # waits, streaming every host's lines as they come
+    streamed = capfd.readouterr().out
+    assert "[algo-1/rank 0]" in streamed and "[algo-2] " in streamed, streamed[-3000:]
     job = estimator.latest_training_job.name
     described = estimator.latest_training_job.describe()
     assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")

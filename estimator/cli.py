@@ -25,6 +25,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from estimator.errors import ConfigurationError, JobFailedError, MissingExtraError
@@ -35,9 +36,12 @@ DEFAULT_REGION = "us-east-1"
 
 
 class PlanSession:
-    """An offline SageMaker-shaped session: what ``plan()`` asks of a session, from flags."""
+    """An offline SageMaker-shaped session (a
+    :class:`~estimator.session_protocol.TrainingSession`) built from flags: enough for ``plan()``."""
 
     is_local = False
+    instance_count_quota: int | None = None
+    processes_per_host: int | None = None
 
     def __init__(self, region: str, account: str, bucket: str | None = None) -> None:
         self.region_name = region
@@ -58,6 +62,12 @@ class PlanSession:
 
     def s3_client(self) -> Any:
         raise ConfigurationError("command", "plan", "a dry run does not upload", "use fit() to stage code")
+
+    def bucket_owner_args(self, bucket: str) -> dict[str, str]:
+        raise ConfigurationError("command", "plan", "a dry run does not upload", "use fit() to stage code")
+
+    def stage_local_input(self, path: str | Path, job_name: str, channel: str) -> str:
+        raise ConfigurationError("command", "plan", "a dry run does not upload", "use fit() to stage inputs")
 
 
 def _json_arg(text: str | None, flag: str) -> Any:

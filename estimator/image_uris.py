@@ -23,6 +23,7 @@ Not covered: SMP v2 images (``torch_distributed`` + ``smdistributed.modelparalle
 from __future__ import annotations
 
 import json
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -34,6 +35,22 @@ from estimator.errors import ConfigurationError
 DATA_DIR = Path(__file__).parent / "data"
 FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 SDK_VERSION = "2.257.7"
+
+# fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS["pytorch"] and
+# TORCH_DISTRIBUTED_GPU_SUPPORTED_FRAMEWORK_VERSIONS (SDK 2.257.7): what the DLCs can run.
+SMDDP_FRAMEWORK_VERSIONS = (
+    "1.6", "1.6.0", "1.7", "1.7.1", "1.8", "1.8.0", "1.8.1", "1.9", "1.9.0", "1.9.1", "1.10", "1.10.0",
+    "1.10.2", "1.11", "1.11.0", "1.12", "1.12.0", "1.12.1", "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2",
+    "2.2.0",
+)
+TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS = (
+    "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1", "2.4.1", "2.5.1", "2.6.0",
+    "2.7.1", "2.8.0",
+)
+DLC_TAG = re.compile(
+    r"^(?:.+/)?(?P<repository>[a-z]+-training):(?P<version>[0-9.]+)-(?:cpu|gpu)-(?P<py>py[0-9]+)"
+)
+"""A DLC image tag: ``<repository>:<version>-<cpu|gpu>-<py>`` (``attach()`` reads the versions back)."""
 
 # sagemaker.image_uris._get_image_tag: CUDA 11 tags for PyTorch 1.6 and TensorFlow 1.15 / 2.3 GPU
 # images when the job uses smdistributed or runs on p4d.
@@ -119,6 +136,15 @@ def has_region(framework_version: str, py_version: str, region: str, framework: 
 # --- regeneration (development only; needs the sagemaker package) ---------------------------------
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``'2.1.0'`` as ``(2, 1, 0)`` (each part's leading digits, 0 where it has none), to compare."""
+    parts: list[int] = []
+    for part in str(version).split("."):
+        digits = re.match(r"\d+", part)
+        parts.append(int(digits.group()) if digits else 0)
+    return tuple(parts)
+
+
 def generate_table(sdk_config: dict[str, Any], hostname_of: Any,
                    framework: str = "pytorch") -> dict[str, Any]:
     """Build the table from the SDK's ``<framework>.json`` dict; ``hostname_of(region)`` gives the
@@ -173,3 +199,4 @@ if __name__ == "__main__":  # pragma: no cover
     else:
         print("usage: python -m estimator.image_uris --regenerate", file=sys.stderr)
         sys.exit(2)
+

@@ -64,7 +64,7 @@ class LocalSession:
     changed); containers install into their own interpreter, as SageMaker's toolkit does. See
     :mod:`runtime.requirements`.
     ``instance_count_quota``: the most instances one job may ask for (default: SageMaker's default
-    quota, :data:`estimator.estimator.DEFAULT_INSTANCES_PER_TRAINING_JOB`), so a job rehearsed here
+    quota, :data:`estimator.validation.DEFAULT_INSTANCES_PER_TRAINING_JOB`), so a job rehearsed here
     is one SageMaker accepts; raise it as far as your account's quota is raised.
     ``emulate_cuda``: when the instance type has GPUs this machine lacks (an ``ml.p3.16xlarge`` on a
     laptop), every rank emulates them on the CPU (``torch.cuda.is_available()`` True, tensors and
@@ -155,6 +155,14 @@ class LocalSession:
 
     def default_output_path(self) -> str:
         return self.root.as_uri() + "/"
+
+    def bucket_owner_args(self, bucket: str) -> dict[str, str]:
+        """``{}``: a local session does not check who owns the buckets it stages code to."""
+        return {}
+
+    def stage_local_input(self, path: str | Path, job_name: str, channel: str) -> str:
+        """Local jobs read a local input in place: its ``file://`` URI (nothing is copied)."""
+        return Path(path).expanduser().resolve().as_uri()
 
     def backend(self) -> Backend:
         if self._backend is None:
@@ -427,6 +435,8 @@ class Session:
     """
 
     is_local = False
+    processes_per_host: int | None = None
+    """SageMaker runs the instance type's ranks per host; only local sessions pin them."""
 
     def __init__(
         self,

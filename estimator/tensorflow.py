@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from estimator.errors import ConfigurationError
-from estimator.estimator import Framework, _join_uri, _version_tuple
+from estimator.estimator import Framework
+from estimator.image_uris import version_tuple
+from estimator.request import join_uri
 from estimator.spec import DebugHookConfig
 
 _HOROVOD_TF = re.compile(r"^\s*(?:import|from)\s+horovod\.(?:tensorflow|keras)\b", re.MULTILINE)
@@ -44,7 +46,7 @@ MWMS_MIN_VERSION = (2, 9, 0)
 
 def _padded(version: Any) -> tuple[int, ...]:
     """``"1.10"`` -> ``(1, 10, 0)``: comparable with three-part versions, as ``packaging`` compares."""
-    return (*_version_tuple(str(version)), 0, 0, 0)[:3]
+    return (*version_tuple(str(version)), 0, 0, 0)[:3]
 
 
 class TensorFlow(Framework):
@@ -115,7 +117,7 @@ class TensorFlow(Framework):
         mpi = self._distribution.mpi
         if mpi is not None and mpi.enabled:
             return {"model_dir": "/opt/ml/model"}
-        return {"model_dir": _join_uri(output_path, job_name, "model")}
+        return {"model_dir": join_uri(output_path, job_name, "model")}
 
     def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True,
             job_name: str | None = None, experiment_config: Mapping[str, str] | None = None) -> None:

@@ -65,6 +65,8 @@ class FakeSageMakerSession:
     """SageMaker-shaped session: offline, S3 through an injected (moto) client."""
 
     is_local = False
+    instance_count_quota = None
+    processes_per_host = None
     region_name = "us-west-2"
 
     def __init__(self, s3: Any = None) -> None:

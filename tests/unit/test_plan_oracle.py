@@ -41,6 +41,8 @@ class FakeSageMakerSession:
     """What our estimator asks of a SageMaker session, offline."""
 
     is_local = False
+    instance_count_quota = None
+    processes_per_host = None
     region_name = REGION
 
     def default_output_path(self) -> str:
@@ -55,6 +57,12 @@ class FakeSageMakerSession:
 
     def s3_client(self) -> Any:
         raise AssertionError("plan() must not touch S3")
+
+    def bucket_owner_args(self, bucket: str) -> dict[str, str]:
+        raise AssertionError("plan() must not write to S3")
+
+    def stage_local_input(self, path: str, job_name: str, channel: str) -> str:
+        raise AssertionError("plan() must not stage inputs")
 
 
 CASES: dict[str, dict[str, Any]] = {

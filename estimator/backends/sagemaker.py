@@ -7,7 +7,7 @@ owns is talking to the service well:
 - ``describe`` retries throttling with exponential backoff and jitter (a notebook polling many jobs
   hits DescribeTrainingJob's rate limit), and turns an unknown job name into a
   :class:`ConfigurationError`;
-- ``log_lines`` merges every host's CloudWatch stream (:mod:`estimator.cloudwatch`), prefixes each
+- ``log_lines`` merges every host's CloudWatch stream (:mod:`estimator.backends.cloudwatch`), prefixes each
   line with its host, interleaves each secondary-status transition once
   (``[sagemaker] 2026-11-22 02:27:58 Starting - Preparing the instances for training``), waits for a
   log group that does not exist yet, follows until the job is terminal, reads once more after a short
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
+from estimator.backends.cloudwatch import LogEvent, LogStreamMerger
 from estimator.backends.status import StatusTracker, instance_count, summary_lines
-from estimator.cloudwatch import LogEvent, LogStreamMerger
 from estimator.errors import ConfigurationError, JobNameTakenError
 from estimator.metrics import SERVICE_SOURCE, MetricParser, MetricRecord
 from estimator.session import aws_errors

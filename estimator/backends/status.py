@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from estimator.cloudwatch import LogEvent
+from estimator.backends.cloudwatch import LogEvent
 from estimator.metrics import SERVICE_SOURCE
 from runtime import contract
 

@@ -1,5 +1,6 @@
 """How the local agent starts a job's hosts, behind :class:`.base.Executor`: :mod:`.process` (local
-processes, the default) or :mod:`.docker` (one container per host).
+processes, the default), :mod:`.docker` (one container per host) or :mod:`.slurm` (one ``srun``
+step per node of a Slurm allocation; used by :mod:`estimator.backends.slurm`).
 
 :data:`EXECUTORS` names each executor class by the name ``LocalSession(executor=...)`` and
 ``settings.json`` use; nothing is imported until :func:`executor_class` asks for one (the Docker SDK

@@ -9,9 +9,11 @@ part that does: starting the hosts of one attempt and making them go away. Today
 - :class:`estimator.backends.local.executors.process.ProcessExecutor`: one ``python -m runtime``
   process per host on this machine (a private mount namespace per host, containment, the
   parent-death signal); the default;
-- :class:`estimator.backends.local.executors.docker.DockerExecutor`: one container per host.
+- :class:`estimator.backends.local.executors.docker.DockerExecutor`: one container per host;
+- :class:`estimator.backends.local.executors.slurm.SlurmExecutor`: one ``srun`` step per host on
+  the nodes of the Slurm allocation the agent runs in (:mod:`estimator.backends.slurm`).
 
-A new executor (e.g. Slurm: one ``srun`` step per host) subclasses :class:`Executor`, registers its
+A new executor subclasses :class:`Executor`, registers its
 :attr:`Executor.name` in :data:`estimator.backends.local.executors.EXECUTORS`, and needs nothing
 else from the agent.
 

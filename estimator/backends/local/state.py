@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -174,7 +173,3 @@ class JobState(str, Enum):
     def of(cls, state: dict[str, Any]) -> JobState:
         """The status recorded in a ``state.json`` dict."""
         return cls(state["TrainingJobStatus"])
-
-
-def now() -> float:
-    return time.time()

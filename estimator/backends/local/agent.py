@@ -37,7 +37,8 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
 - **max_run** (``StoppingCondition.MaxRuntimeInSeconds``, counted from the hosts' start): the same
   SIGTERM / grace / SIGKILL; status ``Stopped``, SecondaryStatus ``MaxRuntimeExceeded``, and a
   FailureReason saying so.
-- **The agent itself dies** (even SIGKILL; Linux): every host runtime was started with
+- **The agent itself dies** (even SIGKILL; Linux; process executor: with Docker, the reaper that
+  ``DockerExecutor.submitted`` started removes the containers): every host runtime was started with
   ``PR_SET_PDEATHSIG=SIGHUP`` against the agent: it SIGKILLs its ranks at once and sweeps what they
   left (daemons included: :mod:`runtime.containment`) before it exits; its ranks also have
   ``PR_SET_PDEATHSIG=SIGKILL`` against it. The agent is also a child subreaper, so ranks orphaned

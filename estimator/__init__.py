@@ -20,9 +20,10 @@ from estimator.errors import (
 if TYPE_CHECKING:
     from estimator.analytics import TrainingJobAnalytics
     from estimator.debugger import TensorBoardOutputConfig
-    from estimator.estimator import Estimator, PyTorch
+    from estimator.estimator import Estimator
     from estimator.inputs import ShuffleConfig, TrainingInput
     from estimator.job import TrainingJob
+    from estimator.pytorch import PyTorch
     from estimator.s3 import S3Downloader, S3Uploader
     from estimator.session import LocalSession, Session, SlurmSession
     from estimator.spec import TrainingJobSpec
@@ -35,7 +36,7 @@ _LAZY = {
     "Estimator": "estimator.estimator",
     "TrainingJobAnalytics": "estimator.analytics",
     "HyperparameterTuner": "estimator.tuner",
-    "PyTorch": "estimator.estimator",
+    "PyTorch": "estimator.pytorch",
     "ShuffleConfig": "estimator.inputs",
     "S3Downloader": "estimator.s3",
     "S3Uploader": "estimator.s3",

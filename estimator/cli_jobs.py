@@ -133,7 +133,7 @@ def _distribution(text: str | None, processes_per_host: int | None) -> dict[str,
 
 def cmd_run(args: Any, out: TextIO) -> int:
     """Build the estimator from flags, ``fit()``; exit 1 when the job did not complete."""
-    from estimator.estimator import PyTorch
+    from estimator.pytorch import PyTorch
     from estimator.session import LocalSession, Session
 
     if args.sagemaker:

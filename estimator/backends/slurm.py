@@ -30,15 +30,19 @@ MaxRuntimeExceeded, CANCELLED -> Stopped, anything else -> Failed naming Slurm's
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, get_args
+from urllib.parse import urlparse
 
 from estimator import catalog
 from estimator.backends.base import Capabilities
 from estimator.backends.local.backend import LocalBackend, _agent_environment
 from estimator.backends.local.executors.slurm import SlurmExecutor
+from estimator.backends.local.layout import file_uri_path
 from estimator.backends.local.state import JobDir, JobState, write_json_atomic
 from estimator.backends.slurm_client import PENDING, Partition, SlurmClient, SlurmCommandError, SlurmJob
 from estimator.distribution import Strategy
@@ -143,7 +147,8 @@ class SlurmBackend(LocalBackend):
         return partition
 
     def check(self, spec: TrainingJobSpec) -> None:
-        """The local backend's checks, plus: the partition exists, is up and has the nodes."""
+        """The local backend's checks, plus: the partition exists, is up and has the nodes; a
+        warning for each ``file://`` path outside ``shared_dir``."""
         super().check(spec)
         partition = self.partition()
         if partition.available != "up":
@@ -154,6 +159,29 @@ class SlurmBackend(LocalBackend):
             raise UnsupportedByBackendError(
                 "instance_count", count, f"partition {partition.name} has {partition.nodes} node(s)",
                 f"use instance_count <= {partition.nodes} or a larger partition")
+        self._warn_about_unshared_paths(spec)
+
+    def _warn_about_unshared_paths(self, spec: TrainingJobSpec) -> None:
+        """Warn for each ``file://`` path (code, channels, output, checkpoints) outside
+        ``shared_dir``: the nodes must see it at the same path, which only a shared filesystem
+        gives (it may be one: ``/home`` on NFS)."""
+        uris = [("output_path", spec.OutputDataConfig.S3OutputPath)]
+        submit = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
+        if submit:
+            uris.append(("source_dir", str(json.loads(submit))))
+        uris += [(f"inputs[{c.ChannelName!r}]", c.DataSource.S3DataSource.S3Uri)
+                 for c in spec.InputDataConfig or [] if c.DataSource.S3DataSource is not None]
+        if spec.CheckpointConfig is not None:
+            uris.append(("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri))
+        for field, uri in uris:
+            if urlparse(uri).scheme != "file":
+                continue
+            path = file_uri_path(uri).resolve()
+            if not path.is_relative_to(self.session.shared_dir):
+                warnings.warn(
+                    f"{field}={uri}: {path} is outside SlurmSession.shared_dir ({self.session.shared_dir}); "
+                    "the job's nodes must see it at the same path. Fix: put it on a filesystem every "
+                    "node mounts (e.g. under shared_dir), or use s3://", stacklevel=4)
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """The local settings (the executor's included), with GPUs counted on the nodes, not here."""

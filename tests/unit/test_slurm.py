@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -195,12 +196,13 @@ def test_session_validation_names_field_value_and_fix(
 
 # --- sbatch arguments and batch script ------------------------------------------------------------
 
-def spec(instance_type: str = "ml.c5.xlarge", count: int = 2, spot: bool = False) -> TrainingJobSpec:
+def spec(instance_type: str = "ml.c5.xlarge", count: int = 2, spot: bool = False,
+         name: str = "slurm-job", output: str = "file:///shared/out") -> TrainingJobSpec:
     return TrainingJobSpec(
-        TrainingJobName="slurm-job",
+        TrainingJobName=name,
         AlgorithmSpecification={"TrainingImage": "smlaunch-local", "TrainingInputMode": "File"},
         RoleArn="arn:aws:iam::000000000000:role/test",
-        OutputDataConfig={"S3OutputPath": "file:///shared/out"},
+        OutputDataConfig={"S3OutputPath": output},
         ResourceConfig={"InstanceType": instance_type, "InstanceCount": count},
         StoppingCondition={"MaxRuntimeInSeconds": 3600, **({"MaxWaitTimeInSeconds": 7200} if spot else {})},
         EnableManagedSpotTraining=spot or None,
@@ -366,3 +368,18 @@ def test_sbatch_gets_the_agent_and_the_environment_without_aws_secrets(
     assert json.loads((job.path / SLURM_FILE).read_text())["job_id"] == "42"
     for path in job.path.rglob("*"):
         assert not path.is_file() or b"s3cr3t" not in path.read_bytes(), path
+
+
+def test_file_paths_outside_the_shared_dir_are_warned_about(tmp_path: Path) -> None:
+    shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    shared.mkdir()
+    elsewhere.mkdir()
+    backend, _, _ = backend_with(shared, {"sinfo --noheader --format=%P": (0, "debug*\n", ""),
+                                          "sinfo --noheader --partition": (0, SINFO_PARTITION, "")})
+    inside = spec(name="inside-job", output=(shared / "out").as_uri())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backend.check(inside)
+    outside = spec(name="outside-job", output=(elsewhere / "out").as_uri())
+    with pytest.warns(UserWarning, match=r"output_path=file://.*outside SlurmSession.shared_dir"):
+        backend.check(outside)

@@ -1,13 +1,13 @@
 """The Slurm backend on the real two-node test cluster (``conftest.py``): SlurmSession end to end.
 
 Covered: the quickstart example, 2 nodes x 2 ranks with torch_distributed, trains to a correct
-``model.tar.gz`` with one ``srun`` step per node; literal ``/opt/ml`` paths are each host's own
-tree on its node; a crash on one rank fails the job naming the host and rank, and ends the other
-node's ranks; ``smlaunch stop --slurm`` reaches the script with SIGTERM on both nodes and ends
-Stopped (``smlaunch list --slurm`` shows it); ``max_run`` ends Stopped/MaxRuntimeExceeded; a job
-waiting behind another says "Pending in queue" and can be stopped there; another process attaches
-to a running job. After every test no process of the job is left on either node and Slurm runs
-nothing of it.
+``model.tar.gz`` with one ``srun`` step per node; smddp all-reduces across the nodes; literal
+``/opt/ml`` paths are each host's own tree on its node; a crash on one rank fails the job naming
+the host and rank, and ends the other node's ranks; ``smlaunch stop --slurm`` reaches the script
+with SIGTERM on both nodes and ends Stopped (``smlaunch list --slurm`` shows it); ``max_run`` ends
+Stopped/MaxRuntimeExceeded; a job waiting behind another says "Pending in queue" and can be
+stopped there; another process attaches to a running job. After every test no process of the job
+is left on either node and Slurm runs nothing of it.
 """
 
 from __future__ import annotations
@@ -120,6 +120,41 @@ def test_literal_opt_ml_paths_are_each_hosts_own_tree_on_its_node(
         files = [m for m in archive.getmembers() if m.isfile()]
         written = {m.name: archive.extractfile(m).read().decode() for m in files}  # type: ignore[union-attr]
     assert written == {"algo-1.txt": "node1", "algo-2.txt": "node2"}, written
+
+
+SMDDP_SCRIPT = """
+import json, os
+import smdistributed.dataparallel.torch.distributed as dist
+import torch
+dist.init_process_group()
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+if dist.get_local_rank() == 0:
+    result = {"world": dist.get_world_size(), "sum": total.item(), "node": os.environ["SLURMD_NODENAME"]}
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], os.environ["SM_CURRENT_HOST"] + ".json"), "w") as out:
+        json.dump(result, out)
+"""
+
+
+@pytest.mark.slow
+def test_smddp_all_reduce_across_the_two_nodes(session: SlurmSession, tmp_path: Path) -> None:
+    backend = session.backend()
+    name = f"slurm-smddp-{os.getpid()}"
+    spec = make_spec(tmp_path, name, SMDDP_SCRIPT, instance_type="ml.p3.16xlarge")
+    assert spec.HyperParameters is not None
+    spec.HyperParameters.update({
+        contract.HP_SMDDP_ENABLED: "true", contract.HP_INSTANCE_TYPE: json.dumps("ml.p3.16xlarge"),
+        contract.HP_SMDDP_CUSTOM_MPI_OPTIONS: json.dumps(""),
+    })
+    backend.submit(spec)
+    described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
+    model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as archive:
+        files = {m.name: archive.extractfile(m) for m in archive.getmembers() if m.isfile()}
+        results = {n: json.loads(f.read()) for n, f in files.items() if f is not None}
+    assert results == {"algo-1.json": {"world": 4, "sum": 6.0, "node": "node1"},
+                       "algo-2.json": {"world": 4, "sum": 6.0, "node": "node2"}}, results
 
 
 CRASH_SCRIPT = """

@@ -175,9 +175,8 @@ def running_cluster(root: Path) -> Iterator[Cluster]:
         raise ClusterUnavailable(reason)
     for sub in ("state", "run", "log", "munge", "munge-socket", *(f"spool/{n}" for n in NODES)):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    # munged refuses a key or socket directory that others may write to.
-    (root / "munge").chmod(0o700)
-    (root / "munge-socket").chmod(0o755)
+        # munged refuses key, log and socket directories that others may write to, whatever the umask.
+        (root / sub).chmod(0o700 if sub == "munge" else 0o755)
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)

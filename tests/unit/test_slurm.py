@@ -383,3 +383,45 @@ def test_file_paths_outside_the_shared_dir_are_warned_about(tmp_path: Path) -> N
     outside = spec(name="outside-job", output=(elsewhere / "out").as_uri())
     with pytest.warns(UserWarning, match=r"output_path=file://.*outside SlurmSession.shared_dir"):
         backend.check(outside)
+
+
+# --- the executor inside the allocation (fake srun processes, recorded Slurm answers) -------------
+
+class FakeSrun:
+    """An ``srun`` client process as the agent holds it: running until told otherwise."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self.code: int | None = None
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+
+
+def test_executor_maps_hosts_to_nodes_in_order_and_signals_steps_not_srun(tmp_path: Path) -> None:
+    import signal as signals
+
+    from estimator.backends.local.executors.base import Host, LaunchContext
+    from estimator.backends.local.executors.slurm import SlurmExecutor
+
+    slurm, runner = client({
+        "scontrol show hostnames": (0, "gpu-07\ngpu-03\n", ""),
+        "sinfo --noheader --Node": (0, "gpu-03|10.0.0.3\ngpu-07|10.0.0.7\n", ""),
+        "squeue --noheader --steps": (0, "12.0|algo-1\n12.batch|batch\n", ""),
+        "scancel": (0, "", ""),
+    })
+    executor = SlurmExecutor(client=slurm, job_id="12", nodelist="gpu-[03,07]")
+    hosts = [Host(name="algo-2", index=1, base=tmp_path / "algo-2"),
+             Host(name="algo-1", index=0, base=tmp_path / "algo-1")]
+    assert executor.nodes(hosts) == {"algo-1": ("gpu-07", "10.0.0.7"), "algo-2": ("gpu-03", "10.0.0.3")}
+    for host in hosts:
+        host.proc = FakeSrun()  # type: ignore[assignment]
+    said: list[str] = []
+    context = LaunchContext(spec(), {}, JobDir(tmp_path), hosts, 10.0, said.append)
+    executor.signal(context, hosts, signals.SIGTERM)
+    assert runner.calls[-1][0] == ["scancel", "--signal=TERM", "12.0"]  # algo-1's step
+    assert hosts[1].proc.signals == []  # type: ignore[union-attr]
+    assert hosts[0].proc.signals == [signals.SIGTERM]  # type: ignore[union-attr]  # no step yet: srun

@@ -38,7 +38,8 @@ import pytest
 
 from estimator.backends.local.agent import Agent
 from estimator.backends.local.backend import LocalBackend
-from estimator.backends.local.executors.docker import LABEL_JOB, DockerExecutor, docker_client
+from estimator.backends.local.executors.containers import LABEL_JOB, docker_client
+from estimator.backends.local.executors.docker import DockerExecutor
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
 from estimator.spec import CheckpointConfig

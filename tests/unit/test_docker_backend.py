@@ -22,20 +22,17 @@ import pytest
 
 from estimator.backends.local.agent import Agent
 from estimator.backends.local.backend import LocalBackend
+from estimator.backends.local.executors import container_ssh, containers
 from estimator.backends.local.executors import docker as docker_backend
-from estimator.backends.local.executors.docker import (
-    CONTAINER_BASE_DIR,
-    CONTAINER_SSH_DIR,
+from estimator.backends.local.executors.container_ssh import CONTAINER_SSH_DIR, uses_mpi, write_ssh_material
+from estimator.backends.local.executors.containers import (
     LABEL_JOB,
     ContainerProcess,
-    DockerExecutor,
     FailedStart,
     _LineReader,
-    read_only_sources,
     sweep,
-    uses_mpi,
-    write_ssh_material,
 )
+from estimator.backends.local.executors.docker import CONTAINER_BASE_DIR, DockerExecutor, read_only_sources
 from estimator.backends.local.state import JobDir, write_json_atomic
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession
@@ -189,7 +186,7 @@ def test_no_engine_says_how_to_start_one_or_to_use_processes(tmp_path: Path) -> 
 def test_no_engine_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such-docker.sock")
     with pytest.raises(ConfigurationError) as err:
-        docker_backend.docker_client()
+        containers.docker_client()
     assert err.value.field == "executor"
     assert "dockerd" in str(err.value) and "executor='process'" in str(err.value)
 
@@ -285,7 +282,7 @@ def test_container_arguments_per_host(tmp_path: Path) -> None:
     assert kwargs["network_mode"] == "host"
     assert kwargs["extra_hosts"] == {"algo-1": "127.0.0.1", "algo-2": "127.0.0.2"}
     assert kwargs["user"] == "1234:5678" and kwargs["group_add"] == ["0"]
-    assert kwargs["labels"] == {LABEL_JOB: "job-1", docker_backend.LABEL_HOST: "algo-2"}
+    assert kwargs["labels"] == {LABEL_JOB: "job-1", containers.LABEL_HOST: "algo-2"}
     [request] = kwargs["device_requests"]
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
     root = _agent(tmp_path / "r", FakeClient(), _spec(tmp_path / "r"), gpus=False, uid=0, gid=0)
@@ -389,7 +386,7 @@ def test_container_that_cannot_start_fails_the_job_with_a_client_error(tmp_path:
     assert state["TrainingJobStatus"] == contract.STATUS_FAILED
     assert state["FailureReason"].startswith("ClientError: cannot start algo-1")
     assert "invalid mount config" in state["FailureReason"]
-    assert state["ExitCode"] == docker_backend.START_FAILED_EXIT_CODE
+    assert state["ExitCode"] == containers.START_FAILED_EXIT_CODE
 
 
 def test_mount_source_deleted_before_launch_fails_the_job_naming_it(tmp_path: Path) -> None:
@@ -484,7 +481,7 @@ def test_ssh_material_gives_each_host_its_own_sshd_port(tmp_path: Path) -> None:
 def test_mpi_jobs_get_ssh_ports_and_sshd_config_per_container(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(docker_backend, "_ssh_keygen", _fake_keygen)
+    monkeypatch.setattr(container_ssh, "_ssh_keygen", _fake_keygen)
     spec = _spec(tmp_path, hyperparameters={})
     spec.HyperParameters[contract.HP_MPI_ENABLED] = "true"
     assert uses_mpi(spec)
@@ -513,7 +510,7 @@ def test_reaper_removes_the_containers_of_a_dead_agent(tmp_path: Path) -> None:
     client = FakeClient()
     left = FakeContainer("job-9-algo-1", {LABEL_JOB: "job-9"}, [], None)
     client.containers.all.append(left)
-    assert docker_backend.reap(job, client, poll_seconds=0.01) == ["job-9-algo-1"]
+    assert containers.reap(job, client, poll_seconds=0.01) == ["job-9-algo-1"]
     assert left.removed
 
 

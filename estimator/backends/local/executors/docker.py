@@ -7,7 +7,7 @@ its files (:mod:`estimator.backends.local.state`), the per-host ``/opt/ml`` tree
 streaming, failure / stop / ``max_run`` policy and artifact packaging
 (:mod:`estimator.backends.local.agent`). :class:`DockerExecutor` only replaces the host processes by
 containers, which it makes look like the ``subprocess.Popen`` objects the agent supervises
-(:class:`ContainerProcess`).
+(:class:`~estimator.backends.local.executors.containers.ContainerProcess`).
 
 Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
 
@@ -46,19 +46,35 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, LaunchContext
+from estimator.backends.local.executors.container_ssh import (
+    CONTAINER_SSH_CLIENT_CONFIG,
+    CONTAINER_SSH_DIR,
+    SSH_DIR_NAME,
+    host_address,
+    host_addresses,
+    uses_mpi,
+    write_ssh_material,
+)
+from estimator.backends.local.executors.containers import (
+    LABEL_HOST,
+    LABEL_JOB,
+    NO_ENGINE_FIX,
+    ContainerProcess,
+    FailedStart,
+    api_message,
+    docker_client,
+    docker_errors,
+    reap,
+    sweep,
+)
 from estimator.backends.local.executors.credentials import CredentialServer, container_aws_configuration
 from estimator.backends.local.state import JobDir
 from estimator.errors import ConfigurationError
@@ -67,80 +83,16 @@ from runtime import contract
 from runtime.processes import free_port
 
 DOCKER_IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
-LABEL_JOB = "smlaunch.job"
-LABEL_HOST = "smlaunch.host"
 LABEL_OURS = "smlaunch.image"
 """Set by container/Dockerfile.* on smlaunch's images: they are known to provide ``train``."""
 CONTAINER_BASE_DIR = "/opt/ml"
-CONTAINER_SSH_DIR = "/etc/smlaunch-ssh"
-CONTAINER_SSH_CLIENT_CONFIG = "/etc/ssh/ssh_config.d/smlaunch-job.conf"
-SSH_DIR_NAME = "ssh"
 
-
-def host_address(host: str, names: list[str]) -> str:
-    """Host ``i`` (0-based) of the job resolves to ``127.0.0.<i+1>``: a loopback address of its own.
-
-    Every container shares this machine's network, so all of 127.0.0.0/8 reaches every container
-    over ``lo``; distinct addresses keep the hosts distinct for software that decides "local or
-    remote" by address: OpenMPI's ``mpirun`` would otherwise take every host resolving to
-    127.0.0.1 for itself and start all ranks in the master's container instead of over ssh.
-    """
-    return f"127.0.0.{names.index(host) + 1}"
-
-
-def host_addresses(names: list[str]) -> dict[str, str]:
-    return {name: host_address(name, names) for name in names}
 
 # Variables of the caller's environment a container inherits besides its non-secret AWS
 # configuration (estimator.backends.local.executors.credentials): smlaunch's knobs such as fault injection.
 # Everything else of this machine, credentials included, stays out of the container's definition.
 INHERITED_PREFIXES = ("SMLAUNCH_",)
-START_FAILED_EXIT_CODE = 125
-"""What ``docker run`` exits with when the container cannot be created or started."""
-
-_NO_ENGINE_FIX = (
-    "start a Docker engine (e.g. `sudo dockerd --storage-driver=vfs --iptables=false --bridge=none &`, "
-    "or `sudo systemctl start docker`) and make sure DOCKER_HOST or /var/run/docker.sock reaches it; "
-    "or run the job as processes with LocalSession(executor='process')"
-)
 _TRAIN_CHECKED: dict[str, bool] = {}
-
-
-API_TIMEOUT_SECONDS = 900.0
-"""Creating a container can take minutes: with the vfs storage driver (the only one in some CI and
-rootless setups) the engine copies the image's whole file system (about 1.4 GB) per container."""
-PING_TIMEOUT_SECONDS = 30.0
-
-
-def docker_client(timeout: float | None = API_TIMEOUT_SECONDS) -> Any:
-    """A Docker SDK client from the environment (DOCKER_HOST, ...) that answers a ping.
-
-    ``timeout`` bounds each API request once the engine answered (``None``: unbounded, for log
-    streams and waits). Raises ConfigurationError saying how to start an engine, or to use the
-    process executor.
-    """
-    try:
-        import docker
-    except ImportError:
-        raise ConfigurationError(
-            "executor", "docker", "the `docker` Python package is not installed",
-            "pip install 'smlaunch[docker]' (or docker>=7), or use LocalSession(executor='process')",
-        ) from None
-    try:
-        client = docker.from_env(timeout=int(PING_TIMEOUT_SECONDS))
-        client.ping()
-        client.api.timeout = timeout
-    except Exception as exc:
-        raise ConfigurationError(
-            "executor", "docker", f"no Docker engine answers ({type(exc).__name__}: {exc})", _NO_ENGINE_FIX
-        ) from None
-    return client
-
-
-def _errors() -> Any:
-    import docker.errors
-
-    return docker.errors
 
 
 def _child_environment() -> dict[str, str]:
@@ -158,7 +110,7 @@ def _require_train(client: Any, image: str, found: Any) -> None:
         return
     image_id = str(getattr(found, "id", image))
     if image_id not in _TRAIN_CHECKED:
-        errors = _errors()
+        errors = docker_errors()
         try:
             client.containers.run(
                 image, entrypoint=["/bin/sh", "-c"], command=["command -v train"],
@@ -211,232 +163,6 @@ def read_only_sources(spec: TrainingJobSpec, job: JobDir | None) -> list[Path]:
     return unique
 
 
-# --- containers as processes ----------------------------------------------------------------------
-
-class ContainerProcess:
-    """A started container, shaped like the ``subprocess.Popen`` the local agent supervises.
-
-    ``poll()``/``wait()`` report the container's exit code (``128 + N`` when killed by signal N, as
-    Docker reports it); ``send_signal``/``terminate``/``kill`` signal its PID 1 (tini, which forwards
-    to the runtime); ``stdout.readline()`` yields its merged output line by line, and after the last
-    line one line of smlaunch's own when the container ended in a way the runtime could not report
-    (killed or removed from outside smlaunch, out of memory).
-    """
-
-    def __init__(self, container: Any, stream_container: Any, host: str) -> None:
-        self.container = container
-        self.host = host
-        self.pid = -1  # not a child of the agent; the agent's process-tree sweep skips it
-        self.returncode: int | None = None
-        self.signalled = False
-        self.note: str | None = None
-        self._exited = threading.Event()
-        self._stream_container = stream_container
-        self.stdout = _LineReader(self._chunks())
-        self._waiter = threading.Thread(target=self._wait, name=f"wait-{host}", daemon=True)
-        self._waiter.start()
-
-    def _wait(self) -> None:
-        errors = _errors()
-        code = 137
-        while True:
-            try:
-                code = int(self._stream_container.wait().get("StatusCode", 137))
-                break
-            except errors.NotFound:
-                self.note = f"container {self.container.name} was removed from outside smlaunch"
-                break
-            except Exception:  # a dropped connection to the engine: ask again unless it is gone
-                time.sleep(0.5)
-                try:
-                    self.container.reload()
-                except errors.NotFound:
-                    self.note = f"container {self.container.name} was removed from outside smlaunch"
-                    break
-                except Exception:
-                    continue
-                if self.container.status in ("exited", "dead"):
-                    code = int(self.container.attrs["State"].get("ExitCode", 137))
-                    break
-        if self.note is None and code != 0:
-            self.note = self._diagnose(code)
-        self.returncode = code
-        self._exited.set()
-
-    def _diagnose(self, code: int) -> str | None:
-        with contextlib.suppress(Exception):
-            self.container.reload()
-            state = self.container.attrs.get("State", {})
-            if state.get("OOMKilled"):
-                return f"container {self.container.name} was killed: out of memory (exit code {code})"
-        if code == 137 and not self.signalled:
-            return (f"container {self.container.name} was killed from outside smlaunch "
-                    "(exit code 137, SIGKILL)")
-        return None
-
-    def _chunks(self) -> Iterator[bytes]:
-        with contextlib.suppress(Exception):
-            yield from self._stream_container.logs(stream=True, follow=True, stdout=True, stderr=True)
-        self._exited.wait(30)
-        if self.note:
-            yield f"\n[smlaunch] {self.note}\n".encode()
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self._exited.wait(timeout):
-            raise subprocess.TimeoutExpired(f"container {self.container.name}", timeout or 0)
-        assert self.returncode is not None
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is not None:
-            return
-        self.signalled = True
-        with contextlib.suppress(Exception):  # already gone: nothing to signal
-            self.container.kill(signal=int(sig))
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
-class FailedStart:
-    """A host whose container could not be created or started: it 'exited' with 125 and says why."""
-
-    def __init__(self, host: str, message: str) -> None:
-        self.host = host
-        self.pid = -1
-        self.returncode = START_FAILED_EXIT_CODE
-        self.note: str | None = message
-        self.stdout = _LineReader(iter([f"[smlaunch] {message}\n".encode()]))
-
-    def poll(self) -> int:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        return None
-
-    def terminate(self) -> None:
-        return None
-
-    def kill(self) -> None:
-        return None
-
-
-class _LineReader:
-    """``readline()`` over an iterator of byte chunks; ``b""`` at the end, like a pipe."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._buffer = b""
-        self._done = False
-
-    def readline(self) -> bytes:
-        while b"\n" not in self._buffer and not self._done:
-            try:
-                self._buffer += next(self._chunks)
-            except StopIteration:
-                self._done = True
-        if b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            return line + b"\n"
-        line, self._buffer = self._buffer, b""
-        return line
-
-
-# --- ssh for MPI across containers ----------------------------------------------------------------
-
-def uses_mpi(spec: TrainingJobSpec) -> bool:
-    """Whether the runtime will run ``mpirun`` across hosts (MPI or model parallel)."""
-    raw = (spec.HyperParameters or {}).get(contract.HP_MPI_ENABLED, "false")
-    with contextlib.suppress(ValueError):
-        raw = json.loads(raw)
-    return raw is True or str(raw).lower() == "true"
-
-
-def write_ssh_material(
-    directory: Path, ports: dict[str, int], keygen: Callable[[Path], None] | None = None
-) -> None:
-    """Per-job ssh keys and configs for MPI between containers on one machine (module docstring).
-
-    Files are the caller's and 0600 (the containers run as the caller, and ssh refuses keys others
-    can read): ``id_ed25519`` (+ ``.pub`` = ``authorized_keys``), ``ssh_host_ed25519_key``,
-    ``sshd_config-<host>`` (listens on the host's address and port), ``ssh_config`` (every host ->
-    its address and port, no host-key prompts).
-    """
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (keygen or _ssh_keygen)(directory)
-    (directory / "authorized_keys").write_bytes((directory / "id_ed25519.pub").read_bytes())
-    for host, port in sorted(ports.items()):
-        (directory / f"sshd_config-{host}").write_text(
-            "\n".join(
-                [
-                    f"Port {port}",
-                    f"ListenAddress {host_address(host, sorted(ports))}",
-                    f"HostKey {CONTAINER_SSH_DIR}/ssh_host_ed25519_key",
-                    f"AuthorizedKeysFile {CONTAINER_SSH_DIR}/authorized_keys",
-                    "PubkeyAuthentication yes",
-                    "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no",
-                    "PermitRootLogin prohibit-password",
-                    "UsePAM no",
-                    "StrictModes no",  # the image's home is group-writable (arbitrary uids)
-                    "PidFile none",
-                    "LogLevel ERROR",
-                    "",
-                ]
-            )
-        )
-    lines: list[str] = []
-    for host, port in sorted(ports.items()):
-        lines += [
-            f"Host {host}",
-            f"    HostName {host_address(host, sorted(ports))}",
-            f"    Port {port}",
-            f"    IdentityFile {CONTAINER_SSH_DIR}/id_ed25519",
-            "    StrictHostKeyChecking no",
-            "    UserKnownHostsFile /dev/null",
-            "    LogLevel ERROR",
-        ]
-    (directory / "ssh_config").write_text("\n".join(lines) + "\n")
-    for path in directory.iterdir():
-        path.chmod(0o600)
-
-
-def _ssh_keygen(directory: Path) -> None:
-    keygen = shutil.which("ssh-keygen")
-    if keygen is None:
-        raise ConfigurationError(
-            "distribution", "mpi",
-            "MPI jobs in containers need ssh-keygen on this machine to make per-job keys",
-            "install openssh-client (apt-get install openssh-client)",
-        )
-    for name, comment in (("id_ed25519", "smlaunch-job"), ("ssh_host_ed25519_key", "smlaunch-host")):
-        subprocess.run(
-            [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(directory / name)],
-            check=True, capture_output=True, timeout=30,
-        )
-
-
-# --- the agent ------------------------------------------------------------------------------------
-
-def sweep(client: Any, job_name: str) -> list[str]:
-    """Remove (force) every container labelled with ``job_name``; returns their names."""
-    removed = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_JOB}={job_name}"}):
-        with contextlib.suppress(Exception):
-            container.remove(force=True)
-            removed.append(container.name)
-    return removed
-
-
 class DockerExecutor(Executor):
     """One container per host (module docstring); the agent's policy applies unchanged.
 
@@ -471,7 +197,7 @@ class DockerExecutor(Executor):
             except Exception as exc:
                 raise ConfigurationError(
                     "executor", "docker", f"the Docker engine does not answer ({type(exc).__name__}: {exc})",
-                    _NO_ENGINE_FIX,
+                    NO_ENGINE_FIX,
                 ) from None
         return self._client
 
@@ -493,7 +219,7 @@ class DockerExecutor(Executor):
         could create the missing source as root (:meth:`_start`)."""
         client = self.client()
         image = self.image(spec)
-        errors = _errors()
+        errors = docker_errors()
         try:
             found = client.images.get(image)
         except errors.ImageNotFound:
@@ -674,7 +400,7 @@ class DockerExecutor(Executor):
         try:
             container = client.containers.run(**kwargs)
         except Exception as exc:
-            message = f"cannot start {host} from image {kwargs['image']}: {_api_message(exc)}"
+            message = f"cannot start {host} from image {kwargs['image']}: {api_message(exc)}"
             if getattr(exc, "status_code", None) == 409:
                 message += (f" (a container named {kwargs['name']} already exists, left by an earlier "
                             f"job of that name: `docker rm -f {kwargs['name']}`)")
@@ -718,18 +444,6 @@ class DockerExecutor(Executor):
         removed = sweep(self.agent_client(), context.spec.TrainingJobName)
         if removed:
             print(f"removed leftover containers {removed}", flush=True)
-
-def _api_message(exc: Exception) -> str:
-    explanation = getattr(exc, "explanation", None)
-    return str(explanation or exc)
-
-
-def reap(job: JobDir, client: Any | None = None, poll_seconds: float = 1.0) -> list[str]:
-    """Wait until the job's agent is gone, then remove any container it left (its safety net)."""
-    while job.agent_alive() is not False:
-        time.sleep(poll_seconds)
-    return sweep(client or docker_client(), job.name)
-
 
 def main(argv: list[str] | None = None) -> int:
     """``--reap <job dir>``: the safety net :meth:`DockerExecutor.submitted` starts."""

@@ -30,7 +30,10 @@ for epoch in range(args.epochs):
 @pytest.mark.slow
 def test_job_becomes_an_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3 keeps the file store opt-in
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # mlflow.set_tracking_uri() below writes os.environ["MLFLOW_TRACKING_URI"]; setting it through
+    # monkeypatch first makes teardown remove it, so later tests (the SDK oracle's fit() forwards
+    # metrics to MLflow whenever the variable is set) never see this test's store.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text(SCRIPT)

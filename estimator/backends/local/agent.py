@@ -4,6 +4,10 @@ Started detached (own session) by :meth:`LocalBackend.submit`, so the notebook r
 the job survives the notebook; every handle talks to it through the files of the job directory
 (:mod:`estimator.backends.local.state`). It is the only writer of ``state.json``.
 
+One concept, kept in one module although it is over 500 lines: the job's state machine and its
+failure policy, which must be read together to be trusted. What varies by where hosts run lives in
+the executors; data, checkpoints, spot attempts, metrics and artifacts live in their own modules.
+
 What it does, in order: write every host's ``/opt/ml`` tree and channel views (SecondaryStatus
 ``Downloading``); have the job's executor start every host (``Training``): one ``python -m
 runtime`` per host as a local process (:mod:`estimator.backends.local.executors.process`, the

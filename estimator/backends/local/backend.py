@@ -18,6 +18,9 @@ its docstring for the policy).
 Every other operation reads or writes files of the job directory only, so any handle in any
 Python process (``LocalSession(root).backend().describe(name)``) can describe, stream, wait on or
 stop a job that another process submitted.
+
+Over 500 lines but one concept: the four operations of the backend contract on a job directory
+(reserve/submit, describe, logs, stop) and the checks only this machine can make before them.
 """
 
 from __future__ import annotations

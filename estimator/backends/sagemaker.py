@@ -24,7 +24,9 @@ waiting.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
+import posixpath
 import random
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -62,6 +64,27 @@ THROTTLING_CODES = frozenset({
 
 def _error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
+
+
+CLAIM_OBJECT = ".smlaunch-claim"
+"""Empty object written beside ``sourcedir.tar.gz`` by :meth:`SageMakerBackend.reserve`."""
+
+
+def _claim_location(spec: TrainingJobSpec) -> tuple[str, str] | None:
+    """(bucket, key) of the name claim: beside the staged code when it lives under ``<job>/source/``;
+    None when the code is the user's own ``s3://`` archive, which nothing stages over."""
+    raw = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
+    if not raw:
+        return None
+    uri = json.loads(raw)
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        return None
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    source = posixpath.dirname(key)
+    job_dir = posixpath.dirname(source)
+    if posixpath.basename(source) != "source" or posixpath.basename(job_dir) != spec.TrainingJobName:
+        return None
+    return bucket, posixpath.join(source, CLAIM_OBJECT)
 
 
 def _job_not_found(error: ClientError) -> bool:
@@ -125,21 +148,52 @@ class SageMakerBackend(Backend):
         refuse_earlier_output(spec, self.session.s3_client)
 
     def reserve(self, spec: TrainingJobSpec) -> None:
-        """Refuse a name SageMaker already has before any code is staged: re-running ``fit`` with a
-        finished job's name would otherwise overwrite that job's ``<job>/source/sourcedir.tar.gz``
-        and only then be refused by CreateTrainingJob. (Not a lock: CreateTrainingJob stays the
-        arbiter between submitters racing past this check at the same moment.)"""
+        """Claim the job's name before any code is staged.
+
+        First a name SageMaker already has is refused: re-running ``fit`` with a finished job's name
+        would otherwise overwrite that job's ``<job>/source/sourcedir.tar.gz`` and only then be
+        refused by CreateTrainingJob. Then, when the code is staged under ``<job>/source/``, an
+        empty claim object (:data:`CLAIM_OBJECT`) is written beside it with S3's conditional write
+        (``If-None-Match: *``): of two submitters racing past the first check at the same moment,
+        exactly one writes it, and the other is refused before it stages anything, so the accepted
+        job always runs its own code. The claim stays after a successful submit (removing it would
+        reopen the race for a submitter still between the two checks); :meth:`release` removes it
+        when the job was not submitted after all."""
         name = spec.TrainingJobName
         try:
             with aws_errors(f"look up the training job name {name}"):
                 self.session.sagemaker_client().describe_training_job(TrainingJobName=name)
         except ClientError as error:
-            if _job_not_found(error):
-                return  # the name is free
-            raise
-        raise JobNameTakenError("job_name", name,
-                                f"a training job with this name already exists in {self.session.region_name}",
-                                "pass another job_name, or leave it unset for a timestamped one")
+            if not _job_not_found(error):
+                raise
+        else:
+            raise JobNameTakenError(
+                "job_name", name,
+                f"a training job with this name already exists in {self.session.region_name}",
+                "pass another job_name, or leave it unset for a timestamped one")
+        claim = _claim_location(spec)
+        if claim is None:
+            return
+        bucket, key = claim
+        try:
+            with aws_errors(f"claim the job name {name} at s3://{bucket}/{key}"):
+                self.session.s3_client().put_object(Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*",
+                                                    ServerSideEncryption="aws:kms",
+                                                    **self.session.bucket_owner_args(bucket))
+        except ClientError as error:
+            if _error_code(error) not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise
+            raise JobNameTakenError(
+                "job_name", name,
+                f"another submitter is starting a job of this name (s3://{bucket}/{key} exists)",
+                "pass another job_name, or leave it unset for a timestamped one") from None
+
+    def release(self, spec: TrainingJobSpec) -> None:
+        """Remove the claim :meth:`reserve` wrote, when the job was not submitted after all."""
+        claim = _claim_location(spec)
+        if claim is not None:
+            with aws_errors(f"release the job name {spec.TrainingJobName}"):
+                self.session.s3_client().delete_object(Bucket=claim[0], Key=claim[1])
 
     def submit(self, spec: TrainingJobSpec) -> None:
         request = spec.to_request()

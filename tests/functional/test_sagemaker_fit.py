@@ -132,9 +132,11 @@ def test_fit_stages_submits_follows_and_completes(
     assert code["Metadata"]  # content hash, so unchanged code is not uploaded twice
     with tarfile.open(fileobj=io.BytesIO(code["Body"].read())) as tar:
         assert {"train.py", "utils/helpers.py"} <= set(tar.getnames())
-    # As the SDK: SSE-KMS on every upload, ExpectedBucketOwner because it is the generated bucket.
+    # As the SDK: SSE-KMS on every upload, ExpectedBucketOwner because it is the generated bucket;
+    # plus the empty claim on the job's name (SageMakerBackend.reserve), written before the code.
     assert sorted(p["Key"] for p in puts) == sorted(
-        [f"{job}/source/sourcedir.tar.gz"] + [f"{job}/input/train/part-{i}.csv" for i in (0, 1)]
+        [f"{job}/source/.smlaunch-claim", f"{job}/source/sourcedir.tar.gz"]
+        + [f"{job}/input/train/part-{i}.csv" for i in (0, 1)]
     )
     assert all(p["ServerSideEncryption"] == "aws:kms" and p["ExpectedBucketOwner"] == ACCOUNT for p in puts)
     staged = s3.list_objects_v2(Bucket=DEFAULT_BUCKET, Prefix=f"{job}/input/train/")["Contents"]
@@ -246,3 +248,28 @@ def test_a_used_job_name_is_refused_before_its_code_is_overwritten(
         estimator(project, session).fit("s3://my-bucket/d", job_name="bert-again", wait=False)
     assert caught.value.field == "job_name" and "Fix: " in str(caught.value)
     assert s3.get_object(Bucket=DEFAULT_BUCKET, Key=key)["Body"].read() == first
+
+
+def test_two_submitters_racing_on_one_name_never_run_each_others_code(
+    aws: FakeSageMaker, session: Session, project: Path
+) -> None:
+    """Both submitters pass the DescribeTrainingJob check before either has created the job (planned
+    and reserved in turn here, as they interleave in a race): the second is refused before it stages
+    anything, and the first job's code is its own."""
+    first = estimator(project, session)
+    first_spec = first.plan("s3://my-bucket/d", job_name="raced")
+    session.backend().reserve(first_spec)
+    (project / "src" / "train.py").write_text("print('the other submitter')\n")
+    with pytest.raises(JobNameTakenError) as caught:
+        estimator(project, session).fit("s3://my-bucket/d", job_name="raced", wait=False)
+    assert "another submitter" in str(caught.value) and "Fix: " in str(caught.value)
+    s3 = aws.boto_session.client("s3")
+    listed = s3.list_objects_v2(Bucket=DEFAULT_BUCKET, Prefix="raced/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == ["raced/source/.smlaunch-claim"]
+    # The winner's release (its submit failed) frees the name for a later fit of the same name.
+    session.backend().release(first_spec)
+    estimator(project, session).fit("s3://my-bucket/d", job_name="raced", wait=False)
+    code = s3.get_object(Bucket=DEFAULT_BUCKET, Key="raced/source/sourcedir.tar.gz")["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(code)) as tar:
+        member = tar.extractfile("train.py")
+        assert member is not None and member.read() == b"print('the other submitter')\n"

@@ -409,7 +409,7 @@ _UNREADABLE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 def _headers(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     """The members of a stream, without ``tarfile`` keeping every header in memory."""
     for info in tar:
-        tar.members.clear()
+        tar.members.clear()  # type: ignore[attr-defined]  # not in typeshed: TarFile keeps headers here
         yield info
 
 

@@ -175,7 +175,7 @@ def _index(device: Any, call: str) -> int:
 def _is_cuda(device: Any) -> bool:
     if isinstance(device, str):
         return bool(_CUDA_DEVICE.match(device))
-    return isinstance(device, _device_types) and device.type == "cuda"
+    return isinstance(device, _device_types) and getattr(device, "type", None) == "cuda"
 
 
 def _cpu(device: Any, call: str) -> Any:
@@ -317,7 +317,7 @@ def _returns(value: Any) -> Callable[..., Any]:
     return constant
 
 
-def _patch_torch(torch: types.ModuleType) -> None:
+def _patch_torch(torch: Any) -> None:  # a module whose attributes are replaced
     global _device_types
     _device_types = (torch.device,)
     cuda = torch.cuda
@@ -413,7 +413,7 @@ def _patch_torch(torch: types.ModuleType) -> None:
     _DeviceMode(torch).enter()
 
 
-def _patch_amp(torch: types.ModuleType) -> None:
+def _patch_amp(torch: Any) -> None:  # a module whose attributes are replaced
     """CUDA autocast and GradScaler off, as torch itself turns them off without CUDA."""
     autocast, scaler = torch.amp.autocast_mode.autocast, torch.amp.grad_scaler.GradScaler
     autocast_init, scaler_init = autocast.__init__, scaler.__init__
@@ -437,7 +437,7 @@ def _patch_amp(torch: types.ModuleType) -> None:
     autocast.__init__, scaler.__init__ = init_autocast, init_scaler
 
 
-def _patch_distributed(torch: types.ModuleType) -> None:
+def _patch_distributed(torch: Any) -> None:  # a module whose attributes are replaced
     """NCCL requested -> gloo; DDP without device ids for a module on the CPU."""
     dist = torch.distributed
     if not dist.is_available():
@@ -463,7 +463,7 @@ def _patch_distributed(torch: types.ModuleType) -> None:
         return new_group(*args, **kwargs)
 
     dist.init_process_group, dist.new_group = init_process_group, new_group_gloo
-    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    c10d: Any = sys.modules.get("torch.distributed.distributed_c10d")
     if c10d is not None:
         c10d.init_process_group, c10d.new_group = init_process_group, new_group_gloo
 
@@ -482,7 +482,7 @@ def _patch_distributed(torch: types.ModuleType) -> None:
     ddp.__init__ = init_ddp
 
 
-def _patch_cpp_extension(extension: types.ModuleType) -> None:
+def _patch_cpp_extension(extension: Any) -> None:  # a module whose attributes are replaced
     """CUDA extensions cannot be built or loaded: refuse them by name; C++ ones work as usual."""
 
     Call = Callable[..., Any]

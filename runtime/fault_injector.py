@@ -112,8 +112,8 @@ class FaultInjector(SupervisorHook):
                 f"fault injection: {fault.describe()}: SIGKILL to its {len(victims)} rank(s) run from here"
             )
             self.applied.append(fault)
-            for info in victims:
-                self._signal(info.pid, signal.SIGKILL)
+            for victim in victims:
+                self._signal(victim.pid, signal.SIGKILL)
             return
         if fault.kind == "kill_host":
             self.log(f"fault injection: {fault.describe()}: SIGKILL to every process of {self.host}")

@@ -34,8 +34,11 @@ from runtime import contract
 class _Topology(Protocol):
     """The parts of :class:`runtime.environment.Environment` that :func:`framework_env_for` reads."""
 
-    distribution_hosts: list[str]
-    master_port: int
+    @property
+    def distribution_hosts(self) -> list[str]: ...
+
+    @property
+    def master_port(self) -> int: ...
 
     @property
     def host_rank(self) -> int: ...

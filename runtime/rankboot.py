@@ -114,7 +114,7 @@ def _wrap_init_process_group(module: Any) -> None:
 
     init_process_group._smlaunch_wrapped = True  # type: ignore[attr-defined]
     module.init_process_group = init_process_group
-    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    c10d: Any = sys.modules.get("torch.distributed.distributed_c10d")
     if c10d is not None and getattr(c10d, "init_process_group", None) is original:
         c10d.init_process_group = init_process_group
 

@@ -35,10 +35,17 @@ PS_PORT = 2223
 
 
 class _Hosts(Protocol):
-    distribution_hosts: list[str]
-    current_host: str
-    master_port: int
-    framework_params: dict[str, Any]
+    @property
+    def distribution_hosts(self) -> list[str]: ...
+
+    @property
+    def current_host(self) -> str: ...
+
+    @property
+    def master_port(self) -> int: ...
+
+    @property
+    def framework_params(self) -> dict[str, Any]: ...
 
     def address_of(self, host: str) -> str: ...
 

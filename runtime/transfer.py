@@ -42,6 +42,7 @@ key *is* the prefix keeps its base name). Runtime code may import this module; i
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import logging
@@ -50,7 +51,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -305,7 +306,7 @@ class TransferEngine:
         enabled = self.progress if self.progress is not None else interactive_output()
         return ProgressBar(total, label, bool(enabled) and large)
 
-    def _pool_map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    def _pool_map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         if len(items) <= 1:
             return [fn(item) for item in items]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
@@ -400,7 +401,7 @@ class TransferEngine:
         sha: str | None = head.get("Metadata", {}).get(SHA256_METADATA_KEY)
         return sha
 
-    def _upload_many(self, jobs: list[tuple[Path, str, str]], remote: dict[str, ObjectInfo],
+    def _upload_many(self, jobs: Sequence[tuple[Path, str, str]], remote: dict[str, ObjectInfo],
                      skip_unchanged: bool, extra_args: dict[str, Any] | None,
                      label: str) -> TransferSummary:
         started = time.monotonic()
@@ -478,7 +479,7 @@ class TransferEngine:
         return self.download_objects(objects, Path(directory), skip_unchanged=skip_unchanged)
 
     def download_objects(self, objects: Iterable[ObjectInfo], directory: Path, *,
-                         skip_unchanged: bool = True, dest_paths: list[Path] | None = None,
+                         skip_unchanged: bool = True, dest_paths: Sequence[Path] | None = None,
                          on_done: Callable[[ObjectInfo, Path], None] | None = None,
                          cancel: threading.Event | None = None, label: str = "download") -> TransferSummary:
         """Download listed objects into ``directory / rel`` (or ``dest_paths``), in parallel.
@@ -594,6 +595,7 @@ class TransferEngine:
         actual = path.stat().st_size
         if actual != size:
             return f"size {actual} != expected {size} (truncated)"
+        got: str | None
         if sha256 is not None:
             got = sha256_file(path)
             return None if got == sha256 else f"sha256 {got} != {sha256} (corrupt)"
@@ -604,7 +606,7 @@ class TransferEngine:
 
     # -- local copies
 
-    def _copy_files(self, pairs: list[tuple[Path, Path]], skip_unchanged: bool,
+    def _copy_files(self, pairs: Sequence[tuple[Path, Path]], skip_unchanged: bool,
                     label: str) -> TransferSummary:
         started = time.monotonic()
         summary = TransferSummary()
@@ -651,7 +653,7 @@ class TransferEngine:
 
     # -- deletions
 
-    def delete(self, uri: str | Path, rels: Iterable[str]) -> list[str]:
+    def delete(self, uri: str | Path, rels: Iterable[str]) -> builtins.list[str]:
         """Delete the objects ``rels`` (relative paths) under an S3 prefix or local directory;
         return the ones deleted. An object already absent is not an error."""
         rels = sorted(set(rels))

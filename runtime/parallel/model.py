@@ -407,7 +407,7 @@ class DistributedModel(nn.Module):
         st = STATE.require()
         pp, num = st.pp, self.num_stages
         group = st.process_group("P")
-        stages = []
+        stages: list[Any] = []  # PipelineStage, as _Pipeline.stages
         for sid in range(num):
             if sid % pp != st.coords()["P"]:
                 continue
@@ -453,6 +453,7 @@ class DistributedModel(nn.Module):
             return holder.loss_fn[0](output, target)
 
         pipeline = st.config.values["pipeline"]  # type: ignore[union-attr]
+        schedule: ScheduleInterleaved1F1B | ScheduleGPipe | Schedule1F1B
         if st.virtual_stages > 1:
             rounds = max(1, num_mb // pp)
             if num_mb % rounds:

@@ -132,8 +132,8 @@ def _probe_chain(model: nn.Module, example: tuple[torch.Tensor, ...], training: 
     finally:
         for h in handles:
             h.remove()
-        for m, mode in modes.items():
-            m.training = mode
+        for m, was_training in modes.items():
+            m.training = was_training
     mode = "training" if training else "eval"
     if not calls:
         raise _not_a_chain(model, f"forward calls none of its children (in {mode} mode)")

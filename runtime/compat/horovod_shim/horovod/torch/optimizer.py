@@ -157,7 +157,7 @@ def DistributedOptimizer(
         raise ValueError(f"DistributedOptimizer: {type(optimizer).__name__} is not a torch.optim.Optimizer")
     base = type(optimizer)
     methods = {k: v for k, v in vars(_DistributedOptimizer).items() if k not in ("__dict__", "__weakref__")}
-    cls = type(base.__name__, (base,), methods)
+    cls: Any = type(base.__name__, (base,), methods)  # base + _DistributedOptimizer, built at run time
     wrapped = cls.__new__(cls)
     # The wrapped instance shares the user's param_groups (and their options) and state, as
     # Horovod's does; the original object is not used afterwards.

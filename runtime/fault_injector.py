@@ -61,15 +61,16 @@ class FaultInjector(SupervisorHook):
             timer.start()
             self._timers.append(timer)
 
-    def on_output(self, label: str) -> None:
+    def on_output(self, label: str, lines: int = 1) -> None:
         found = _RANK_LABEL.search(label)
         if found is None or not any(f.after_lines is not None for f in self.faults):
             return
         rank = int(found.group(1))
         with self._lock:
-            count = self._lines[rank] = self._lines.get(rank, 0) + 1
-        for fault in self.faults:
-            if fault.after_lines == count and fault.rank == rank:
+            before = self._lines.get(rank, 0)
+            count = self._lines[rank] = before + lines
+        for fault in self.faults:  # fired once its count falls within this chunk of lines
+            if fault.after_lines is not None and before < fault.after_lines <= count and fault.rank == rank:
                 threading.Thread(target=self._fire, args=(fault,), daemon=True).start()
 
     def _hosts_others(self) -> bool:

@@ -57,8 +57,9 @@ class SupervisorHook:
     def on_start(self, processes: Sequence[StartedProcess]) -> None:
         """Every process of the plan has been started."""
 
-    def on_output(self, label: str) -> None:
-        """A process printed a line (``label`` after any ``split_line``: ``rank 3``)."""
+    def on_output(self, label: str, lines: int = 1) -> None:
+        """A process printed ``lines`` lines (``label`` after any ``split_line``: ``rank 3``); the
+        supervisor reports a chunk of lines at once."""
 
     def on_exit(self, label: str, exit_code: int) -> None:
         """A process started by the supervisor exited."""

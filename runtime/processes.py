@@ -10,6 +10,7 @@ Part of the shared layer (see :mod:`runtime`): pure standard library, no torch, 
 - :func:`pid_alive`: whether a process runs (a zombie does not).
 - :func:`become_subreaper`: orphaned descendants are re-parented to this process, which can then
   find, kill and reap them.
+- :func:`line_blocks`: a stream's output as blocks of whole lines, read in large chunks.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+READ_CHUNK_BYTES = 1 << 16
+"""How much :func:`pipe_reader` asks the kernel for at once."""
 PR_SET_PDEATHSIG = 1
 """``prctl`` option: the signal this process gets when the thread that created it ends."""
 PR_SET_CHILD_SUBREAPER = 36
@@ -108,3 +111,42 @@ def pid_alive(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except Exception:
         return False
+
+
+def pipe_reader(fd: int) -> Callable[[], bytes]:
+    """``read()`` of up to :data:`READ_CHUNK_BYTES` from ``fd``; ``b""`` at its end (or on an error)."""
+
+    def read() -> bytes:
+        try:
+            return os.read(fd, READ_CHUNK_BYTES)
+        except OSError:
+            return b""
+
+    return read
+
+
+def line_blocks(read: Callable[[], bytes]) -> Iterator[list[str]]:
+    """The lines ``read()`` returns (``b""`` at the end), one list per chunk that ends a line.
+
+    Lines come whole, decoded (UTF-8, errors replaced) and without their ``\\n`` or trailing
+    ``\\r``: a line longer than a chunk waits for its end; a last line without ``\\n`` comes when the
+    stream ends. Splitting a chunk in bulk costs far less than reading line by line.
+    """
+    pending = b""
+    while True:
+        chunk = read()
+        if chunk:
+            pending += chunk
+            end = pending.rfind(b"\n") + 1
+            if not end:
+                continue
+            block, pending = pending[:end - 1], pending[end:]
+        elif pending:
+            block, pending = pending, b""
+        else:
+            return
+        text = block.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line.rstrip("\r") for line in lines]
+        yield lines

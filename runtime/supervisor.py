@@ -9,10 +9,11 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
    are never re-split), in its own session and process group, with ``PR_SET_PDEATHSIG=SIGKILL`` so
    that a rank dies with the runtime even when the runtime itself is SIGKILLed. Before anything
    starts, the resolved topology (launcher, hosts, ranks, master, backend, commands) is logged once.
-2. **Output.** stdout and stderr of every process are read line by line and printed as
-   ``[<host>/<label>] <line>`` (``[algo-2/rank 5] loss=0.3``) on the runtime's stdout and stderr
-   respectively; the supervisor's own lines read ``[<host>] ...``. The last 100 stderr lines of each
-   process are kept, and the last Python traceback is kept whole.
+2. **Output.** stdout and stderr of every process are read in 64 KiB chunks and printed, whole
+   lines only and a chunk's lines in one write, as ``[<host>/<label>] <line>`` (``[algo-2/rank 5]
+   loss=0.3``) on the runtime's stdout and stderr respectively; the supervisor's own lines read
+   ``[<host>] ...``. The last 100 stderr lines of each process are kept, and the last Python
+   traceback is kept whole.
 3. **First failure wins.** The first process that exits non-zero is the job's root cause: every
    other process group gets SIGTERM at once, and SIGKILL after ``fail_fast_grace`` seconds (3 s,
    so the host ends within 5 s). Exits that follow (peers that lost their collective, ranks killed
@@ -59,7 +60,7 @@ from typing import IO, TYPE_CHECKING, Any
 from runtime import contract
 from runtime.containment import Containment
 from runtime.launchers.base import LaunchPlan, ProcessSpec
-from runtime.processes import die_with_parent, exit_code_of
+from runtime.processes import die_with_parent, exit_code_of, line_blocks, pipe_reader
 
 if TYPE_CHECKING:
     from runtime.hooks import SupervisorHook
@@ -279,23 +280,43 @@ class Supervisor:
             self.log(line)
 
     def _read(self, proc: _Proc, pipe: IO[bytes], is_stderr: bool) -> None:
+        """Copy a process's stream to ours: read in large chunks, prefix whole lines in bulk.
+
+        A line is only ever printed whole; a last line without ``\\n`` is printed when the stream ends.
+        """
         stream = self.stderr if is_stderr else self.stdout
-        split = proc.spec.split_line
-        for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            label = proc.spec.label
-            if split is not None:
-                split_label, line = split(line)
-                label = split_label or label
-            if is_stderr:
-                proc.stderr.add(line)
-            for hook in self.hooks:
-                hook.on_output(label)
-            # A split label naming its own host ("algo-2/rank 3": one mpirun serving emulated hosts)
-            # is printed as is.
-            where = label if "/" in label else f"{self.host}/{label}"
-            self._emit(stream, f"[{where}] {line}" if self.prefix_output else line)
+        for lines in line_blocks(pipe_reader(pipe.fileno())):
+            self._print_lines(proc, stream, is_stderr, lines)
         pipe.close()
+
+    def _print_lines(self, proc: _Proc, stream: IO[str], is_stderr: bool, lines: list[str]) -> None:
+        """Print one chunk of a process's lines (without their ``\\n``) with their prefixes."""
+        split = proc.spec.split_line
+        if split is None:
+            labelled = [(proc.spec.label, lines)]
+        else:
+            labelled = []
+            for line in lines:
+                split_label, text = split(line)
+                label = split_label or proc.spec.label
+                if labelled and labelled[-1][0] == label:
+                    labelled[-1][1].append(text)
+                else:
+                    labelled.append((label, [text]))
+        for label, texts in labelled:
+            if is_stderr:
+                for text in texts:
+                    proc.stderr.add(text)
+            for hook in self.hooks:
+                hook.on_output(label, len(texts))
+            if self.prefix_output:
+                # A split label naming its own host ("algo-2/rank 3": one mpirun serving emulated
+                # hosts) is printed as is.
+                where = label if "/" in label else f"{self.host}/{label}"
+                prefix = f"[{where}] "
+                self._emit(stream, prefix + ("\n" + prefix).join(texts))
+            else:
+                self._emit(stream, "\n".join(texts))
 
     # --- processes -------------------------------------------------------------------------------
 

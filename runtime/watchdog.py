@@ -92,7 +92,7 @@ class StallWatchdog(SupervisorHook):
     def on_start(self, processes: Sequence[StartedProcess]) -> None:
         self._spawned_ranks = {p.rank for p in processes if p.rank is not None}
 
-    def on_output(self, label: str) -> None:
+    def on_output(self, label: str, lines: int = 1) -> None:
         self._last_output = self.clock()
         match = _RANK_LABEL.search(label)
         if match:

@@ -81,7 +81,7 @@ from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
-from runtime.processes import become_subreaper, exit_code_of
+from runtime.processes import become_subreaper, exit_code_of, line_blocks, pipe_reader
 from runtime.transfer import TransferEngine
 
 FAILURE_GRACE_SECONDS = 2.0
@@ -140,13 +140,13 @@ class Agent:
 
     def say(self, message: str) -> None:
         """A line from smlaunch itself, in the job log and the agent log."""
-        for line in message.splitlines() or [""]:
-            self._write_line(f"[smlaunch] {line}", None)
+        self._write_lines([f"[smlaunch] {line}" for line in message.splitlines() or [""]], None)
         with contextlib.suppress(OSError):  # stdout is logs/agent.log: on the same, maybe full, disk
             print(message, flush=True)
 
-    def _write_line(self, line: str, host_log: IO[bytes] | None) -> None:
-        data = (line + "\n").encode("utf-8", errors="replace")
+    def _write_lines(self, lines: list[str], host_log: IO[bytes] | None) -> None:
+        """Append whole lines to the host's log (if any) and the job log: one write each."""
+        data = ("\n".join(lines) + "\n").encode("utf-8", errors="replace")
         with self._log_lock:
             try:
                 if host_log is not None:
@@ -154,7 +154,7 @@ class Agent:
                     host_log.flush()
                 self._job_log.write(data)
                 self._job_log.flush()
-            except OSError as error:  # the line is lost; the job goes on (or ends, if the disk is full)
+            except OSError as error:  # the lines are lost; the job goes on (or ends, if the disk is full)
                 self._write_failed(error, self.job.logs_dir)
 
     def _write_failed(self, error: OSError, path: Path) -> str | None:
@@ -379,15 +379,17 @@ class Agent:
         assert host.proc is not None and host.proc.stdout is not None
         # A rank line may name another host: one mpirun on the master serves every emulated host.
         own = (f"[{host.name}]", *(f"[{h.name}/" for h in self.hosts))
+        source = host.proc.stdout
+        # A pipe is read in large chunks; a container's log stream (executors.containers) by line.
+        read = pipe_reader(source.fileno()) if hasattr(source, "fileno") else source.readline
         with open(self.job.host_log(host.name), "ab") as host_log:
-            for raw in iter(host.proc.stdout.readline, b""):
-                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                if not text.startswith(own):
-                    text = f"[{host.name}] {text}"
-                self._write_line(text, host_log)
-                self._spot.on_line(text)
+            for lines in line_blocks(read):
+                lines = [text if text.startswith(own) else f"[{host.name}] {text}" for text in lines]
+                self._write_lines(lines, host_log)
+                for text in lines:
+                    self._spot.on_line(text)
                 try:
-                    self._metrics.on_line(text)
+                    self._metrics.on_lines(lines)
                 except OSError as error:  # keep draining the host's output whatever happens
                     self._write_failed(error, self.job.logs_dir / METRICS_FILE)
 

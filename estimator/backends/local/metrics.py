@@ -31,7 +31,7 @@ METRICS_FILE = "metrics.jsonl"
 class MetricRecorder:
     """Applies a job's ``MetricDefinitions`` to host lines and records each value with its time.
 
-    Thread-safe: every host's log pump calls :meth:`on_line`. ``clock`` is injected for tests.
+    Thread-safe: every host's log pump calls :meth:`on_lines`. ``clock`` is injected for tests.
     """
 
     def __init__(self, metric_definitions: Sequence[Mapping[str, Any]] | None, path: Path,
@@ -41,11 +41,11 @@ class MetricRecorder:
         self._clock = clock
         self._lock = threading.Lock()
 
-    def on_line(self, line: str) -> None:
-        """Record every metric value in one host-prefixed line."""
+    def on_lines(self, lines: Sequence[str]) -> None:
+        """Record every metric value in host-prefixed lines, in order (one write for them all)."""
         if not self._parser:
             return
-        samples = self._parser.parse_line(line)
+        samples = [s for line in lines for s in self._parser.parse_line(line)]
         if not samples:
             return
         at = self._clock()

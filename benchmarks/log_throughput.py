@@ -1,0 +1,127 @@
+"""Log pipeline throughput: a chatty script under ``fit()`` against the same script into a pipe.
+
+    python benchmarks/log_throughput.py                # 1 rank x 300,000 lines, 4 ranks x 100,000
+    python benchmarks/log_throughput.py --repeat 5
+
+What is measured (wall clock, median of ``--repeat`` runs, all in this one process and machine):
+
+- **baseline**: ``python flood.py`` with its stdout into a pipe that this process drains (1 rank),
+  and 4 such processes at once (4 ranks).
+- **smlaunch**: ``PyTorch(...).fit(logs=True)`` of the same script on one local host (1 rank, and
+  4 ranks with ``torch_distributed``), logs streamed into a buffer: every line goes rank -> host
+  runtime (prefix ``[algo-1/rank R] ``) -> agent (``logs/algo-1.log``, ``logs/job.log``) -> the
+  notebook. The run checks that every line arrived.
+
+Each line is ~60 bytes. Ratio = smlaunch / baseline. Target (issue 17): <= 1.3x for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLOOD = """\
+import argparse
+import os
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lines", type=int, default=300000)
+args, _ = parser.parse_known_args()
+rank = int(os.environ.get("RANK", "0"))
+out = sys.stdout
+for i in range(args.lines):
+    out.write(f"rank {rank} step {i:07d} loss=0.123456 lr=0.000100 throughput=1234.5\\n")
+out.flush()
+"""
+
+
+def run_plain(script: Path, lines: int, processes: int) -> float:
+    """Seconds for ``processes`` copies of the script writing into pipes this process drains."""
+    start = time.time()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), "--lines", str(lines)],
+            env=dict(os.environ, RANK=str(rank)),
+            stdout=subprocess.PIPE,
+        )
+        for rank in range(processes)
+    ]
+    for proc in procs:  # communicate() drains each pipe; the others fill their 64 KiB meanwhile
+        proc.stdout.read()  # type: ignore[union-attr]
+        proc.wait()
+    return time.time() - start
+
+
+def run_smlaunch(source_dir: Path, lines: int, ranks: int, root: Path) -> float:
+    """Seconds of one ``fit()`` of the script; raises when a line went missing."""
+    from estimator import LocalSession, PyTorch
+
+    estimator = PyTorch(
+        entry_point="flood.py",
+        source_dir=str(source_dir),
+        role="arn:aws:iam::111122223333:role/bench",
+        instance_type="ml.c5.xlarge",
+        instance_count=1,
+        framework_version="2.1.0",
+        py_version="py310",
+        distribution={"torch_distributed": {"enabled": True}} if ranks > 1 else None,
+        hyperparameters={"lines": lines},
+        base_job_name="bench-logs",
+        sagemaker_session=LocalSession(root, processes_per_host=ranks),
+    )
+    logs = io.StringIO()
+    start = time.time()
+    with contextlib.redirect_stdout(logs):
+        estimator.fit(wait=True, logs=True)
+    elapsed = time.time() - start
+    got = sum(1 for line in logs.getvalue().splitlines() if "] rank " in line and " step " in line)
+    if got != lines * ranks:
+        raise RuntimeError(f"{got} of {lines * ranks} lines reached the notebook")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement")
+    parser.add_argument("--lines", type=int, default=300000, help="lines of the 1-rank case")
+    parser.add_argument("--lines-per-rank", type=int, default=100000, help="lines per rank, 4 ranks")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="smlaunch-bench-logs-"))
+    source = work / "code"
+    source.mkdir()
+    script = source / "flood.py"
+    script.write_text(FLOOD)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"log throughput (median of {args.repeat}; {os.cpu_count()} CPUs, load average {load})", flush=True)
+    verdicts = []
+    for label, lines, ranks in (
+        (f"1 rank x {args.lines:,} lines", args.lines, 1),
+        (f"4 ranks x {args.lines_per_rank:,} lines", args.lines_per_rank, 4),
+    ):
+        plain, ours = [], []
+        for _ in range(args.repeat):  # alternate, so that load changes hit both alike
+            plain.append(run_plain(script, lines, ranks))
+            ours.append(run_smlaunch(source, lines, ranks, work / "jobs"))
+        base, mine = statistics.median(plain), statistics.median(ours)
+        ratio = mine / base
+        verdicts.append((label, ratio))
+        print(f"  {label:<26} python {base:6.2f} s   smlaunch {mine:6.2f} s   ratio {ratio:5.2f}x",
+              flush=True)
+    print("\nratios vs the plain script (target <= 1.3x):")
+    for label, ratio in verdicts:
+        print(f"  {label:<26} {ratio:5.2f}x  {'meets' if ratio <= 1.3 else 'MISSES'} the target")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -451,9 +451,10 @@ class LocalBackend(Backend):
                 chunk = handle.read(1 << 16)
                 if chunk:
                     buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        yield line.decode("utf-8", errors="replace")
+                    end = buffer.rfind(b"\n") + 1
+                    if end:  # whole lines only, decoded together
+                        block, buffer = buffer[:end - 1], buffer[end:]
+                        yield from block.decode("utf-8", errors="replace").split("\n")
                     continue
                 if not follow:
                     break

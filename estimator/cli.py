@@ -75,7 +75,7 @@ def _json_arg(text: str | None, flag: str) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ConfigurationError(flag, text, f"not valid JSON ({exc.msg})",
                                  'quote the JSON, e.g. \'{"epochs": 10}\'') from exc
 
@@ -86,7 +86,7 @@ def _job_commands(commands: Any) -> None:
 
     def on_job(name: str, handler: Any, summary: str, description: str) -> argparse.ArgumentParser:
         """A command about one job: ``JOB`` and ``--sagemaker``."""
-        command = commands.add_parser(name, help=summary, description=description)
+        command: argparse.ArgumentParser = commands.add_parser(name, help=summary, description=description)
         command.add_argument("job", metavar="JOB")
         command.add_argument("--sagemaker", action="store_true",
                              help="the job is on SageMaker (default: local, else SageMaker when the name "

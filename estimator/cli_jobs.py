@@ -121,11 +121,12 @@ def _distribution(text: str | None, processes_per_host: int | None) -> dict[str,
     if text.lstrip().startswith("{"):
         from estimator.cli import _json_arg
 
-        return _json_arg(text, "--distribution")
+        parsed: dict[str, Any] = _json_arg(text, "--distribution")  # JSON text that starts with "{"
+        return parsed
     if text not in DISTRIBUTIONS:
         raise ConfigurationError("--distribution", text, "unknown distribution",
                                  f"use one of {sorted(DISTRIBUTIONS)} or a JSON object")
-    distribution = json.loads(json.dumps(DISTRIBUTIONS[text]))
+    distribution: dict[str, Any] = json.loads(json.dumps(DISTRIBUTIONS[text]))
     if "mpi" in distribution and processes_per_host:
         distribution["mpi"]["processes_per_host"] = processes_per_host
     return distribution

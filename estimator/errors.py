@@ -135,4 +135,5 @@ def no_space_errors(path: str | os.PathLike[str], fix: str) -> Iterator[None]:
     except OSError as error:
         if not is_no_space(error):
             raise
+        assert error.errno is not None  # is_no_space matched it
         raise NoSpaceLeftError(path, fix, error.errno) from None

@@ -87,7 +87,7 @@ def _default_session(instance_type: str) -> TrainingSession:
 
         return LocalSession()
     try:
-        from estimator.session import Session  # type: ignore[attr-defined]
+        from estimator.session import Session
     except ImportError as exc:  # pragma: no cover - only while Session is not installed
         raise ConfigurationError(
             "sagemaker_session", None, "the SageMaker Session is not available in this installation",
@@ -149,7 +149,7 @@ class Estimator:
     ) -> None:
         self.instance = catalog.lookup(instance_type, "instance_type")
         self.instance_type: str = self.instance.name
-        validation.check_instance_count(instance_count)
+        count = validation.check_instance_count(instance_count)
         validation.check_argument_types(
             image_uri=image_uri, role=role, source_dir=source_dir, dependencies=dependencies,
             hyperparameters=hyperparameters, volume_kms_key=volume_kms_key, output_kms_key=output_kms_key,
@@ -162,7 +162,7 @@ class Estimator:
         )
         session = sagemaker_session if sagemaker_session is not None else _default_session(self.instance_type)
         self.instance_count = validation.check_instance_quota(
-            instance_count, self.instance_type, session.instance_count_quota)
+            count, self.instance_type, session.instance_count_quota)
         self.sagemaker_session: TrainingSession = session
         self.is_local = session.is_local
         if self.instance.is_local and not self.is_local:

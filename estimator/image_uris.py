@@ -76,7 +76,8 @@ def table_path(framework: str = "pytorch") -> Path:
 @lru_cache(maxsize=2)
 def table(framework: str = "pytorch") -> dict[str, Any]:
     """The committed table of ``framework`` (read once)."""
-    return json.loads(table_path(framework).read_text())
+    data: dict[str, Any] = json.loads(table_path(framework).read_text())
+    return data
 
 
 def versions(framework: str = "pytorch") -> list[str]:

@@ -92,7 +92,8 @@ class TrainingJob:
         track(getattr(self.backend, "session", None), self.backend, description)
         return self._outcome(description)
 
-    def _poll_until_terminal(self, poll_seconds: float, sleep: Callable[[float], None] = time.sleep) -> dict:
+    def _poll_until_terminal(self, poll_seconds: float,
+                             sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
         delay = poll_seconds
         while True:
             description = self.describe()

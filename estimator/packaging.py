@@ -77,7 +77,7 @@ def check_readable_dir(path: str | Path, field: str) -> Path:
     return directory
 
 
-def _ignore_spec(directory: Path) -> pathspec.PathSpec | None:
+def _ignore_spec(directory: Path) -> pathspec.GitIgnoreSpec | None:
     ignore_file = directory / contract.IGNORE_FILE
     if not ignore_file.is_file():
         return None

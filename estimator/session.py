@@ -136,7 +136,7 @@ class LocalSession:
         self.emulate_cuda = emulate_cuda
         self.root = Path(root).expanduser().resolve() if root is not None else default_local_root()
         self.processes_per_host = processes_per_host
-        self.executor: Executor = executor  # type: ignore[assignment]
+        self.executor: Executor = executor
         self.stop_grace_seconds = stop_grace_seconds
         self._s3_client = s3_client
         self._docker_client = docker_client

@@ -120,7 +120,7 @@ def log_job(uri: str, description: dict[str, Any], records: Sequence[MetricRecor
     params = [Param(key, value if isinstance(value, str) else json.dumps(value))
               for key, value in sorted(hp.decode(description.get("HyperParameters") or {}).items())
               if not key.startswith("sagemaker_")]
-    now = _millis(datetime.now(timezone.utc))
+    now = int(datetime.now(timezone.utc).timestamp() * 1000)
     metrics = [Metric(key, value, stamp if stamp is not None else now, step)
                for key, value, stamp, step in metric_series(records)]
     for start in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics

@@ -333,14 +333,14 @@ def check_spot(max_wait: Any, use_spot_instances: bool, max_run: int, is_local: 
             raise ConfigurationError("max_wait", None, "managed spot training needs max_wait",
                                      f"pass max_wait >= max_run ({max_run})")
         return None
-    max_wait = positive_int(max_wait, "max_wait", "seconds")
+    wait = positive_int(max_wait, "max_wait", "seconds")
     if not use_spot_instances:
-        raise ConfigurationError("max_wait", max_wait, "applies only to spot training",
+        raise ConfigurationError("max_wait", wait, "applies only to spot training",
                                  "pass use_spot_instances=True, or drop max_wait")
-    if max_wait < max_run:
-        raise ConfigurationError("max_wait", max_wait, f"must be >= max_run ({max_run})",
+    if wait < max_run:
+        raise ConfigurationError("max_wait", wait, f"must be >= max_run ({max_run})",
                                  f"pass max_wait={max_run} or more")
-    return max_wait
+    return wait
 
 def check_checkpoints(
     s3_uri: str | None, local_path: str | None, is_local: bool

@@ -71,7 +71,8 @@ def _host_sort_key(job_name: str, stream_name: str) -> tuple[int, str]:
 
 
 def is_not_found(error: ClientError) -> bool:
-    return error.response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+    code: str | None = error.response.get("Error", {}).get("Code")
+    return code == "ResourceNotFoundException"
 
 
 class LogStreamMerger:

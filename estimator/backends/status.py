@@ -31,9 +31,8 @@ def _clock_text(value: Any) -> str:
     if isinstance(value, (int, float)):
         value = datetime.fromtimestamp(value, tz=timezone.utc)
     if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc)
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        utc = value.astimezone(timezone.utc) if value.tzinfo is not None else value
+        return utc.strftime("%Y-%m-%d %H:%M:%S")
     return ""
 
 

@@ -122,10 +122,11 @@ def package_artifacts(
     prefix = output_prefix(output_path, job_name)
     delivered: dict[str, str] = {}
     merged = []
-    for key, what, tarball, tree in (
+    trees: tuple[tuple[str, str, str, Callable[[contract.Paths], Path]], ...] = (
         ("model", "model", contract.MODEL_TARBALL, lambda p: p.model_dir),
         ("output", "output/data", contract.OUTPUT_TARBALL, lambda p: p.output_data_dir),
-    ):
+    )
+    for key, what, tarball, tree in trees:
         entries, clashes = merge_entries({host: tree(p) for host, p in paths.items()})
         merged.append((key, tarball, entries))
         for clash in clashes:

@@ -104,7 +104,8 @@ class JobDir:
 
     def read_json(self, path: Path) -> dict[str, Any]:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            data: dict[str, Any] = json.load(handle)  # written by write_json_atomic
+        return data
 
     def read_state(self) -> dict[str, Any]:
         return self.read_json(self.state_file)

@@ -41,9 +41,10 @@ def host_addresses(names: list[str]) -> dict[str, str]:
 
 def uses_mpi(spec: TrainingJobSpec) -> bool:
     """Whether the runtime will run ``mpirun`` across hosts (MPI or model parallel)."""
-    raw = (spec.HyperParameters or {}).get(contract.HP_MPI_ENABLED, "false")
+    text = (spec.HyperParameters or {}).get(contract.HP_MPI_ENABLED, "false")
+    raw: object = text
     with contextlib.suppress(ValueError):
-        raw = json.loads(raw)
+        raw = json.loads(text)
     return raw is True or str(raw).lower() == "true"
 
 

@@ -77,8 +77,10 @@ class TrainingJob:
     def logs(self, follow: bool = False, out: TextIO | None = None) -> None:
         """Print the job's logs; with ``follow``, until the job ends."""
         stream = out or sys.stdout
-        for line in self.backend.log_lines(self.name, follow=follow):
-            print(line, file=stream, flush=True)
+        for block in self.backend.log_blocks(self.name, follow=follow):
+            if block:
+                stream.write("\n".join(block) + "\n")
+                stream.flush()
 
     def wait(self, logs: bool = True, out: TextIO | None = None, poll_seconds: float = 0.5) -> dict[str, Any]:
         stream = out or sys.stdout

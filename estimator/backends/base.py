@@ -200,6 +200,12 @@ class Backend(ABC):
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
         """The job's log lines, host-prefixed; with ``follow``, until the job has ended."""
 
+    def log_blocks(self, job_name: str, follow: bool = False) -> Iterator[list[str]]:
+        """:meth:`log_lines` in lists, as many as are at hand at once (a follower prints each list
+        with one write); this default gives one line per list."""
+        for line in self.log_lines(job_name, follow):
+            yield [line]
+
     def metric_records(self, job_name: str, metric_names: Sequence[str] | None = None) -> list[MetricRecord]:
         """Values of the job's ``MetricDefinitions`` (only ``metric_names`` when given), with the time
         and host of each where the backend knows them. This default scrapes :meth:`log_lines`, which

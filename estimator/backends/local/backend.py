@@ -437,6 +437,11 @@ class LocalBackend(Backend):
         """Lines of the merged job log; with ``follow``, tail it until the job is terminal, with each
         secondary-status transition as it happens and the training seconds at the end
         (:mod:`estimator.backends.status`, prefixed ``[smlaunch]``)."""
+        for block in self.log_blocks(job_name, follow):
+            yield from block
+
+    def log_blocks(self, job_name: str, follow: bool = False) -> Iterator[list[str]]:
+        """:meth:`log_lines` as they are read: up to 64 KiB of whole lines at a time."""
         job = self._existing(job_name)
         statuses = StatusTracker(LOCAL_SOURCE)
         bars = TransferBars(job.progress_file) if follow else None
@@ -446,35 +451,34 @@ class LocalBackend(Backend):
             while True:
                 if bars is not None and time.monotonic() - checked >= _STATUS_SECONDS:
                     checked = time.monotonic()
-                    yield from (event.line() for event in statuses.new_events(job.read_state()))
+                    events = [event.line() for event in statuses.new_events(job.read_state())]
+                    if events:
+                        yield events
                     bars.update()
                 chunk = handle.read(1 << 16)
-                if chunk:
-                    buffer += chunk
-                    end = buffer.rfind(b"\n") + 1
-                    if end:  # whole lines only, decoded together
-                        block, buffer = buffer[:end - 1], buffer[end:]
-                        yield from block.decode("utf-8", errors="replace").split("\n")
-                    continue
-                if not follow:
-                    break
-                state = job.read_state()
-                if JobState.of(state).is_terminal or self._agent_alive(job) is False:
-                    # The agent closes every host's log before it writes a terminal state: drain.
-                    rest = handle.read()
-                    buffer += rest
-                    if rest:
+                if not chunk:
+                    if not follow:
+                        break
+                    state = job.read_state()
+                    if not JobState.of(state).is_terminal and self._agent_alive(job) is not False:
+                        time.sleep(_POLL_SECONDS)
                         continue
-                    break
-                time.sleep(_POLL_SECONDS)
+                    # The agent closes every host's log before it writes a terminal state: drain.
+                    chunk = handle.read()
+                    if not chunk:
+                        break
+                buffer += chunk
+                end = buffer.rfind(b"\n") + 1
+                if end:  # whole lines only, decoded together
+                    block, buffer = buffer[:end - 1], buffer[end:]
+                    yield block.decode("utf-8", errors="replace").split("\n")
         if buffer:
-            yield buffer.decode("utf-8", errors="replace")
+            yield [buffer.decode("utf-8", errors="replace")]
         if bars is not None:
             bars.update(final=True)
-            yield from (event.line() for event in statuses.new_events(job.read_state()))
             # The agent's own line already says where the model artifact is.
-            yield from summary_lines(self.describe(job_name), LOCAL_SOURCE, billable_seconds=False,
-                                     artifact=False)
+            yield [event.line() for event in statuses.new_events(job.read_state())] + list(
+                summary_lines(self.describe(job_name), LOCAL_SOURCE, billable_seconds=False, artifact=False))
 
     def stop(self, job_name: str, reason: str | None = None) -> None:
         """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period).

@@ -67,8 +67,11 @@ class HostProcess(Protocol):
     pid: int
     """The host's process id on this machine, or ``-1`` when it is not a process of the agent
     (a container, a remote step): the agent's process-tree sweep then skips it."""
-    stdout: LineSource | Any
-    """Every line the host prints, ``[algo-N/rank R]``-prefixed by the runtime where it can."""
+
+    @property
+    def stdout(self) -> LineSource | Any:
+        """Every line the host prints, ``[algo-N/rank R]``-prefixed by the runtime where it can."""
+        ...
 
     def poll(self) -> int | None:
         """The exit code once the host ended, else ``None``."""

@@ -45,7 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import psutil
 
@@ -161,7 +161,7 @@ class ProcessExecutor(Executor):
     name: ClassVar[str] = "process"
 
     def __init__(self) -> None:
-        self._opt_ml: PrivateOptMl | bool | None = None
+        self._opt_ml: PrivateOptMl | Literal[False] | None = None
         self._scratch: list[Path] = []
         self._known_pids: set[int] = set()
         self._descendants_seen_at = 0.0
@@ -216,7 +216,7 @@ class ProcessExecutor(Executor):
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_in_order(opt_ml and opt_ml.hook(host.base), die_with_agent),
+                preexec_fn=_in_order(opt_ml.hook(host.base) if opt_ml is not None else None, die_with_agent),
             )
 
     def _private_opt_ml(self, context: LaunchContext) -> PrivateOptMl | None:

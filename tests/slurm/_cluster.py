@@ -7,7 +7,9 @@ commands at it. Nothing listens on or talks to any address but 127.0.0.1.
 
 ``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none`` need no cgroup set-up; both
 nodes share this machine's CPUs, so each declares them all. The daemons run in the foreground as
-children of the test process so that teardown ends them by pid.
+children of the test process so that teardown ends them by pid. ``cred_expire=10`` (default 120)
+also bounds how long a requeued job waits before Slurm starts it again (``slurm.conf(5)``,
+``AuthInfo``), so the requeue test does not wait two minutes.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root}/munge-socket/munge.socket
+AuthInfo=socket={root}/munge-socket/munge.socket,cred_expire=10
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/run/slurmctld.pid

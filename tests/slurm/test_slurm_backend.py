@@ -6,8 +6,9 @@ Covered: the quickstart example, 2 nodes x 2 ranks with torch_distributed, train
 the host and rank, and ends the other node's ranks; ``smlaunch stop --slurm`` reaches the script
 with SIGTERM on both nodes and ends Stopped (``smlaunch list --slurm`` shows it); ``max_run`` ends
 Stopped/MaxRuntimeExceeded; a job waiting behind another says "Pending in queue" and can be
-stopped there; another process attaches to a running job. After every test no process of the job
-is left on either node and Slurm runs nothing of it.
+stopped there; another process attaches to a running job; a managed-spot job that Slurm requeues
+(``scontrol requeue``, as a preemption arrives) goes on as a second attempt from its checkpoint.
+After every test no process of the job is left on either node and Slurm runs nothing of it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 
 from estimator import cli
 from estimator.session import SlurmSession
+from estimator.spec import CheckpointConfig, StoppingCondition
 from runtime import contract
 from tests.functional._local_helpers import assert_no_job_processes, make_spec, wait_for_line, wait_terminal
 from tests.slurm._cluster import Cluster
@@ -268,3 +270,83 @@ def _attach_from_another_process(session: SlurmSession, name: str) -> dict[str, 
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+SPOT_SCRIPT = """
+import argparse, json, os, signal, sys, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=24)
+args = parser.parse_args()
+host = os.environ["SM_CURRENT_HOST"]
+checkpoint = "/opt/ml/checkpoints/step.json"
+def on_term(signum, frame):
+    print(f"{host} got SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+start = json.load(open(checkpoint))["step"] + 1 if os.path.exists(checkpoint) else 0
+print(f"{host} resuming at step {start}", flush=True)
+for step in range(start, args.steps):
+    time.sleep(0.5)
+    if host == "algo-1":
+        with open(checkpoint + ".tmp", "w") as out:
+            json.dump({"step": step}, out)
+        os.replace(checkpoint + ".tmp", checkpoint)
+    print(f"{host} step {step}", flush=True)
+with open(os.path.join(os.environ["SM_MODEL_DIR"], host + ".json"), "w") as out:
+    json.dump({"start": start, "node": os.environ["SLURMD_NODENAME"]}, out)
+"""
+
+
+@pytest.mark.slow
+def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
+    session: SlurmSession, tmp_path: Path, slurm_cluster: Cluster
+) -> None:
+    backend = session.backend()
+    name = f"slurm-spot-{os.getpid()}"
+    spec = make_spec(tmp_path, name, SPOT_SCRIPT, hyperparameters={"steps": 24}).model_copy(update={
+        "EnableManagedSpotTraining": True,
+        "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=300, MaxWaitTimeInSeconds=600),
+        "CheckpointConfig": CheckpointConfig(S3Uri=(tmp_path / "checkpoints").as_uri()),
+    })
+    backend.submit(spec)
+    wait_for_line(backend, name, "algo-1 step 4", timeout=JOB_TIMEOUT)
+    job_id = json.loads((session.root / name / "slurm.json").read_text())["job_id"]
+    requeue = slurm_cluster.run("scontrol", "requeue", job_id)  # how Slurm delivers a preemption
+    assert requeue.returncode == 0, requeue.stderr
+    statuses = set()
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while True:  # the job is never seen Stopped (nor Failed) between the attempts
+        described = backend.describe(name)
+        statuses.add((described["TrainingJobStatus"], described["SecondaryStatus"]))
+        if described["TrainingJobStatus"] in contract.TERMINAL_STATUSES or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    log = "\n".join(backend.log_lines(name))
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, (described.get("FailureReason"),
+                                                                         log[-4000:])
+    seen = {status for status, _ in statuses}
+    assert seen == {contract.STATUS_IN_PROGRESS, contract.STATUS_COMPLETED}, statuses
+    assert (contract.STATUS_IN_PROGRESS, contract.SECONDARY_INTERRUPTED) in statuses, statuses
+    attempts = described["Attempts"]
+    assert [a["Outcome"] for a in attempts] == [contract.SECONDARY_INTERRUPTED, contract.SECONDARY_COMPLETED]
+    assert attempts[0]["EndTime"] <= attempts[1]["StartTime"], attempts
+    assert 0 < described["BillableTimeInSeconds"] <= described["TrainingTimeInSeconds"], described
+    transitions = [t["Status"] for t in described["SecondaryStatusTransitions"]]
+    assert contract.SECONDARY_STOPPED not in transitions and contract.SECONDARY_STOPPING not in transitions
+    interrupted = transitions.index(contract.SECONDARY_INTERRUPTED)
+    assert transitions[interrupted + 1:interrupted + 4] == [
+        contract.SECONDARY_STARTING, contract.SECONDARY_DOWNLOADING, contract.SECONDARY_TRAINING], transitions
+    assert f"Slurm requeued job {job_id} (SLURM_RESTART_COUNT=1)" in log, log[-4000:]
+    # The second attempt resumed after the last checkpoint the first one saved and synced.
+    saved = json.loads((tmp_path / "checkpoints" / "step.json").read_text())
+    assert saved == {"step": 23}
+    first_tree = session.root / name / "hosts-attempt-1" / "algo-1" / "checkpoints" / "step.json"
+    resumed_at = json.loads(first_tree.read_text())["step"] + 1
+    assert resumed_at >= 5, log[-4000:]
+    model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as archive:
+        files = {m.name: archive.extractfile(m) for m in archive.getmembers() if m.isfile()}
+        results = {n: json.loads(f.read()) for n, f in files.items() if f is not None}
+    assert results == {"algo-1.json": {"start": resumed_at, "node": "node1"},
+                       "algo-2.json": {"start": resumed_at, "node": "node2"}}, results
+    assert f"algo-1 resuming at step {resumed_at}" in log, log[-4000:]

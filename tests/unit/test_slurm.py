@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from estimator import SlurmSession
-from estimator.backends.local.executors.slurm import srun_command
+from estimator.backends.local.executors.slurm import SlurmExecutor, srun_command
 from estimator.backends.local.state import JobDir, write_json_atomic
 from estimator.backends.slurm import SLURM_FILE, SlurmBackend, batch_script, gpus_per_node, sbatch_arguments
 from estimator.backends.slurm_client import Partition, SlurmClient, SlurmCommandError, SlurmJob
@@ -425,3 +425,18 @@ def test_executor_maps_hosts_to_nodes_in_order_and_signals_steps_not_srun(tmp_pa
     assert runner.calls[-1][0] == ["scancel", "--signal=TERM", "12.0"]  # algo-1's step
     assert hosts[1].proc.signals == []  # type: ignore[union-attr]
     assert hosts[0].proc.signals == [signals.SIGTERM]  # type: ignore[union-attr]  # no step yet: srun
+
+
+@pytest.mark.parametrize(("count", "note"), [
+    (None, None), ("0", None), ("junk", None), ("2", "Slurm requeued job 42 (SLURM_RESTART_COUNT=2)"),
+])
+def test_executor_knows_a_requeued_run_from_slurm_restart_count(
+    monkeypatch: pytest.MonkeyPatch, count: str | None, note: str | None
+) -> None:
+    if count is None:
+        monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("SLURM_RESTART_COUNT", count)
+    executor = SlurmExecutor(client=SlurmClient(), job_id="42", nodelist="node[1-2]")
+    assert SlurmExecutor.requeues
+    assert executor.requeued() == note

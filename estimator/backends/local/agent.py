@@ -38,6 +38,12 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
   non-gzip object in a Gzip channel): the script would wait for data that never comes, or see an
   epoch end early, so the job ends as for a failed host, ``FailureReason`` ``ClientError: Data
   download failed: <channel and cause>``.
+- **A scheduler preempts a managed-spot job** (Slurm, ``--requeue``: it signals the agent and
+  every host, then runs the agent again with ``SLURM_RESTART_COUNT`` set): a signal with no stop
+  request (``stop()`` writes one before it signals) is an interruption, not a stop. The attempt
+  ends ``Interrupted`` (hosts SIGTERMed, checkpoints synced) and the agent exits leaving the job
+  ``InProgress``; its next run continues the job as the next attempt on fresh hosts, checkpoints
+  restored, so ``describe()`` lists the attempts as for local spot runs and never says Stopped.
 - **max_run** (``StoppingCondition.MaxRuntimeInSeconds``, counted from the hosts' start): the same
   SIGTERM / grace / SIGKILL; status ``Stopped``, SecondaryStatus ``MaxRuntimeExceeded``, and a
   FailureReason saying so.
@@ -234,11 +240,21 @@ class Agent:
         ended = time.time()
         start = self.state.get("TrainingStartTime", ended)
         seconds = max(0, round(ended - start))
-        self.say(f"Job {self.spec.TrainingJobName} ended {status} ({secondary}) after {seconds} s")
+        if status == INTERRUPTED:
+            self.say(f"Job {self.spec.TrainingJobName} preempted, {seconds} s in; requeued")
+        else:
+            self.say(f"Job {self.spec.TrainingJobName} ended {status} ({secondary}) after {seconds} s")
         with contextlib.suppress(OSError):  # a full disk: the buffered tail is lost
             self._job_log.close()
         times: dict[str, Any] = {"TrainingTimeInSeconds": seconds, "BillableTimeInSeconds": seconds}
         times.update(self._attempts.describe_fields(ended, spot=bool(self.spec.EnableManagedSpotTraining)))
+        if status == INTERRUPTED:  # preempted: the scheduler runs the agent again, which goes on
+            self.state["Attempts"] = times["Attempts"]
+            if self.state.get("SecondaryStatus") == secondary:
+                self.job.write_state(self.state)
+            else:
+                self.transition(secondary)
+            return 0
         self.transition(secondary, status, TrainingEndTime=ended, **times, **fields)
         return 0
 
@@ -246,11 +262,31 @@ class Agent:
         self._signalled = True
 
     def _stop_requested(self) -> bool:
-        return self._signalled or self.job.stop_file.exists()
+        return self.job.stop_file.exists() or (self._signalled and not self._preempted())
+
+    def _preempted(self) -> bool:
+        """A signal no ``stop()`` asked for, to a managed-spot job its scheduler requeues."""
+        return (self._signalled and self.executor.requeues and bool(self.spec.EnableManagedSpotTraining)
+                and not self.job.stop_file.exists())
+
+    def _resume(self) -> bool:
+        """In a run of the agent that continues a requeued job: take its attempts over (ending
+        the last one if the previous run was killed first) and start the next on fresh hosts."""
+        note = self.executor.requeued()
+        if note is None or "TrainingStartTime" not in self.state:
+            return False
+        self.say(note)
+        self._attempts = Attempts(started=float(self.state["TrainingStartTime"]),
+                                  records=[dict(r) for r in self.state.get("Attempts", [])])
+        self._attempts.end(contract.SECONDARY_INTERRUPTED, at=float(self.state["LastModifiedTime"]))
+        self.state["Attempts"] = self._attempts.records
+        self._fresh_hosts()
+        return True
 
     def _run(self) -> tuple[str, str, dict[str, Any]]:
-        self.state["TrainingStartTime"] = self._attempts.started = time.time()
-        self.transition(contract.SECONDARY_DOWNLOADING)
+        if not self._resume():
+            self.state["TrainingStartTime"] = self._attempts.started = time.time()
+            self.transition(contract.SECONDARY_DOWNLOADING)
         while True:  # one pass per attempt; a spot interruption starts another on fresh hosts
             try:
                 self._prepare()
@@ -261,7 +297,10 @@ class Agent:
                 return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
             if self._stop_requested():
                 return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
+            if self._preempted():
+                return INTERRUPTED, contract.SECONDARY_INTERRUPTED, {}
             self._attempts.begin()
+            self.state["Attempts"] = self._attempts.records  # a requeued run finds it if this one is killed
             self._launch()
             self._spot.arm(len(self._attempts.records))
             for sync in self._syncs:
@@ -274,9 +313,11 @@ class Agent:
             for sync in self._syncs:
                 sync.stop()
             self._attempts.end(outcome[1])
-            if outcome[0] != INTERRUPTED:
+            if outcome[0] != INTERRUPTED or self._preempted():
                 break
             self._fresh_hosts()
+        if outcome[0] == INTERRUPTED:
+            return outcome
         self._check_originals()
         self.transition(contract.SECONDARY_UPLOADING)
         try:
@@ -350,7 +391,8 @@ class Agent:
     def _fresh_hosts(self) -> None:
         """After a spot interruption: keep the old trees aside, start the next attempt on new hosts."""
         done = len(self._attempts.records)
-        self.job.hosts_dir.rename(self.job.path / f"hosts-attempt-{done}")
+        if self.job.hosts_dir.exists():
+            self.job.hosts_dir.rename(self.job.path / f"hosts-attempt-{done}")
         self.hosts = [Host(h.name, h.index, self.job.host_base(h.name)) for h in self.hosts]
         self.say(f"Spot interruption: attempt {done} ended; starting attempt {done + 1} on fresh hosts")
         self.transition(contract.SECONDARY_STARTING)
@@ -427,7 +469,12 @@ class Agent:
                 break
             if outcome is None:
                 failed = [h for h in self.hosts if (h.exit_code or 0) != 0 or h.failure_details.exists()]
-                if failed:
+                if self._preempted():  # before failures: the scheduler signalled the hosts too
+                    outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
+                    self.say(f"Preempted: SIGTERM to every host, SIGKILL after {self.grace:g} s")
+                    self.transition(contract.SECONDARY_INTERRUPTED)
+                    kill_at = now + self._terminate(context, running, self.grace)
+                elif failed:
                     outcome = ("failed", "", {})
                     names = ", ".join(h.name for h in failed)
                     self.say(

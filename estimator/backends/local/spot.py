@@ -43,11 +43,12 @@ class Attempts:
     def begin(self) -> None:
         self.records.append({"Attempt": len(self.records) + 1, "StartTime": time.time()})
 
-    def end(self, outcome: str) -> None:
+    def end(self, outcome: str, at: float | None = None) -> None:
+        """End the current attempt (at ``at``, default now); nothing if none is running."""
         if not self.records or "EndTime" in self.records[-1]:
             return
         record = self.records[-1]
-        record["EndTime"] = time.time()
+        record["EndTime"] = time.time() if at is None else at
         record["Seconds"] = round(record["EndTime"] - record["StartTime"], 3)
         record["Outcome"] = outcome
 

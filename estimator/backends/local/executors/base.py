@@ -155,6 +155,10 @@ class Executor(ABC):
     mounts_container_paths: ClassVar[bool] = False
     """Hosts see paths outside ``/opt/ml`` that the executor provides (containers: bind mounts);
     False when hosts see this machine's file system, where only ``/opt/ml`` is theirs."""
+    requeues: ClassVar[bool] = False
+    """A scheduler may signal the agent to preempt a managed-spot job and run it again later
+    (Slurm's ``--requeue``): a signal that no ``stop()`` asked for then ends the attempt as
+    ``Interrupted`` and the agent's next run continues the job (:meth:`requeued`)."""
 
     # --- in the notebook ------------------------------------------------------------------------
 
@@ -219,4 +223,9 @@ class Executor(ABC):
 
     def close(self, context: LaunchContext) -> None:
         """The job is about to be terminal: release everything the executor holds for it."""
+        return None
+
+    def requeued(self) -> str | None:
+        """In the agent: why this run continues a job its scheduler requeued (said in the job
+        log), or None when this is the job's first run (:attr:`requeues`)."""
         return None

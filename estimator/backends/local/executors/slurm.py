@@ -21,6 +21,11 @@ shared directory every node mounts. For each attempt it asks this executor to st
   grace; :meth:`SlurmExecutor.kill_everything` sends SIGKILL the same way to every step left.
 
 Whatever still runs when the batch script (the agent) ends is killed by Slurm with the job.
+
+A managed-spot job is submitted with ``--requeue``: when Slurm preempts it (or ``scontrol requeue``),
+it signals the agent and every step, then runs the batch script again with ``SLURM_RESTART_COUNT``
+set; the agent ends the attempt as ``Interrupted`` and its next run continues the job as the next
+attempt (:attr:`SlurmExecutor.requeues`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ if TYPE_CHECKING:
 
 JOB_ID_ENV = "SLURM_JOB_ID"
 NODELIST_ENV = "SLURM_JOB_NODELIST"
+RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"
+"""Set by Slurm in a requeued batch run: how many times the job was requeued (``sbatch(1)``)."""
 KILL_WAIT_SECONDS = 10.0
 
 
@@ -69,6 +76,7 @@ class SlurmExecutor(Executor):
     """Hosts as ``srun`` steps of the agent's own Slurm job; see the module docstring."""
 
     name: ClassVar[str] = "slurm"
+    requeues: ClassVar[bool] = True
 
     def __init__(self, client: SlurmClient | None = None, job_id: str = "", nodelist: str = "",
                  python: str = sys.executable, container_image: str | None = None,
@@ -95,6 +103,13 @@ class SlurmExecutor(Executor):
                    python=str(settings.get("python") or sys.executable),
                    container_image=settings.get("container_image"),
                    shared_dir=str(settings.get("shared_dir") or ""))
+
+    def requeued(self) -> str | None:
+        """``SLURM_RESTART_COUNT`` > 0: Slurm requeued the job (preemption, ``scontrol requeue``)."""
+        count = os.environ.get(RESTART_COUNT_ENV, "0")
+        if not count.isdigit() or int(count) == 0:
+            return None
+        return f"Slurm requeued job {self.job_id} ({RESTART_COUNT_ENV}={count})"
 
     def nodes(self, hosts: Sequence[Host]) -> dict[str, tuple[str, str]]:
         """``{host: (node, address)}``: ``algo-1..N`` on the allocation's nodes, in order."""

@@ -37,13 +37,8 @@ import pathspec
 from estimator.errors import ConfigurationError
 from runtime import contract
 from runtime.archive import create_tarball
-from runtime.transfer import (
-    PROGRESS_MIN_BYTES,
-    ProgressBar,
-    TransferEngine,
-    TransferSummary,
-    interactive_output,
-)
+from runtime.progress import PROGRESS_MIN_BYTES, ProgressBar, interactive_output
+from runtime.transfer import TransferEngine, TransferSummary
 
 LARGE_CODE_BYTES = 100 * 1024**2
 """Above this many bytes of files, packaging warns that data should go in a channel."""

@@ -59,7 +59,8 @@ from estimator.metrics import LOCAL_SOURCE, MetricRecord
 from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.channels import ChannelError
-from runtime.transfer import ProgressBar, TransferEngine, interactive_output
+from runtime.progress import ProgressBar, interactive_output
+from runtime.transfer import TransferEngine
 
 if TYPE_CHECKING:
     from estimator.session import LocalSession
@@ -499,7 +500,7 @@ class LocalBackend(Backend):
 
 class TransferBars:
     """Draws the agent's large transfers (channel downloads, checkpoint uploads) in the process that
-    follows the job: one :class:`runtime.transfer.ProgressBar` per transfer published in
+    follows the job: one :class:`runtime.progress.ProgressBar` per transfer published in
     ``progress.json`` (a widget in Jupyter, text in a terminal, nothing in a pipe), replaced by its
     summary line when it ends. A transfer that ended before the follower saw it is not drawn."""
 

@@ -54,7 +54,8 @@ class Attempts:
 
     @property
     def running_seconds(self) -> float:
-        return sum(r.get("EndTime", time.time()) - r["StartTime"] for r in self.records)
+        total: float = sum(r.get("EndTime", time.time()) - r["StartTime"] for r in self.records)
+        return total
 
     def describe_fields(self, ended: float, spot: bool) -> dict[str, Any]:
         """``Attempts`` always; for spot jobs also training (wall) vs billable (running) seconds."""

@@ -581,10 +581,10 @@ class Agent:
             causes = details
         if causes:
             first = min(causes, key=lambda d: float(d["time"]))
-            host, rank, code = first.get("host"), first.get("rank"), first.get("exit_code")
+            failed_host, rank, code = first.get("host"), first.get("rank"), first.get("exit_code")
             reason = str(first.get("reason") or "")
-            where = f"{host}" + (f"/rank {rank}" if rank is not None else "")
-            if str(host) not in reason or (rank is not None and f"rank {rank}" not in reason):
+            where = f"{failed_host}" + (f"/rank {rank}" if rank is not None else "")
+            if str(failed_host) not in reason or (rank is not None and f"rank {rank}" not in reason):
                 reason = f"{where} exited with code {code}: {reason}"
         else:
             exited = silent or [h for h in self.hosts if h.exit_code not in (0, None)]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from estimator import SlurmSession
+from estimator.backends.local.agent import Agent
 from estimator.backends.local.executors.slurm import SlurmExecutor, srun_command
 from estimator.backends.local.state import JobDir, write_json_atomic
 from estimator.backends.slurm import SLURM_FILE, SlurmBackend, batch_script, gpus_per_node, sbatch_arguments
@@ -440,3 +441,41 @@ def test_executor_knows_a_requeued_run_from_slurm_restart_count(
     executor = SlurmExecutor(client=SlurmClient(), job_id="42", nodelist="node[1-2]")
     assert SlurmExecutor.requeues
     assert executor.requeued() == note
+
+
+class _RequeuedExecutor(SlurmExecutor):
+    def requeued(self) -> str | None:
+        return "Slurm requeued job 42 (SLURM_RESTART_COUNT=1)"
+
+
+@pytest.mark.parametrize("staged_again", [False, True])
+def test_a_requeued_agent_run_takes_the_attempts_over_and_starts_the_next(
+    tmp_path: Path, staged_again: bool
+) -> None:
+    """The previous run was killed (Slurm's KillWait) before it ended its attempt: the requeued
+    run ends it when that run last wrote, keeps the first start and moves the old trees aside.
+    ``staged_again``: a later run was preempted while staging, before any host started."""
+    job = JobDir(tmp_path / "jobs" / "slurm-job")
+    job.logs_dir.mkdir(parents=True)
+    write_json_atomic(job.spec_file, spec(spot=True).to_request())
+    write_json_atomic(job.settings_file, {"executor": "slurm", "stop_grace_seconds": 10})
+    job.write_state({
+        "TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatus": contract.SECONDARY_TRAINING,
+        "SecondaryStatusTransitions": [{"Status": contract.SECONDARY_TRAINING, "StartTime": 110.0}],
+        "TrainingStartTime": 100.0, "LastModifiedTime": 160.0,
+        "Attempts": [{"Attempt": 1, "StartTime": 110.0}],
+    })
+    (job.hosts_dir / "algo-1" / "checkpoints").mkdir(parents=True)
+    if staged_again:
+        (job.path / "hosts-attempt-1" / "algo-1").mkdir(parents=True)
+    agent = Agent(job, _RequeuedExecutor(client=SlurmClient(), job_id="42"))
+    assert agent._resume()
+    state = job.read_state()
+    assert state["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS and state["TrainingStartTime"] == 100.0
+    assert state["Attempts"] == [{"Attempt": 1, "StartTime": 110.0, "EndTime": 160.0, "Seconds": 50.0,
+                                  "Outcome": contract.SECONDARY_INTERRUPTED}]
+    assert [t["Status"] for t in state["SecondaryStatusTransitions"]] == [
+        contract.SECONDARY_TRAINING, contract.SECONDARY_STARTING, contract.SECONDARY_DOWNLOADING]
+    assert not job.hosts_dir.exists() and (job.path / "hosts-attempt-1" / "algo-1").is_dir()
+    assert (job.path / "hosts-attempt-1" / "algo-1" / "checkpoints").is_dir() is not staged_again
+    assert "Slurm requeued job 42 (SLURM_RESTART_COUNT=1)" in job.job_log.read_text()

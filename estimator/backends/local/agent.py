@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import sys
 import threading
@@ -391,8 +392,11 @@ class Agent:
     def _fresh_hosts(self) -> None:
         """After a spot interruption: keep the old trees aside, start the next attempt on new hosts."""
         done = len(self._attempts.records)
-        if self.job.hosts_dir.exists():
-            self.job.hosts_dir.rename(self.job.path / f"hosts-attempt-{done}")
+        aside = self.job.path / f"hosts-attempt-{done}"
+        if self.job.hosts_dir.exists() and aside.exists():  # preempted while staging: no host ran there
+            shutil.rmtree(self.job.hosts_dir)
+        elif self.job.hosts_dir.exists():
+            self.job.hosts_dir.rename(aside)
         self.hosts = [Host(h.name, h.index, self.job.host_base(h.name)) for h in self.hosts]
         self.say(f"Spot interruption: attempt {done} ended; starting attempt {done + 1} on fresh hosts")
         self.transition(contract.SECONDARY_STARTING)

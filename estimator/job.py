@@ -45,14 +45,17 @@ class TrainingJob:
         return self.name
 
     def describe(self) -> dict[str, Any]:
+        """The job's DescribeTrainingJob response (local backends give the same shape)."""
         return self.backend.describe(self.name)
 
     @property
     def status(self) -> str:
+        """``TrainingJobStatus``: InProgress, Stopping, Completed, Failed or Stopped."""
         return str(self.describe()["TrainingJobStatus"])
 
     @property
     def model_data(self) -> str | None:
+        """URI of ``model.tar.gz`` once the job has packaged it, else None."""
         artifacts = self.describe().get("ModelArtifacts") or {}
         return artifacts.get("S3ModelArtifacts")
 
@@ -83,6 +86,10 @@ class TrainingJob:
                 stream.flush()
 
     def wait(self, logs: bool = True, out: TextIO | None = None, poll_seconds: float = 0.5) -> dict[str, Any]:
+        """Wait for the job to end, streaming its logs when ``logs``; return its description.
+
+        Failed raises :class:`~estimator.errors.JobFailedError` with the failure reason; Stopped warns,
+        as the SDK does. Ctrl-C stops local jobs (SageMaker jobs keep running)."""
         stream = out or sys.stdout
         try:
             if logs:

@@ -143,6 +143,7 @@ class LocalSession:
         self._backend: Backend | None = None
 
     def s3_client(self) -> Any:
+        """A boto3 S3 client for ``s3://`` inputs, outputs and checkpoints (created on first use)."""
         if self._s3_client is None:
             import boto3
 
@@ -150,10 +151,12 @@ class LocalSession:
         return self._s3_client
 
     def expand_role(self, role: str | None) -> str:
+        """The role as given (local runs need none), or a placeholder ARN so the request keeps its shape."""
         # Local runs need no IAM role; keep the user's value so the request looks like SageMaker's.
         return role or "arn:aws:iam::000000000000:role/smlaunch-local"
 
     def default_output_path(self) -> str:
+        """``file://<root>/``: where jobs without ``output_path`` put their artifacts."""
         return self.root.as_uri() + "/"
 
     def bucket_owner_args(self, bucket: str) -> dict[str, str]:
@@ -165,6 +168,7 @@ class LocalSession:
         return Path(path).expanduser().resolve().as_uri()
 
     def backend(self) -> Backend:
+        """The local backend that runs this session's jobs, with the session's executor (created once)."""
         if self._backend is None:
             from estimator.backends.local.backend import LocalBackend
 
@@ -316,6 +320,7 @@ class SlurmSession(LocalSession):
         return self._slurm_client
 
     def backend(self) -> Backend:
+        """The Slurm backend that submits this session's jobs with ``sbatch`` (created once)."""
         if self._backend is None:
             from estimator.backends.slurm import SlurmBackend
 
@@ -486,6 +491,7 @@ class Session:
 
     @property
     def boto_session(self) -> Any:
+        """The ``boto3.Session`` given, or one created from the default credential chain on first use."""
         if self._boto_session is None:
             import boto3
 
@@ -535,12 +541,15 @@ class Session:
             return client
 
     def sagemaker_client(self) -> Any:
+        """A boto3 SageMaker client in the session's region."""
         return self._client("sagemaker")
 
     def s3_client(self) -> Any:
+        """A boto3 S3 client in the session's region."""
         return self._client("s3")
 
     def logs_client(self) -> Any:
+        """A boto3 CloudWatch Logs client in the session's region."""
         return self._client("logs")
 
     def cloudwatch_client(self) -> Any:
@@ -661,6 +670,7 @@ class Session:
     # -- backend, inputs, listing
 
     def backend(self) -> Backend:
+        """The SageMaker backend that sends this session's jobs to the service (created once)."""
         if self._backend is None:
             from estimator.backends.sagemaker import SageMakerBackend
 

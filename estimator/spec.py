@@ -198,6 +198,7 @@ class TrainingJobSpec(_Wire):
         printer.text(str(self))
 
     def channel(self, name: str) -> Channel | None:
+        """The input channel called ``name``, or None."""
         for channel in self.InputDataConfig or []:
             if channel.ChannelName == name:
                 return channel

@@ -31,7 +31,8 @@ Fields: ``kind`` (required); ``rank``: the global rank as shown in ``[algo-N/ran
 the host too); ``host``: ``algo-N`` (required for ``kill_host``; optional for the
 others, where it must be the rank's host); ``after_seconds`` (default 0): counted from the moment
 the host started its processes; or instead ``after_lines``: when the rank has printed that many
-lines (a script printing once per step faults at a given step; rank faults only);
+lines (a script printing once per step faults at a given step; rank faults only; output is read
+in chunks, so lines printed in the same burst may get through first);
 ``exit_code`` (``crash`` only, 1..255); ``attempt`` (``spot`` only, >= 1). Unknown fields are errors.
 
 ``crash`` and ``hang`` are carried out inside the rank by :mod:`runtime.rankboot` (a SIGUSR2 handler

@@ -37,6 +37,7 @@ def line_of(text: str) -> int:
     return next(i for i, line in enumerate(HANG.splitlines(), 1) if text in line)
 
 
+@pytest.mark.slow
 def test_hang_dumps_every_stack_and_names_where_each_rank_was(tmp_path: Path) -> None:
     run = run_job(
         tmp_path,
@@ -70,6 +71,7 @@ def test_hang_dumps_every_stack_and_names_where_each_rank_was(tmp_path: Path) ->
     assert "[algo-1] stacks: " in run.log and "looks hung" in run.log
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # generous: four ranks import torch slowly on a busy machine
 def test_stop_during_a_collective_reaches_every_rank(tmp_path: Path) -> None:
     from estimator import LocalSession, PyTorch

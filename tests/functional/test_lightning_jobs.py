@@ -52,6 +52,7 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank{trainer.global_rank}.j
 """
 
 
+@pytest.mark.slow
 def test_lightning_ddp_across_two_hosts_of_two_ranks(tmp_path: Path) -> None:
     run = run_job(
         tmp_path,

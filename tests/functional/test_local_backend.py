@@ -99,6 +99,7 @@ def _members(uri: str) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_two_hosts_two_ranks_end_to_end(tmp_path: Path) -> None:
     data = _user_data(tmp_path)
     before = _snapshot(data)

@@ -81,6 +81,7 @@ def test_failing_rank_under_mpi_is_the_root_cause(tmp_path: Path) -> None:
     assert "ValueError: boom from rank 3" in reason and "Traceback (most recent call last):" in reason
 
 
+@pytest.mark.slow
 def test_torch_script_under_mpi(tmp_path: Path) -> None:
     run = run_job(tmp_path, TORCH, base_name="mpi-torch", distribution=MPI)
     assert run.status == contract.STATUS_COMPLETED, run.reason + run.log[-3000:]

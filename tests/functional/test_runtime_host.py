@@ -173,6 +173,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_two_hosts_two_ranks_all_reduce_over_gloo(job: Path) -> None:
     pytest.importorskip("torch")
     src = write_code(job, DDP)

@@ -42,6 +42,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_torch_distributed_with_backend_smddp(tmp_path: Path) -> None:
     run = run_job(
         tmp_path,

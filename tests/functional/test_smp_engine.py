@@ -131,6 +131,7 @@ def _check(results: list[dict[str, Any]], scenarios: list[dict[str, Any]]) -> No
         assert sorted(owned) == expected, sc["name"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_two_ranks_pipeline_scenarios_and_checkpoints(tmp_path: Path) -> None:
     results = _launch(2, [COMM2, *WORLD2], tmp_path)
@@ -153,6 +154,7 @@ def test_two_ranks_pipeline_scenarios_and_checkpoints(tmp_path: Path) -> None:
     assert torch.load(ckpt / "user_content_s1_full.pt", weights_only=False) == {"step": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_four_ranks_pp4_and_hybrid_data_parallel(tmp_path: Path) -> None:
     _check(_launch(4, [COMM4, *WORLD4], tmp_path), WORLD4)

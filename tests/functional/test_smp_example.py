@@ -15,6 +15,7 @@ import pytest
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_parallel"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_train_smp_on_emulated_p3_8xlarge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,6 +37,7 @@ def test_train_smp_on_emulated_p3_8xlarge(tmp_path: Path, monkeypatch: pytest.Mo
     assert not [p for p in leftovers if p.status() != psutil.STATUS_ZOMBIE], leftovers
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_pipeline_across_two_emulated_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,6 +126,7 @@ def _assert_resumed(tmp_path: Path, name: str, description: dict[str, Any], log:
     return last_saved
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_spot_interruption_resumes_from_checkpoint(tmp_path: Path, moto_s3: Any) -> None:
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=10)
@@ -153,6 +154,7 @@ def test_spot_interruption_resumes_from_checkpoint(tmp_path: Path, moto_s3: Any)
     assert _keys(moto_s3, "spot-job/") == [f"spot-job/ckpt-{e:03d}.json" for e in (EPOCHS - 2, EPOCHS - 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_spot_fault_interrupts_the_first_attempt_at_a_given_line(tmp_path: Path, moto_s3: Any) -> None:
     """The fault-injection route: ``{"kind": "spot", "rank": 0, "after_lines": 3}`` interrupts

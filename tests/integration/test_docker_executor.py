@@ -146,6 +146,7 @@ def _members(uri: str) -> dict[str, bytes]:
 # --- the image ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_image_runs_train_under_tini_as_a_non_root_user(engine: Any, image: str) -> None:
     config = engine.images.get(image).attrs["Config"]
     assert config["Cmd"] == ["train"]
@@ -231,6 +232,7 @@ def _same_weights(models: dict[str, dict[str, bytes]]) -> None:
         assert torch.allclose(value, process_state[key], atol=1e-5), key
 
 
+@pytest.mark.slow
 def test_quickstart_on_two_containers_matches_the_process_executor(
     root: Path, engine: Any, image: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -251,6 +253,7 @@ def test_quickstart_on_two_containers_matches_the_process_executor(
     _wait_containers_gone(engine, job)
 
 
+@pytest.mark.slow
 def test_smddp_example_matches_the_process_executor(root: Path, engine: Any, image: str) -> None:
     args = {"instance_type": "ml.p3.16xlarge",
             "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
@@ -286,6 +289,7 @@ def _mpi_spec(tmp_path: Path, image: str, name: str) -> Any:
     return spec
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("mpirun") is None,
     reason="the process executor's half needs OpenMPI's mpirun on this machine (apt-get install openmpi-bin)",

@@ -186,6 +186,7 @@ def torchrun_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str,
     return _run_two_ranks(tmp_path_factory.mktemp("hvd"))
 
 
+@pytest.mark.slow
 def test_every_collective_equals_torch_distributed(torchrun_results: list[dict[str, Any]]) -> None:
     for rank, out in enumerate(torchrun_results):
         failed = [name for name, ok in out["checks"].items() if not ok]

@@ -479,3 +479,17 @@ def test_a_requeued_agent_run_takes_the_attempts_over_and_starts_the_next(
     assert not job.hosts_dir.exists() and (job.path / "hosts-attempt-1" / "algo-1").is_dir()
     assert (job.path / "hosts-attempt-1" / "algo-1" / "checkpoints").is_dir() is not staged_again
     assert "Slurm requeued job 42 (SLURM_RESTART_COUNT=1)" in job.job_log.read_text()
+
+
+def test_a_requeued_run_of_a_job_that_already_ended_changes_nothing(tmp_path: Path) -> None:
+    """Slurm may requeue the job while its agent packages the artifacts and writes Completed."""
+    job = JobDir(tmp_path / "jobs" / "slurm-job")
+    job.logs_dir.mkdir(parents=True)
+    write_json_atomic(job.spec_file, spec(spot=True).to_request())
+    write_json_atomic(job.settings_file, {"executor": "slurm", "stop_grace_seconds": 10})
+    ended = {"TrainingJobStatus": contract.STATUS_COMPLETED, "SecondaryStatus": contract.SECONDARY_COMPLETED,
+             "SecondaryStatusTransitions": [], "TrainingStartTime": 100.0, "LastModifiedTime": 160.0}
+    job.write_state(ended)
+    assert Agent(job, _RequeuedExecutor(client=SlurmClient(), job_id="42")).run() == 0
+    assert job.read_state() == ended
+    assert "already ended Completed: nothing to run" in job.job_log.read_text()

@@ -222,6 +222,10 @@ class Agent:
     # --- the job ------------------------------------------------------------------------------
 
     def run(self) -> int:
+        if JobState.of(self.state).is_terminal:  # a scheduler requeued a job that had already ended
+            self.say(f"Job {self.spec.TrainingJobName} already ended {self.state['TrainingJobStatus']}: "
+                     "nothing to run")
+            return 0
         become_subreaper()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)

@@ -8,7 +8,12 @@ client settings, so the ratios compare strategies, not servers.
 Workloads: (a) 2,000 files of 64 KiB; (b) 4 files of 256 MiB; plus the second upload of the
 unchanged directory (a). ``--scale 0.1`` shrinks counts and sizes for a quick run.
 
-Usage: ``python benchmarks/transfer.py [--scale S] [--concurrency N]``
+Then (a) again through ``latency_proxy.py``, which delays every request by ``--latency-ms`` (20 ms,
+as a request from a training host to S3 typically waits): there, moto's CPU no longer bounds the
+figures. The engine against the sequential loop and against ``aws s3 sync`` (when the AWS CLI is
+installed; its default 10 concurrent requests), and the unchanged re-upload against the first.
+
+Usage: ``python benchmarks/transfer.py [--scale S] [--concurrency N] [--latency-ms MS] [--skip-large]``
 """
 
 from __future__ import annotations
@@ -73,10 +78,92 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def _reupload(client: Any, directory: Path, tag: str, concurrency: int) -> tuple[float, float, float]:
+    """First upload of ``directory`` by an engine, then the unchanged second upload by a fresh engine
+    (cold hash cache) and by the same engine (warm cache): three wall times."""
+    from runtime.transfer import TransferEngine
+
+    uri = f"s3://bench/{tag}"
+    with TransferEngine(client, max_concurrency=concurrency, progress=False) as fresh:
+        first = _timed(lambda: fresh.upload_dir(directory, uri))
+        with TransferEngine(client, max_concurrency=concurrency, progress=False) as cold:
+            second_cold = _timed(lambda: cold.upload_dir(directory, uri))
+        second_warm = _timed(lambda: fresh.upload_dir(directory, uri))
+    return first, second_cold, second_warm
+
+
+def _print_reupload(first: float, second_cold: float, second_warm: float) -> None:
+    print(f"{'second upload of unchanged (a)':40s} {'first':>13s} {'second':>11s}")
+    print(f"{'  fresh engine (hashes re-read)':40s} {first:13.2f} {second_cold:11.3f} "
+          f"{first / second_cold:8.1f}x")
+    print(f"{'  same engine (hash cache warm)':40s} {first:13.2f} {second_warm:11.3f} "
+          f"{first / second_warm:8.1f}x")
+
+
+def _latency_run(server_port: int, directory: Path, args: argparse.Namespace, work: Path) -> None:
+    """Workload (a) again, every request through a proxy that delays it by ``--latency-ms``: the
+    engine vs the sequential loop, vs ``aws s3 sync`` (when the AWS CLI is installed), and the
+    unchanged re-upload vs the first, side by side."""
+    import boto3
+    from botocore.config import Config
+
+    from runtime.transfer import TransferEngine
+
+    proxy = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("latency_proxy.py")), "--target-port", str(server_port),
+         "--delay-ms", str(args.latency_ms), "--max-seconds", "3600"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proxy.stdout is not None
+        line = proxy.stdout.readline().decode().split()
+        if len(line) != 2 or line[0] != "listening":
+            raise RuntimeError(f"latency proxy did not start: {line}")
+        endpoint = f"http://127.0.0.1:{line[1]}"
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                              config=Config(max_pool_connections=max(10, args.concurrency)))
+        rtt = _timed(lambda: client.head_bucket(Bucket="bench"))
+        n_files = sum(1 for p in directory.rglob("*") if p.is_file())
+
+        def sequential() -> None:
+            for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+                client.upload_file(str(path), "bench", f"lat-base/{path.relative_to(directory).as_posix()}")
+
+        base = _timed(sequential)
+        with TransferEngine(client, max_concurrency=args.concurrency, progress=False) as engine:
+            ours = _timed(lambda: engine.upload_dir(directory, "s3://bench/lat-ours"))
+        aws = shutil.which("aws")
+        cli = None
+        if aws is not None:
+            cli = _timed(lambda: subprocess.run(
+                [aws, "s3", "sync", "--only-show-errors", "--endpoint-url", endpoint, str(directory),
+                 "s3://bench/lat-cli"], check=True, env={**os.environ, "HOME": str(work)}))
+        first, second_cold, second_warm = _reupload(client, directory, "lat-again", args.concurrency)
+    finally:
+        if proxy.stdin is not None:
+            proxy.stdin.close()  # the proxy stops when its stdin closes
+        try:
+            proxy.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            proxy.wait(timeout=10)
+    print(f"\nthrough a {args.latency_ms:.0f} ms latency proxy (one HeadBucket took {1000 * rtt:.0f} ms), "
+          f"{n_files} x 64 KiB")
+    print(f"{'workload':40s} {'baseline s':>13s} {'smlaunch s':>11s} {'speed-up':>9s}")
+    print(f"{'upload vs sequential upload_file':40s} {base:13.2f} {ours:11.2f} {base / ours:8.1f}x")
+    if cli is None:
+        print("upload vs aws s3 sync: AWS CLI not installed")
+    else:
+        print(f"{'upload vs aws s3 sync':40s} {cli:13.2f} {ours:11.2f} {cli / ours:8.1f}x")
+    _print_reupload(first, second_cold, second_warm)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="shrink counts and sizes (0 < scale <= 1)")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--latency-ms", type=float, default=20.0,
+                        help="also run (a) through a proxy adding this request latency (0: skip)")
+    parser.add_argument("--skip-large", action="store_true", help="leave out workload (b)")
     args = parser.parse_args(argv)
 
     import boto3
@@ -104,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:
         n_large, large_size = 4, max(8 * MiB, int(256 * MiB * args.scale))
         small_dir, large_dir = work / "small", work / "large"
         _make_files(small_dir, n_small, 64 * 1024)
-        _make_files(large_dir, n_large, large_size)
+        if not args.skip_large:
+            _make_files(large_dir, n_large, large_size)
 
         def baseline_upload(directory: Path, prefix: str) -> None:
             for path in sorted(p for p in directory.rglob("*") if p.is_file()):
@@ -118,10 +206,10 @@ def main(argv: list[str] | None = None) -> None:
                     client.download_file("bench", obj["Key"], str(dest))
 
         rows: list[tuple[str, float, float]] = []
-        for label, directory in (
-            (f"(a) {n_small} x 64 KiB", small_dir),
-            (f"(b) {n_large} x {large_size // MiB} MiB", large_dir),
-        ):
+        workloads = [(f"(a) {n_small} x 64 KiB", small_dir)]
+        if not args.skip_large:
+            workloads.append((f"(b) {n_large} x {large_size // MiB} MiB", large_dir))
+        for label, directory in workloads:
             tag = directory.name
             base_up = _timed(lambda d=directory, t=tag: baseline_upload(d, f"base-{t}"))
             ours_up = _timed(lambda d=directory, t=tag: engine.upload_dir(d, f"s3://bench/ours-{t}"))
@@ -135,13 +223,8 @@ def main(argv: list[str] | None = None) -> None:
 
         # Unchanged directory: the second upload by a fresh engine (cold hash cache) and by the same
         # engine (warm cache), both against the engine's own first upload of (a).
-        fresh = TransferEngine(client, max_concurrency=args.concurrency, progress=False)
-        first = _timed(lambda: fresh.upload_dir(small_dir, "s3://bench/again"))
-        second_cold = _timed(lambda: TransferEngine(client, max_concurrency=args.concurrency,
-                                                    progress=False).upload_dir(small_dir, "s3://bench/again"))
-        second_warm = _timed(lambda: fresh.upload_dir(small_dir, "s3://bench/again"))
+        first, second_cold, second_warm = _reupload(client, small_dir, "again", args.concurrency)
         engine.close()
-        fresh.close()
 
         # What the server allows: the same tiny request sequentially and from many threads. The
         # ratio bounds every speed-up above (a request-bound workload cannot beat it).
@@ -160,14 +243,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'workload':40s} {'sequential s':>13s} {'smlaunch s':>11s} {'speed-up':>9s}")
         for name, base, ours in rows:
             print(f"{name:40s} {base:13.2f} {ours:11.2f} {base / ours:8.1f}x")
-        print(f"{'second upload of unchanged (a)':40s} {'first':>13s} {'second':>11s}")
-        print(f"{'  fresh engine (hashes re-read)':40s} {first:13.2f} {second_cold:11.3f} "
-              f"{first / second_cold:8.1f}x")
-        print(f"{'  same engine (hash cache warm)':40s} {first:13.2f} {second_warm:11.3f} "
-              f"{first / second_warm:8.1f}x")
+        _print_reupload(first, second_cold, second_warm)
         print(f"server ceiling: HEAD {1000 * one_by_one / probes:.1f} ms sequential, "
               f"{1000 * parallel / probes:.1f} ms/request with {args.concurrency} threads: at most "
               f"{one_by_one / parallel:.1f}x for request-bound work on this machine")
+        if args.latency_ms > 0:
+            _latency_run(port, small_dir, args, work)
     finally:
         server.terminate()
         try:

@@ -19,10 +19,10 @@ Contracts:
   the destination is written under a temporary name and renamed only once verified, so a reader
   never sees a partial file under its final name.
 - **Incremental.** Before uploading a directory the engine lists the destination once (1 request per
-  1,000 keys) and skips every file whose size and content hash match: for files below the
-  multipart threshold the ETag S3 computes (their MD5) is compared with the local file's; for
-  larger files, or when the ETag is not an MD5 (SSE-KMS), one ``head_object`` compares
-  ``smlaunch-sha256``. Local hashes are cached per
+  1,000 keys, while it hashes the local files) and skips every file whose size and content hash
+  match: for files below the multipart threshold the ETag S3 computes (their MD5) is compared with
+  the local file's; for larger files, or when the ETag is not an MD5 (SSE-KMS), one
+  ``head_object`` compares ``smlaunch-sha256``. Local hashes are cached per
   ``(path, size, mtime_ns, inode)``, as git and rsync do, so an unchanged tree is not re-read.
   Downloads skip local files whose size and hash already match.
 - **file://** sources and destinations behave the same way (copy to a temporary name, verify, rename).
@@ -362,7 +362,7 @@ class TransferEngine:
                                          str(head.get("ETag", "")).strip('"'))
             except _client_error():
                 pass
-        return self._upload_many([(path, bucket, key)], remote, skip_unchanged, extra_args, "upload")
+        return self._upload_many([(path, bucket, key)], lambda: remote, skip_unchanged, extra_args, "upload")
 
     def upload_dir(self, directory: str | Path, uri: str, *, skip_unchanged: bool = True,
                    extra_args: dict[str, Any] | None = None,
@@ -378,12 +378,14 @@ class TransferEngine:
             pairs = [(directory / o.rel, dest / o.rel) for o in files]
             return self._copy_files(pairs, skip_unchanged, "copy")
         bucket, prefix = split_s3_uri(uri)
-        remote: dict[str, ObjectInfo] = {}
-        if skip_unchanged and files:
-            listing_prefix = prefix.rstrip("/") + "/" if prefix else ""
-            remote = {split_s3_uri(o.uri)[1]: o for o in self.list(f"s3://{bucket}/{listing_prefix}")}
         jobs = [(directory / o.rel, bucket, join_key(prefix, o.rel)) for o in files]
-        return self._upload_many(jobs, remote, skip_unchanged, extra_args, "upload")
+        if not (skip_unchanged and files):
+            return self._upload_many(jobs, dict, skip_unchanged, extra_args, "upload")
+        listing_uri = f"s3://{bucket}/" + (prefix.rstrip("/") + "/" if prefix else "")
+        # One listing pass, run while the local files are hashed: the two take about as long.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="smlaunch-list") as lister:
+            listing = lister.submit(lambda: {split_s3_uri(o.uri)[1]: o for o in self.list(listing_uri)})
+            return self._upload_many(jobs, listing.result, skip_unchanged, extra_args, "upload")
 
     def _unchanged_remote(self, digest: FileDigest, bucket: str, key: str, remote: ObjectInfo) -> bool:
         if remote.size != digest.size:
@@ -401,12 +403,15 @@ class TransferEngine:
         sha: str | None = head.get("Metadata", {}).get(SHA256_METADATA_KEY)
         return sha
 
-    def _upload_many(self, jobs: Sequence[tuple[Path, str, str]], remote: dict[str, ObjectInfo],
-                     skip_unchanged: bool, extra_args: dict[str, Any] | None,
-                     label: str) -> TransferSummary:
+    def _upload_many(self, jobs: Sequence[tuple[Path, str, str]],
+                     listing: Callable[[], dict[str, ObjectInfo]], skip_unchanged: bool,
+                     extra_args: dict[str, Any] | None, label: str) -> TransferSummary:
+        """Upload ``jobs`` (path, bucket, key), skipping those unchanged against ``listing()``, the
+        destination's objects by key (called once, after the local files are hashed)."""
         started = time.monotonic()
         summary = TransferSummary()
         digests = self._pool_map(lambda job: self._digest(job[0]), jobs)
+        remote = listing()
         todo: list[tuple[Path, str, str, FileDigest]] = []
         for (path, bucket, key), digest in zip(jobs, digests, strict=True):
             known = remote.get(key)

@@ -82,6 +82,39 @@ def test_unchanged_files_are_not_transferred_again(s3: Any, tmp_path: Path) -> N
     assert not second.transferred and len(second.skipped) == len(files) + 1
 
 
+def _count_requests(client: Any) -> dict[str, int]:
+    """Count every S3 operation ``client`` sends, by name, through botocore's event hooks."""
+    counts: dict[str, int] = {}
+
+    def hook(model: Any, **kwargs: Any) -> None:
+        counts[model.name] = counts.get(model.name, 0) + 1
+
+    client.meta.events.register("before-call.s3", hook)
+    return counts
+
+
+def test_unchanged_reupload_sends_no_put_and_lists_once(s3: Any, tmp_path: Path) -> None:
+    _tree(tmp_path / "src", 40)
+    TransferEngine(s3, progress=False).upload_dir(tmp_path / "src", "s3://bucket/pre")
+    counts = _count_requests(s3)
+    again = TransferEngine(s3, max_concurrency=8, progress=False).upload_dir(tmp_path / "src", "s3://bucket/pre")
+    assert len(again.skipped) == 40 and not again.transferred
+    assert counts == {"ListObjectsV2": 1}  # one listing page; no PutObject, no HeadObject per file
+    (tmp_path / "src" / "d2" / "f002.bin").write_bytes(b"changed")
+    counts.clear()
+    third = TransferEngine(s3, progress=False).upload_dir(tmp_path / "src", "s3://bucket/pre")
+    assert third.transferred == ["s3://bucket/pre/d2/f002.bin"]
+    assert counts == {"ListObjectsV2": 1, "PutObject": 1}
+
+
+def test_a_failed_listing_uploads_nothing(s3: Any, tmp_path: Path) -> None:
+    _tree(tmp_path / "src", 5)
+    counts = _count_requests(s3)
+    with pytest.raises(s3.exceptions.NoSuchBucket):
+        TransferEngine(s3, progress=False).upload_dir(tmp_path / "src", "s3://absent-bucket/pre")
+    assert "PutObject" not in counts
+
+
 def test_multipart_objects_round_trip_and_skip(s3: Any, tmp_path: Path) -> None:
     big = tmp_path / "src" / "big.bin"
     big.parent.mkdir()

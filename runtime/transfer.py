@@ -150,15 +150,26 @@ def digest_file(path: Path, multipart_threshold: int) -> FileDigest:
 
 
 class HashCache:
-    """``(path, size, mtime_ns, inode) -> FileDigest``; a changed file changes its key. Thread-safe."""
+    """``(path, size, mtime_ns, device, inode) -> FileDigest``; a changed file changes its key.
+    Thread-safe."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, int, int, int, int], FileDigest] = {}
+        self._entries: dict[tuple[str, int, int, int, int, int], FileDigest] = {}
         self._lock = threading.Lock()
 
+    @staticmethod
+    def _key(path: Path, multipart_threshold: int) -> tuple[str, int, int, int, int, int]:
+        st = os.stat(path)
+        return (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, multipart_threshold)
+
+    def cached(self, path: Path, multipart_threshold: int) -> FileDigest | None:
+        """The digest of ``path`` if it is cached and the file has not changed since; else None."""
+        key = self._key(path, multipart_threshold)
+        with self._lock:
+            return self._entries.get(key)
+
     def digest(self, path: Path, multipart_threshold: int) -> FileDigest:
-        st = path.stat()
-        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, multipart_threshold)
+        key = self._key(path, multipart_threshold)
         with self._lock:
             hit = self._entries.get(key)
         if hit is not None:
@@ -410,7 +421,11 @@ class TransferEngine:
         destination's objects by key (called once, after the local files are hashed)."""
         started = time.monotonic()
         summary = TransferSummary()
-        digests = self._pool_map(lambda job: self._digest(job[0]), jobs)
+        # Cache hits inline (a stat each); only files to read go through the pool.
+        cached = [self.hashes.cached(path, self.multipart_threshold) for path, _b, _k in jobs]
+        misses = [path for (path, _b, _k), digest in zip(jobs, cached, strict=True) if digest is None]
+        read = iter(self._pool_map(self._digest, misses))
+        digests = [digest if digest is not None else next(read) for digest in cached]
         remote = listing()
         todo: list[tuple[Path, str, str, FileDigest]] = []
         for (path, bucket, key), digest in zip(jobs, digests, strict=True):

@@ -80,10 +80,14 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 def _reupload(client: Any, directory: Path, tag: str, concurrency: int) -> tuple[float, float, float]:
     """First upload of ``directory`` by an engine, then the unchanged second upload by a fresh engine
-    (cold hash cache) and by the same engine (warm cache): three wall times."""
+    (cold hash cache) and by the same engine (warm cache): three wall times.
+
+    Into a bucket of its own: moto scans every key of a bucket to list one prefix, S3 does not, so
+    the other workloads' keys would inflate the listing this measures."""
     from runtime.transfer import TransferEngine
 
-    uri = f"s3://bench/{tag}"
+    client.create_bucket(Bucket=f"bench-{tag}")
+    uri = f"s3://bench-{tag}/data"
     with TransferEngine(client, max_concurrency=concurrency, progress=False) as fresh:
         first = _timed(lambda: fresh.upload_dir(directory, uri))
         with TransferEngine(client, max_concurrency=concurrency, progress=False) as cold:

@@ -43,7 +43,7 @@ def test_every_host_of_a_32_host_job_completes(tmp_path: Path) -> None:
     hosts = [f"algo-{i}" for i in range(1, HOSTS + 1)]
     backend = session.backend()
     lines = set(backend.log_lines("thirty-two"))
-    assert {f"[{host}] hello from {host}" for host in hosts} <= lines
+    assert {f"[{host}/rank 0] hello from {host}" for host in hosts} <= lines
     model_path = Path(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
     with tarfile.open(fileobj=io.BytesIO(model_path.read_bytes())) as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]

@@ -44,7 +44,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SCRIPT = '''\
+SCRIPT = """\
 import argparse
 import os
 import time
@@ -105,7 +105,7 @@ if rank == 0:
           f"loss={loss.item():.4f}", flush=True)
 dist.barrier()  # no rank tears gloo down while a peer is still printing (gloo may abort it)
 dist.destroy_process_group()
-'''
+"""
 
 THROUGHPUT = re.compile(
     r"DDP_THROUGHPUT samples_per_s=(\d+(?:\.\d+)?) world=(\d+) .*samples_per_cpu_s=(\d+(?:\.\d+)?)"
@@ -129,8 +129,16 @@ def parse(text: str, ranks: int, label: str) -> tuple[float, float, dict[int, tu
 
 
 def run_torchrun(script_dir: Path, ranks: int, script_args: list[str], env: dict[str, str]) -> str:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-            "script.py", *script_args]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(ranks),
+        "script.py",
+        *script_args,
+    ]
     result = subprocess.run(argv, cwd=script_dir, env=env, capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         raise RuntimeError(
@@ -180,16 +188,22 @@ def main(argv: list[str] | None = None) -> int:
     script_dir.mkdir()
     (script_dir / "script.py").write_text(SCRIPT)
     hps: dict[str, object] = {
-        "steps": args.steps, "warmup": args.warmup, "batch-size": args.batch_size, "width": args.width,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "batch-size": args.batch_size,
+        "width": args.width,
     }
     script_args = [x for key, value in hps.items() for x in (f"--{key}", str(value))]
     env = dict(os.environ)
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"DDP throughput: {args.ranks} ranks (gloo, CPU), MLP width {args.width}, "
-          f"batch {args.batch_size}/rank, "
-          f"{args.steps} timed steps after {args.warmup} warm-up; {args.rounds} alternating rounds; "
-          f"{os.cpu_count()} CPUs, load average {load}", flush=True)
+    print(
+        f"DDP throughput: {args.ranks} ranks (gloo, CPU), MLP width {args.width}, "
+        f"batch {args.batch_size}/rank, "
+        f"{args.steps} timed steps after {args.warmup} warm-up; {args.rounds} alternating rounds; "
+        f"{os.cpu_count()} CPUs, load average {load}",
+        flush=True,
+    )
     rates: dict[str, list[float]] = {"torchrun": [], "smlaunch": []}
     cpu_rates: dict[str, list[float]] = {"torchrun": [], "smlaunch": []}
     seen: dict[str, dict[int, tuple[str, int]]] = {}
@@ -204,8 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             rates[side].append(rate)
             cpu_rates[side].append(cpu_rate)
             seen[side] = settings
-            print(f"  round {round_index + 1} {side:<9} {rate:10.1f} samples/s  "
-                  f"{cpu_rate:10.1f} samples/CPU-s", flush=True)
+            print(
+                f"  round {round_index + 1} {side:<9} {rate:10.1f} samples/s  {cpu_rate:10.1f} samples/CPU-s",
+                flush=True,
+            )
 
     for side, settings in seen.items():
         described = ", ".join(
@@ -224,10 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmedian samples/s: torchrun {torchrun_rate:.1f}, smlaunch {ours_rate:.1f} (load now {load})")
     print(f"ratio smlaunch/torchrun {ratio:.3f} ({verdict} the >= 0.98 target)")
     best_ratio = max(rates["smlaunch"]) / max(rates["torchrun"])
-    print(f"best run of each side: torchrun {max(rates['torchrun']):.1f}, "
-          f"smlaunch {max(rates['smlaunch']):.1f}, ratio {best_ratio:.3f} (the least disturbed run of each)")
-    print(f"samples per CPU second (all ranks), ratio smlaunch/torchrun {cpu_ratio:.3f} "
-          "(less sensitive to other load on the machine)")
+    print(
+        f"best run of each side: torchrun {max(rates['torchrun']):.1f}, "
+        f"smlaunch {max(rates['smlaunch']):.1f}, ratio {best_ratio:.3f} (the least disturbed run of each)"
+    )
+    print(
+        f"samples per CPU second (all ranks), ratio smlaunch/torchrun {cpu_ratio:.3f} "
+        "(less sensitive to other load on the machine)"
+    )
     return 0
 
 

@@ -60,8 +60,11 @@ async def _serve(target_port: int, delay: float, max_seconds: float) -> None:
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(_pump(client_reader, server_writer, delay),
-                             _pump(server_reader, client_writer, 0.0), return_exceptions=True)
+        await asyncio.gather(
+            _pump(client_reader, server_writer, delay),
+            _pump(server_reader, client_writer, 0.0),
+            return_exceptions=True,
+        )
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=256)
     port = server.sockets[0].getsockname()[1]

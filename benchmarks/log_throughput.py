@@ -123,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         base, mine, still = statistics.median(plain), statistics.median(ours), statistics.median(quiet)
         ratio = mine / base
         verdicts.append((label, ratio))
-        print(f"  {label:<26} python {base:6.2f} s   smlaunch {mine:6.2f} s   ratio {ratio:5.2f}x   "
-              f"(printing nothing: {still:5.2f} s; pipeline alone {(mine - still) / base:5.2f}x)", flush=True)
+        print(
+            f"  {label:<26} python {base:6.2f} s   smlaunch {mine:6.2f} s   ratio {ratio:5.2f}x   "
+            f"(printing nothing: {still:5.2f} s; pipeline alone {(mine - still) / base:5.2f}x)",
+            flush=True,
+        )
     print("\nratios vs the plain script (target <= 1.3x):")
     for label, ratio in verdicts:
         print(f"  {label:<26} {ratio:5.2f}x  {'meets' if ratio <= 1.3 else 'MISSES'} the target")

@@ -53,8 +53,10 @@ def build(dim: int) -> nn.Sequential:
 
 def data(batch: int, dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
-    return (torch.randn(batch, dim, generator=g).to(device),
-            torch.randint(0, 10, (batch,), generator=g).to(device))
+    return (
+        torch.randn(batch, dim, generator=g).to(device),
+        torch.randint(0, 10, (batch,), generator=g).to(device),
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -73,8 +75,9 @@ def _timed(run: Any, device: torch.device, barrier: Any = None) -> tuple[float, 
     return time.perf_counter() - w0, time.process_time() - c0
 
 
-def time_alternating(runs: dict[str, Any], steps: int, device: torch.device,
-                     barrier: Any = None) -> dict[str, float]:
+def time_alternating(
+    runs: dict[str, Any], steps: int, device: torch.device, barrier: Any = None
+) -> dict[str, float]:
     """Median wall and CPU time per step of each variant (``name`` and ``name:cpu``), measured in
     alternating rounds so that load drift on a shared machine hits every variant alike."""
     for run in runs.values():
@@ -104,8 +107,9 @@ def single_process_step(dim: int, batch: int, device: torch.device) -> Any:
     return run
 
 
-def raw_step(p: int, rank: int, m: int, dim: int, device: torch.device, x: torch.Tensor,
-             y: torch.Tensor) -> Any:
+def raw_step(
+    p: int, rank: int, m: int, dim: int, device: torch.device, x: torch.Tensor, y: torch.Tensor
+) -> Any:
     """The same stages driven by torch.distributed.pipelining directly (dynamic metadata, as documented)."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -199,11 +203,32 @@ def launch(p: int, args: argparse.Namespace) -> dict[str, float]:
         result = Path(tmp) / "out.json"
         procs = []
         for r in range(p):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(p), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(p),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                       PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-            argv = [sys.executable, __file__, "--worker", "--out", str(result), "--dim", str(args.dim),
-                    "--batch", str(args.batch), "--steps", str(args.steps), "--device", args.device]
+            env = dict(
+                os.environ,
+                RANK=str(r),
+                WORLD_SIZE=str(p),
+                LOCAL_RANK=str(r),
+                LOCAL_WORLD_SIZE=str(p),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+            )
+            argv = [
+                sys.executable,
+                __file__,
+                "--worker",
+                "--out",
+                str(result),
+                "--dim",
+                str(args.dim),
+                "--batch",
+                str(args.batch),
+                "--steps",
+                str(args.steps),
+                "--device",
+                args.device,
+            ]
             procs.append(subprocess.Popen(argv, env=env))
         try:
             for proc in procs:
@@ -223,8 +248,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--stages", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--device", choices=["cpu", "cuda"],
-                        default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--timeout", type=float, default=540)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -232,10 +258,14 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    print(f"model: {BLOCKS} x Linear({args.dim},{args.dim})+GELU + head, batch {args.batch}, "
-          f"device {args.device}, {os.cpu_count()} cores, {args.steps} timed steps per variant")
-    print(f"{'p':>2} {'m':>3} | {'eff smp':>8} {'eff raw':>8} {'theory':>7} | {'eff v=2':>8} {'theory':>7} | "
-          f"{'overhead wall':>13} {'overhead cpu':>12}")
+    print(
+        f"model: {BLOCKS} x Linear({args.dim},{args.dim})+GELU + head, batch {args.batch}, "
+        f"device {args.device}, {os.cpu_count()} cores, {args.steps} timed steps per variant"
+    )
+    print(
+        f"{'p':>2} {'m':>3} | {'eff smp':>8} {'eff raw':>8} {'theory':>7} | {'eff v=2':>8} {'theory':>7} | "
+        f"{'overhead wall':>13} {'overhead cpu':>12}"
+    )
     for p in args.stages:
         res = launch(p, args)
         t1 = res["t1"]
@@ -248,8 +278,10 @@ def main() -> None:
             v2_theory = 1 / (1 + (p - 1) / (2 * m))
             v2_cols = f"{ideal / v2:8.2f} {v2_theory:7.2f}" if v2 else f"{'-':>8} {'-':>7}"
             cpu = res[f"smp_v1_m{m}:cpu"] / res[f"raw_m{m}:cpu"] - 1
-            print(f"{p:>2} {m:>3} | {ideal / t_smp:8.2f} {ideal / t_raw:8.2f} {theory:7.2f} | {v2_cols} | "
-                  f"{t_smp / t_raw - 1:+13.1%} {cpu:+12.1%}")
+            print(
+                f"{p:>2} {m:>3} | {ideal / t_smp:8.2f} {ideal / t_raw:8.2f} {theory:7.2f} | {v2_cols} | "
+                f"{t_smp / t_raw - 1:+13.1%} {cpu:+12.1%}"
+            )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCRIPT = '''import argparse, os, pathlib, time
+SCRIPT = """import argparse, os, pathlib, time
 parser = argparse.ArgumentParser()
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--markers", type=str, default="")
@@ -38,17 +38,23 @@ print(f"hello from {os.environ.get('SM_CURRENT_HOST')} rank {rank}", flush=True)
 if args.markers:
     pathlib.Path(args.markers, f"{os.environ.get('SM_CURRENT_HOST')}-{rank}").touch()
 time.sleep(args.sleep)
-'''
+"""
 
 
 def _estimator(source: Path, root: Path, hosts: int, ranks: int, hyperparameters: dict[str, object]) -> Any:
     from estimator import LocalSession, PyTorch
 
     return PyTorch(
-        entry_point="trivial.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/bench",
-        instance_type="ml.c5.xlarge", instance_count=hosts, framework_version="2.1.0", py_version="py310",
+        entry_point="trivial.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/bench",
+        instance_type="ml.c5.xlarge",
+        instance_count=hosts,
+        framework_version="2.1.0",
+        py_version="py310",
         distribution={"torch_distributed": {"enabled": True}} if ranks > 1 else None,
-        hyperparameters=hyperparameters, base_job_name="scale",
+        hyperparameters=hyperparameters,
+        base_job_name="scale",
         sagemaker_session=LocalSession(root, processes_per_host=ranks, instance_count_quota=64),
     )
 
@@ -112,13 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'shape':>16} {'to Completed s':>15} {'per host s':>11} {'agent CPU %':>12}", flush=True)
     single: float | None = None
     for hosts, ranks in shapes:
-        seconds = statistics.median(time_to_completed(work / "src", work / "jobs", hosts, ranks)
-                                    for _ in range(args.repeat))
+        seconds = statistics.median(
+            time_to_completed(work / "src", work / "jobs", hosts, ranks) for _ in range(args.repeat)
+        )
         cpu = agent_cpu_percent(work / "src", work / "jobs", hosts, ranks, args.sleep)
         if hosts == 1 and ranks == 1:
             single = seconds
-        per_host = (f"{(seconds - single) / (hosts - 1):11.3f}" if single is not None and hosts > 1
-                    else f"{'-':>11}")
+        per_host = (
+            f"{(seconds - single) / (hosts - 1):11.3f}" if single is not None and hosts > 1 else f"{'-':>11}"
+        )
         print(f"{f'{hosts} x {ranks}':>16} {seconds:15.2f} {per_host} {cpu:12.1f}", flush=True)
     return 0
 

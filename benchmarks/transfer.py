@@ -98,10 +98,14 @@ def _reupload(client: Any, directory: Path, tag: str, concurrency: int) -> tuple
 
 def _print_reupload(first: float, second_cold: float, second_warm: float) -> None:
     print(f"{'second upload of unchanged (a)':40s} {'first':>13s} {'second':>11s}")
-    print(f"{'  fresh engine (hashes re-read)':40s} {first:13.2f} {second_cold:11.3f} "
-          f"{first / second_cold:8.1f}x")
-    print(f"{'  same engine (hash cache warm)':40s} {first:13.2f} {second_warm:11.3f} "
-          f"{first / second_warm:8.1f}x")
+    print(
+        f"{'  fresh engine (hashes re-read)':40s} {first:13.2f} {second_cold:11.3f} "
+        f"{first / second_cold:8.1f}x"
+    )
+    print(
+        f"{'  same engine (hash cache warm)':40s} {first:13.2f} {second_warm:11.3f} "
+        f"{first / second_warm:8.1f}x"
+    )
 
 
 def _latency_run(server_port: int, directory: Path, args: argparse.Namespace, work: Path) -> None:
@@ -114,17 +118,31 @@ def _latency_run(server_port: int, directory: Path, args: argparse.Namespace, wo
     from runtime.transfer import TransferEngine
 
     proxy = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("latency_proxy.py")), "--target-port", str(server_port),
-         "--delay-ms", str(args.latency_ms), "--max-seconds", "3600"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        [
+            sys.executable,
+            str(Path(__file__).with_name("latency_proxy.py")),
+            "--target-port",
+            str(server_port),
+            "--delay-ms",
+            str(args.latency_ms),
+            "--max-seconds",
+            "3600",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert proxy.stdout is not None
         line = proxy.stdout.readline().decode().split()
         if len(line) != 2 or line[0] != "listening":
             raise RuntimeError(f"latency proxy did not start: {line}")
         endpoint = f"http://127.0.0.1:{line[1]}"
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              config=Config(max_pool_connections=max(10, args.concurrency)))
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            config=Config(max_pool_connections=max(10, args.concurrency)),
+        )
         rtt = _timed(lambda: client.head_bucket(Bucket="bench"))
         n_files = sum(1 for p in directory.rglob("*") if p.is_file())
 
@@ -138,9 +156,22 @@ def _latency_run(server_port: int, directory: Path, args: argparse.Namespace, wo
         aws = shutil.which("aws")
         cli = None
         if aws is not None:
-            cli = _timed(lambda: subprocess.run(
-                [aws, "s3", "sync", "--only-show-errors", "--endpoint-url", endpoint, str(directory),
-                 "s3://bench/lat-cli"], check=True, env={**os.environ, "HOME": str(work)}))
+            cli = _timed(
+                lambda: subprocess.run(
+                    [
+                        aws,
+                        "s3",
+                        "sync",
+                        "--only-show-errors",
+                        "--endpoint-url",
+                        endpoint,
+                        str(directory),
+                        "s3://bench/lat-cli",
+                    ],
+                    check=True,
+                    env={**os.environ, "HOME": str(work)},
+                )
+            )
         first, second_cold, second_warm = _reupload(client, directory, "lat-again", args.concurrency)
     finally:
         if proxy.stdin is not None:
@@ -150,8 +181,10 @@ def _latency_run(server_port: int, directory: Path, args: argparse.Namespace, wo
         except subprocess.TimeoutExpired:
             proxy.kill()
             proxy.wait(timeout=10)
-    print(f"\nthrough a {args.latency_ms:.0f} ms latency proxy (one HeadBucket took {1000 * rtt:.0f} ms), "
-          f"{n_files} x 64 KiB")
+    print(
+        f"\nthrough a {args.latency_ms:.0f} ms latency proxy (one HeadBucket took {1000 * rtt:.0f} ms), "
+        f"{n_files} x 64 KiB"
+    )
     print(f"{'workload':40s} {'baseline s':>13s} {'smlaunch s':>11s} {'speed-up':>9s}")
     print(f"{'upload vs sequential upload_file':40s} {base:13.2f} {ours:11.2f} {base / ours:8.1f}x")
     if cli is None:
@@ -165,8 +198,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="shrink counts and sizes (0 < scale <= 1)")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--latency-ms", type=float, default=20.0,
-                        help="also run (a) through a proxy adding this request latency (0: skip)")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=20.0,
+        help="also run (a) through a proxy adding this request latency (0: skip)",
+    )
     parser.add_argument("--skip-large", action="store_true", help="leave out workload (b)")
     args = parser.parse_args(argv)
 
@@ -175,19 +212,29 @@ def main(argv: list[str] | None = None) -> None:
 
     from runtime.transfer import TransferEngine
 
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         os.environ.setdefault(var, value)
     port = _free_port()
     # A separate server process, as S3 is: an in-process ThreadedMotoServer would share this
     # process's GIL with the transfer threads being measured.
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _wait_for_port(port, server)
     work = Path(tempfile.mkdtemp(prefix="smlaunch-bench-"))
     try:
-        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                              config=Config(max_pool_connections=max(10, args.concurrency)))
+        client = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region_name="us-east-1",
+            config=Config(max_pool_connections=max(10, args.concurrency)),
+        )
         client.create_bucket(Bucket="bench")
         engine = TransferEngine(client, max_concurrency=args.concurrency, progress=False)
 
@@ -205,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         def baseline_download(prefix: str, directory: Path) -> None:
             for page in client.get_paginator("list_objects_v2").paginate(Bucket="bench", Prefix=prefix):
                 for obj in page.get("Contents", []):
-                    dest = directory / obj["Key"][len(prefix):].lstrip("/")
+                    dest = directory / obj["Key"][len(prefix) :].lstrip("/")
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     client.download_file("bench", obj["Key"], str(dest))
 
@@ -219,8 +266,9 @@ def main(argv: list[str] | None = None) -> None:
             ours_up = _timed(lambda d=directory, t=tag: engine.upload_dir(d, f"s3://bench/ours-{t}"))
             rows.append((f"upload   {label}", base_up, ours_up))
             base_dl = _timed(lambda t=tag: baseline_download(f"base-{t}", work / f"dl-base-{t}"))
-            ours_dl = _timed(lambda t=tag: engine.download_prefix(f"s3://bench/ours-{t}",
-                                                                  work / f"dl-ours-{t}"))
+            ours_dl = _timed(
+                lambda t=tag: engine.download_prefix(f"s3://bench/ours-{t}", work / f"dl-ours-{t}")
+            )
             rows.append((f"download {label}", base_dl, ours_dl))
             shutil.rmtree(work / f"dl-base-{tag}", ignore_errors=True)
             shutil.rmtree(work / f"dl-ours-{tag}", ignore_errors=True)
@@ -242,15 +290,19 @@ def main(argv: list[str] | None = None) -> None:
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
             parallel = _timed(lambda: list(pool.map(head, range(probes))))
 
-        print(f"moto server 127.0.0.1:{port}, scale {args.scale}, concurrency {args.concurrency}, "
-              f"{os.cpu_count()} CPUs")
+        print(
+            f"moto server 127.0.0.1:{port}, scale {args.scale}, concurrency {args.concurrency}, "
+            f"{os.cpu_count()} CPUs"
+        )
         print(f"{'workload':40s} {'sequential s':>13s} {'smlaunch s':>11s} {'speed-up':>9s}")
         for name, base, ours in rows:
             print(f"{name:40s} {base:13.2f} {ours:11.2f} {base / ours:8.1f}x")
         _print_reupload(first, second_cold, second_warm)
-        print(f"server ceiling: HEAD {1000 * one_by_one / probes:.1f} ms sequential, "
-              f"{1000 * parallel / probes:.1f} ms/request with {args.concurrency} threads: at most "
-              f"{one_by_one / parallel:.1f}x for request-bound work on this machine")
+        print(
+            f"server ceiling: HEAD {1000 * one_by_one / probes:.1f} ms sequential, "
+            f"{1000 * parallel / probes:.1f} ms/request with {args.concurrency} threads: at most "
+            f"{one_by_one / parallel:.1f}x for request-bound work on this machine"
+        )
         if args.latency_ms > 0:
             _latency_run(port, small_dir, args, work)
     finally:

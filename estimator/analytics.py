@@ -69,8 +69,12 @@ class TrainingJobAnalytics:
     (default: every ``MetricDefinitions`` name of the job).
     """
 
-    def __init__(self, training_job_name: str, metric_names: Sequence[str] | None = None,
-                 sagemaker_session: Any | None = None) -> None:
+    def __init__(
+        self,
+        training_job_name: str,
+        metric_names: Sequence[str] | None = None,
+        sagemaker_session: Any | None = None,
+    ) -> None:
         if sagemaker_session is None:
             from estimator.session import session_for_job
 
@@ -127,7 +131,9 @@ class TrainingJobAnalytics:
         names = [name for name in self.metric_names if (frame["metric_name"] == name).any()]
         if not names:
             raise ConfigurationError(
-                "metric_names", self.metric_names, f"job {self._name} has no metric values to plot",
+                "metric_names",
+                self.metric_names,
+                f"job {self._name} has no metric values to plot",
                 "check the job's metric_definitions regexes against its logs (smlaunch logs JOB)",
             )
         figure = figure_module.Figure(figsize=(7, 2.4 * len(names) + 0.6), layout="constrained")
@@ -162,8 +168,11 @@ def _display_figures_inline(figure_class: type) -> None:
     if shell is None:
         return
     formatters = shell.display_formatter.formatters
-    if any(figure_class in formatters[kind].type_printers for kind in ("image/png", "image/svg+xml")
-           if kind in formatters):
+    if any(
+        figure_class in formatters[kind].type_printers
+        for kind in ("image/png", "image/svg+xml")
+        if kind in formatters
+    ):
         return
     from IPython.core.pylabtools import select_figure_formats
 

@@ -36,8 +36,10 @@ from runtime import contract
 DATA_PATH = Path(__file__).parent / "data" / "instance_types.json"
 
 Accelerator = Literal["nvidia", "neuron", "none"]
-_ML_NAME = re.compile(r"^ml\.(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)\.(?P<size>(?:\d+)?xlarge|large|medium"
-                      r"|small|micro|nano)$")
+_ML_NAME = re.compile(
+    r"^ml\.(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)\.(?P<size>(?:\d+)?xlarge|large|medium"
+    r"|small|micro|nano)$"
+)
 
 
 class InstanceType(BaseModel):
@@ -140,14 +142,20 @@ def suggestions(name: str, limit: int = 3) -> list[str]:
     wanted = family(candidate)
     families = list(dict.fromkeys(f for f in map(family, known) if f))
     if wanted is not None:
-        near_families = [wanted] if wanted in families else difflib.get_close_matches(
-            wanted, families, n=2, cutoff=0.6)
+        near_families = (
+            [wanted] if wanted in families else difflib.get_close_matches(wanted, families, n=2, cutoff=0.6)
+        )
         if near_families:
             size = candidate.split(".")[2]
             members = [n for n in known if family(n) in near_families]
             sizes = {n: n.split(".")[2] for n in members}
-            ranked = sorted(members, key=lambda n: (near_families.index(family(n) or ""),
-                                                    -difflib.SequenceMatcher(None, size, sizes[n]).ratio()))
+            ranked = sorted(
+                members,
+                key=lambda n: (
+                    near_families.index(family(n) or ""),
+                    -difflib.SequenceMatcher(None, size, sizes[n]).ratio(),
+                ),
+            )
             return ranked[:limit]
     return difflib.get_close_matches(candidate, known, n=limit, cutoff=0.6)
 
@@ -157,7 +165,9 @@ def lookup(name: object, field: str = "instance_type") -> InstanceType:
     ``known=False``; anything else is a :class:`ConfigurationError` naming the nearest names."""
     if not isinstance(name, str) or not name:
         raise ConfigurationError(
-            field, name, "must be an instance type name such as 'ml.p3.2xlarge' or 'local'",
+            field,
+            name,
+            "must be an instance type name such as 'ml.p3.2xlarge' or 'local'",
             "pass one of the types listed by estimator.catalog.names()",
         )
     found = catalog().get(name)
@@ -168,20 +178,24 @@ def lookup(name: object, field: str = "instance_type") -> InstanceType:
     raise ConfigurationError(field, name, "unknown instance type", _hint(name))
 
 
-def require_topology(instance: InstanceType, pinned_ranks: int | None = None,
-                     field: str = "instance_type") -> InstanceType:
+def require_topology(
+    instance: InstanceType, pinned_ranks: int | None = None, field: str = "instance_type"
+) -> InstanceType:
     """``instance`` when local emulation can run it (its ranks per host are known, or pinned by
     ``LocalSession(processes_per_host=...)``), else a :class:`ConfigurationError` saying what is
     missing."""
     if not instance.known:
         raise ConfigurationError(
-            field, instance.name,
+            field,
+            instance.name,
             "is not in smlaunch's instance catalog, so a local run cannot know its topology "
-            "(accelerators, hence ranks per host)", _hint(instance.name, "run it on SageMaker"),
+            "(accelerators, hence ranks per host)",
+            _hint(instance.name, "run it on SageMaker"),
         )
     if instance.accelerator_ranks is None and not instance.is_local and pinned_ranks is None:
         raise ConfigurationError(
-            field, instance.name,
+            field,
+            instance.name,
             "its accelerator count is not published in the sources of smlaunch's instance catalog, so "
             "a local run cannot know its ranks per host",
             "pass LocalSession(processes_per_host=N), use another type for local runs, or run it on "
@@ -192,6 +206,9 @@ def require_topology(instance: InstanceType, pinned_ranks: int | None = None,
 
 def _hint(name: str, alternative: str | None = None) -> str:
     near = suggestions(name)
-    hint = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else (
-        "see estimator.catalog.names() for the known types")
+    hint = (
+        f"did you mean {' or '.join(repr(n) for n in near)}?"
+        if near
+        else ("see estimator.catalog.names() for the known types")
+    )
     return f"{hint} (or {alternative})" if alternative else hint

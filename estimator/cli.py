@@ -53,8 +53,12 @@ class PlanSession:
 
     def expand_role(self, role: str | None) -> str:
         if not role:
-            raise ConfigurationError("role", role, "SageMaker training jobs need an IAM execution role",
-                                     "pass --role <arn or role name>")
+            raise ConfigurationError(
+                "role",
+                role,
+                "SageMaker training jobs need an IAM execution role",
+                "pass --role <arn or role name>",
+            )
         return role if role.startswith("arn:") else f"arn:aws:iam::{self.account}:role/{role}"
 
     def backend(self) -> Any:
@@ -76,8 +80,9 @@ def _json_arg(text: str | None, flag: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigurationError(flag, text, f"not valid JSON ({exc.msg})",
-                                 'quote the JSON, e.g. \'{"epochs": 10}\'') from exc
+        raise ConfigurationError(
+            flag, text, f"not valid JSON ({exc.msg})", "quote the JSON, e.g. '{\"epochs\": 10}'"
+        ) from exc
 
 
 def _job_commands(commands: Any) -> None:
@@ -88,34 +93,59 @@ def _job_commands(commands: Any) -> None:
         """A command about one job: ``JOB`` and ``--sagemaker``."""
         command: argparse.ArgumentParser = commands.add_parser(name, help=summary, description=description)
         command.add_argument("job", metavar="JOB")
-        command.add_argument("--sagemaker", action="store_true",
-                             help="the job is on SageMaker (default: local, else SageMaker when the name "
-                                  "is not found locally)")
-        command.add_argument("--slurm", metavar="SHARED_DIR",
-                             help="the job is on a Slurm cluster: SlurmSession(shared_dir=SHARED_DIR)")
+        command.add_argument(
+            "--sagemaker",
+            action="store_true",
+            help="the job is on SageMaker (default: local, else SageMaker when the name "
+            "is not found locally)",
+        )
+        command.add_argument(
+            "--slurm",
+            metavar="SHARED_DIR",
+            help="the job is on a Slurm cluster: SlurmSession(shared_dir=SHARED_DIR)",
+        )
         command.set_defaults(handler=handler)
         return command
 
     run = commands.add_parser(
-        "run", help="start a training job (the notebook cell as a command)",
+        "run",
+        help="start a training job (the notebook cell as a command)",
         description="Build a PyTorch estimator from the flags and fit() it: locally by default, in Docker "
-                    "with --docker, on SageMaker with --sagemaker. Waits and streams the logs unless "
-                    "--no-wait (which prints the job name). Exit 1 when the job does not complete.")
-    run.add_argument("entry_point", metavar="ENTRY_POINT",
-                     help="the training script (relative to --source-dir)")
+        "with --docker, on SageMaker with --sagemaker. Waits and streams the logs unless "
+        "--no-wait (which prints the job name). Exit 1 when the job does not complete.",
+    )
+    run.add_argument(
+        "entry_point", metavar="ENTRY_POINT", help="the training script (relative to --source-dir)"
+    )
     run.add_argument("--source-dir", help="directory packaged as sourcedir.tar.gz")
-    run.add_argument("--instance-type",
-                     help="e.g. ml.g5.12xlarge (default: local; required with --sagemaker)")
+    run.add_argument(
+        "--instance-type", help="e.g. ml.g5.12xlarge (default: local; required with --sagemaker)"
+    )
     run.add_argument("--instance-count", type=int, default=1)
     run.add_argument("--distribution", help=f"one of {', '.join(cli_jobs.DISTRIBUTIONS)}, or a JSON object")
-    run.add_argument("--processes-per-host", type=int,
-                     help="ranks per host (local: emulated GPUs; mpi/smp: processes_per_host)")
-    run.add_argument("--hp", action="append", metavar="KEY=VALUE",
-                     help="hyperparameter (repeatable); VALUE is JSON when it parses (10, 3e-5, true)")
-    run.add_argument("--input", action="append", metavar="NAME=URI",
-                     help="input channel (repeatable): s3://, file:// or a local path")
-    run.add_argument("--metric", action="append", metavar="NAME=REGEX",
-                     help="metric definition (repeatable); the first group of REGEX is the value")
+    run.add_argument(
+        "--processes-per-host",
+        type=int,
+        help="ranks per host (local: emulated GPUs; mpi/smp: processes_per_host)",
+    )
+    run.add_argument(
+        "--hp",
+        action="append",
+        metavar="KEY=VALUE",
+        help="hyperparameter (repeatable); VALUE is JSON when it parses (10, 3e-5, true)",
+    )
+    run.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME=URI",
+        help="input channel (repeatable): s3://, file:// or a local path",
+    )
+    run.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME=REGEX",
+        help="metric definition (repeatable); the first group of REGEX is the value",
+    )
     run.add_argument("--framework-version", default="2.1.0")
     run.add_argument("--py-version", default="py310")
     run.add_argument("--image-uri")
@@ -131,64 +161,98 @@ def _job_commands(commands: Any) -> None:
     run.set_defaults(handler=cli_jobs.cmd_run)
 
     listing = commands.add_parser(
-        "list", help="list jobs, newest first",
+        "list",
+        help="list jobs, newest first",
         description="A table of jobs (name, status, instance type x count, started, duration), newest "
-                    "first: local jobs, or SageMaker's with --sagemaker.")
-    statuses = (contract.STATUS_IN_PROGRESS, contract.STATUS_COMPLETED, contract.STATUS_FAILED,
-                contract.STATUS_STOPPING, contract.STATUS_STOPPED)
+        "first: local jobs, or SageMaker's with --sagemaker.",
+    )
+    statuses = (
+        contract.STATUS_IN_PROGRESS,
+        contract.STATUS_COMPLETED,
+        contract.STATUS_FAILED,
+        contract.STATUS_STOPPING,
+        contract.STATUS_STOPPED,
+    )
     listing.add_argument("--status", choices=statuses, help="only jobs with this status")
     listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.add_argument("--sagemaker", action="store_true", help="list SageMaker's jobs instead")
-    listing.add_argument("--slurm", metavar="SHARED_DIR",
-                         help="list the Slurm jobs of SlurmSession(shared_dir=SHARED_DIR) instead")
+    listing.add_argument(
+        "--slurm",
+        metavar="SHARED_DIR",
+        help="list the Slurm jobs of SlurmSession(shared_dir=SHARED_DIR) instead",
+    )
     listing.set_defaults(handler=cli_jobs.cmd_list)
 
-    on_job("describe", cli_jobs.cmd_describe, "print DescribeTrainingJob's JSON for a job",
-           "DescribeTrainingJob's response as JSON (local jobs: the same shape, FinalMetricDataList "
-           "included).")
-    logs = on_job("logs", cli_jobs.cmd_logs, "print a job's logs (-f: follow until it ends)",
-                  "Every host's lines, prefixed [algo-N] or [algo-N/rank R].")
+    on_job(
+        "describe",
+        cli_jobs.cmd_describe,
+        "print DescribeTrainingJob's JSON for a job",
+        "DescribeTrainingJob's response as JSON (local jobs: the same shape, FinalMetricDataList included).",
+    )
+    logs = on_job(
+        "logs",
+        cli_jobs.cmd_logs,
+        "print a job's logs (-f: follow until it ends)",
+        "Every host's lines, prefixed [algo-N] or [algo-N/rank R].",
+    )
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     logs.add_argument("--host", help="only this host's lines (algo-2)")
     logs.add_argument("--rank", type=int, help="only this rank's lines")
-    on_job("stop", cli_jobs.cmd_stop, "stop a running job",
-           "StopTrainingJob: SIGTERM to every rank, then SIGKILL after the grace period (local); returns "
-           "without waiting.")
-    metrics = on_job("metrics", cli_jobs.cmd_metrics,
-                     "a job's metrics as a table (--plot FILE.png: a picture)",
-                     "TrainingJobAnalytics(JOB).dataframe(): timestamp (seconds since the metric's first "
-                     "value), metric_name, value, host. Needs pip install 'smlaunch[analytics]'.")
+    on_job(
+        "stop",
+        cli_jobs.cmd_stop,
+        "stop a running job",
+        "StopTrainingJob: SIGTERM to every rank, then SIGKILL after the grace period (local); returns "
+        "without waiting.",
+    )
+    metrics = on_job(
+        "metrics",
+        cli_jobs.cmd_metrics,
+        "a job's metrics as a table (--plot FILE.png: a picture)",
+        "TrainingJobAnalytics(JOB).dataframe(): timestamp (seconds since the metric's first "
+        "value), metric_name, value, host. Needs pip install 'smlaunch[analytics]'.",
+    )
     metrics.add_argument("--metric", action="append", help="only this metric (repeatable)")
     metrics.add_argument("--plot", metavar="FILE.png", help="also draw one panel per metric into FILE.png")
     metrics.add_argument("--json", action="store_true", help="print JSON records instead of a table")
 
-    rm = commands.add_parser("rm", help="delete ended local jobs",
-                             description="Delete the local job directories (trees, logs, and the artifacts "
-                                         "under them). Running jobs are refused; nothing is removed then.")
+    rm = commands.add_parser(
+        "rm",
+        help="delete ended local jobs",
+        description="Delete the local job directories (trees, logs, and the artifacts "
+        "under them). Running jobs are refused; nothing is removed then.",
+    )
     rm.add_argument("jobs", metavar="JOB", nargs="+")
     rm.set_defaults(handler=cli_jobs.cmd_rm)
 
     gc = commands.add_parser(
-        "gc", help=f"delete local jobs that ended long ago (default {cli_jobs.DEFAULT_RETENTION})",
+        "gc",
+        help=f"delete local jobs that ended long ago (default {cli_jobs.DEFAULT_RETENTION})",
         description="Delete local jobs that ended more than --older-than ago (default "
-                    f"{cli_jobs.DEFAULT_RETENTION}); running jobs are kept.")
-    gc.add_argument("--older-than", metavar="AGE", help="7d, 12h, 30m, 2w (default "
-                                                        f"{cli_jobs.DEFAULT_RETENTION})")
+        f"{cli_jobs.DEFAULT_RETENTION}); running jobs are kept.",
+    )
+    gc.add_argument(
+        "--older-than", metavar="AGE", help=f"7d, 12h, 30m, 2w (default {cli_jobs.DEFAULT_RETENTION})"
+    )
     gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     gc.set_defaults(handler=cli_jobs.cmd_gc)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="smlaunch", description="Run, watch, measure, stop and clean SageMaker-style training jobs "
-                                     "(local, Docker, SageMaker). Exit status: 0 success, 1 job failed, "
-                                     "2 usage error.")
+        prog="smlaunch",
+        description="Run, watch, measure, stop and clean SageMaker-style training jobs "
+        "(local, Docker, SageMaker). Exit status: 0 success, 1 job failed, "
+        "2 usage error.",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _job_commands(commands)
-    plan = commands.add_parser("plan", help="print the CreateTrainingJob request without calling AWS",
-                               description="Print the CreateTrainingJob request an estimator would send, "
-                                           "offline.")
+    plan = commands.add_parser(
+        "plan",
+        help="print the CreateTrainingJob request without calling AWS",
+        description="Print the CreateTrainingJob request an estimator would send, offline.",
+    )
     plan.add_argument("--entry-point", required=True)
     plan.add_argument("--source-dir")
     plan.add_argument("--dependencies", nargs="*", default=None)
@@ -197,8 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--framework-version")
     plan.add_argument("--py-version")
     plan.add_argument("--image-uri")
-    plan.add_argument("--role", default="SageMakerRole",
-                      help="role ARN or name (a name becomes arn:aws:iam::<account>:role/<name>)")
+    plan.add_argument(
+        "--role",
+        default="SageMakerRole",
+        help="role ARN or name (a name becomes arn:aws:iam::<account>:role/<name>)",
+    )
     plan.add_argument("--hyperparameters", help="JSON object")
     plan.add_argument("--distribution", help="JSON object")
     plan.add_argument("--inputs", help="JSON: a URI string or an object channel -> URI")
@@ -210,8 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--volume-size", type=int, default=30)
     plan.add_argument("--input-mode", default="File")
     plan.add_argument("--environment", help="JSON object")
-    plan.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-                      or DEFAULT_REGION)
+    plan.add_argument(
+        "--region",
+        default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION,
+    )
     plan.add_argument("--account", default=DEFAULT_ACCOUNT)
     plan.add_argument("--bucket", help="default bucket (default sagemaker-<region>-<account>)")
     plan.add_argument("--local", action="store_true", help="plan a local run (LocalSession)")
@@ -231,17 +300,30 @@ def plan_request(args: argparse.Namespace) -> dict[str, Any]:
         LocalSession(root=args.root) if local else PlanSession(args.region, args.account, args.bucket)
     )
     kwargs: dict[str, Any] = dict(
-        entry_point=args.entry_point, source_dir=args.source_dir, dependencies=args.dependencies,
-        role=args.role, instance_type=args.instance_type, instance_count=args.instance_count,
+        entry_point=args.entry_point,
+        source_dir=args.source_dir,
+        dependencies=args.dependencies,
+        role=args.role,
+        instance_type=args.instance_type,
+        instance_count=args.instance_count,
         hyperparameters=_json_arg(args.hyperparameters, "--hyperparameters"),
         distribution=_json_arg(args.distribution, "--distribution"),
-        output_path=args.output_path, code_location=args.code_location, base_job_name=args.base_job_name,
-        max_run=args.max_run, volume_size=args.volume_size, input_mode=args.input_mode,
-        environment=_json_arg(args.environment, "--environment"), sagemaker_session=session,
+        output_path=args.output_path,
+        code_location=args.code_location,
+        base_job_name=args.base_job_name,
+        max_run=args.max_run,
+        volume_size=args.volume_size,
+        input_mode=args.input_mode,
+        environment=_json_arg(args.environment, "--environment"),
+        sagemaker_session=session,
     )
     if args.framework_version or args.py_version or not args.image_uri:
-        estimator: Estimator = PyTorch(framework_version=args.framework_version, py_version=args.py_version,
-                                       image_uri=args.image_uri, **kwargs)
+        estimator: Estimator = PyTorch(
+            framework_version=args.framework_version,
+            py_version=args.py_version,
+            image_uri=args.image_uri,
+            **kwargs,
+        )
     else:
         estimator = Estimator(image_uri=args.image_uri, **kwargs)
     inputs = _json_arg(args.inputs, "--inputs")

@@ -31,8 +31,10 @@ DISTRIBUTIONS: dict[str, dict[str, Any]] = {
     "pytorchddp": {"pytorchddp": {"enabled": True}},
     "smddp": {"smdistributed": {"dataparallel": {"enabled": True}}},
     "mpi": {"mpi": {"enabled": True}},
-    "smp": {"smdistributed": {"modelparallel": {"enabled": True, "parameters": {}}},
-            "mpi": {"enabled": True}},
+    "smp": {
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": {}}},
+        "mpi": {"enabled": True},
+    },
 }
 """``--distribution`` names and the ``distribution=`` each stands for (JSON gives any other)."""
 _AGE_RE = re.compile(r"^(?P<count>\d+(?:\.\d+)?)(?P<unit>[smhdw])$")
@@ -72,14 +74,17 @@ def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
     try:
         return backend, backend.describe(job_name)
     except JobNotFoundError as exc:
-        raise ConfigurationError("JOB", job_name, str(exc).strip('"'),
-                                 "smlaunch list shows local jobs") from None
+        raise ConfigurationError(
+            "JOB", job_name, str(exc).strip('"'), "smlaunch list shows local jobs"
+        ) from None
     except ConfigurationError as exc:
         if getattr(args, "sagemaker", False):
             raise
         root = _local_session(args).root
         raise ConfigurationError(
-            "JOB", job_name, f"no local job of that name under {root}, and on SageMaker: {exc.problem}",
+            "JOB",
+            job_name,
+            f"no local job of that name under {root}, and on SageMaker: {exc.problem}",
             "check the name with `smlaunch list` (or `smlaunch list --sagemaker`)",
         ) from None
 
@@ -124,8 +129,12 @@ def _distribution(text: str | None, processes_per_host: int | None) -> dict[str,
         parsed: dict[str, Any] = _json_arg(text, "--distribution")  # JSON text that starts with "{"
         return parsed
     if text not in DISTRIBUTIONS:
-        raise ConfigurationError("--distribution", text, "unknown distribution",
-                                 f"use one of {sorted(DISTRIBUTIONS)} or a JSON object")
+        raise ConfigurationError(
+            "--distribution",
+            text,
+            "unknown distribution",
+            f"use one of {sorted(DISTRIBUTIONS)} or a JSON object",
+        )
     distribution: dict[str, Any] = json.loads(json.dumps(DISTRIBUTIONS[text]))
     if "mpi" in distribution and processes_per_host:
         distribution["mpi"]["processes_per_host"] = processes_per_host
@@ -139,22 +148,33 @@ def cmd_run(args: Any, out: TextIO) -> int:
 
     if args.sagemaker:
         if not args.instance_type:
-            raise ConfigurationError("--instance-type", None, "SageMaker needs an instance type",
-                                     "pass e.g. --instance-type ml.g5.xlarge")
+            raise ConfigurationError(
+                "--instance-type",
+                None,
+                "SageMaker needs an instance type",
+                "pass e.g. --instance-type ml.g5.xlarge",
+            )
         session: Any = Session()
     else:
-        session = LocalSession(processes_per_host=args.processes_per_host,
-                               executor="docker" if args.docker else None)
+        session = LocalSession(
+            processes_per_host=args.processes_per_host, executor="docker" if args.docker else None
+        )
     metrics = _pairs(args.metric, "--metric")
     estimator = PyTorch(
-        entry_point=args.entry_point, source_dir=args.source_dir, role=args.role,
-        instance_type=args.instance_type or contract.LOCAL_INSTANCE_TYPE, instance_count=args.instance_count,
+        entry_point=args.entry_point,
+        source_dir=args.source_dir,
+        role=args.role,
+        instance_type=args.instance_type or contract.LOCAL_INSTANCE_TYPE,
+        instance_count=args.instance_count,
         framework_version=None if args.image_uri else args.framework_version,
-        py_version=None if args.image_uri else args.py_version, image_uri=args.image_uri,
+        py_version=None if args.image_uri else args.py_version,
+        image_uri=args.image_uri,
         hyperparameters={k: _hp_value(v) for k, v in _pairs(args.hp, "--hp").items()} or None,
         distribution=_distribution(args.distribution, args.processes_per_host),
         metric_definitions=[{"Name": k, "Regex": v} for k, v in metrics.items()] or None,
-        output_path=args.output_path, base_job_name=args.base_job_name, max_run=args.max_run,
+        output_path=args.output_path,
+        base_job_name=args.base_job_name,
+        max_run=args.max_run,
         sagemaker_session=session,
     )
     inputs = _pairs(args.input, "--input") or None
@@ -167,8 +187,11 @@ def cmd_run(args: Any, out: TextIO) -> int:
     description = job.describe()
     if description["TrainingJobStatus"] == contract.STATUS_STOPPED:
         # fit() only warns about a Stopped job, as the SDK does; a shell script needs a status.
-        raise JobFailedError(job.name, contract.STATUS_STOPPED,
-                             description.get("FailureReason") or description.get("SecondaryStatus") or "")
+        raise JobFailedError(
+            job.name,
+            contract.STATUS_STOPPED,
+            description.get("FailureReason") or description.get("SecondaryStatus") or "",
+        )
     return 0
 
 
@@ -184,8 +207,10 @@ def _when(value: Any) -> datetime | None:
 def _duration(description: dict[str, Any]) -> str:
     start = _when(description.get("TrainingStartTime")) or _when(description.get("CreationTime"))
     end = _when(description.get("TrainingEndTime")) or (
-        None if description.get("TrainingJobStatus") == contract.STATUS_IN_PROGRESS
-        else _when(description.get("LastModifiedTime")))
+        None
+        if description.get("TrainingJobStatus") == contract.STATUS_IN_PROGRESS
+        else _when(description.get("LastModifiedTime"))
+    )
     if start is None:
         return "-"
     seconds = int(((end or datetime.now(timezone.utc)) - start).total_seconds())
@@ -230,8 +255,11 @@ def cmd_list(args: Any, out: TextIO) -> int:
         summaries = session.list_training_jobs(status=args.status, max_results=args.limit)
         descriptions = [session.backend().describe(s["TrainingJobName"]) for s in summaries]
     else:
-        descriptions = [d for d in local_descriptions(_local_session(args))
-                        if args.status is None or d["TrainingJobStatus"] == args.status]
+        descriptions = [
+            d
+            for d in local_descriptions(_local_session(args))
+            if args.status is None or d["TrainingJobStatus"] == args.status
+        ]
     epoch = datetime.fromtimestamp(0, tz=timezone.utc)
     descriptions.sort(key=lambda d: _when(d.get("CreationTime")) or epoch, reverse=True)
     rows = [_row(d) for d in descriptions[: args.limit]]
@@ -295,14 +323,17 @@ def cmd_metrics(args: Any, out: TextIO) -> int:
     from estimator.analytics import TrainingJobAnalytics
 
     describe_job(args.job, args)  # a clear exit 2 for an unknown job
-    analytics = TrainingJobAnalytics(args.job, metric_names=args.metric or None,
-                                     sagemaker_session=_session_for(args.job, args))
+    analytics = TrainingJobAnalytics(
+        args.job, metric_names=args.metric or None, sagemaker_session=_session_for(args.job, args)
+    )
     frame = analytics.dataframe()
     if args.json:
         print(frame.to_json(orient="records"), file=out)
     elif frame.empty:
-        print(f"no metric values yet for {args.job} (metrics: {', '.join(analytics.metric_names) or 'none'})",
-              file=out)
+        print(
+            f"no metric values yet for {args.job} (metrics: {', '.join(analytics.metric_names) or 'none'})",
+            file=out,
+        )
     else:
         print(frame.to_string(index=False), file=out)
     if args.plot:
@@ -318,8 +349,9 @@ def parse_age(text: str) -> timedelta:
     """``7d``, ``12h``, ``30m``, ``2w``, ``90s`` as a timedelta."""
     match = _AGE_RE.match(text.strip())
     if match is None:
-        raise ConfigurationError("--older-than", text, "not an age",
-                                 "pass a number and a unit: 7d, 12h, 30m, 2w")
+        raise ConfigurationError(
+            "--older-than", text, "not an age", "pass a number and a unit: 7d, 12h, 30m, 2w"
+        )
     return timedelta(seconds=float(match.group("count")) * _AGE_UNITS[match.group("unit")])
 
 
@@ -329,8 +361,12 @@ def _remove(session: Any, description: dict[str, Any], out: TextIO) -> None:
     name = description["TrainingJobName"]
     job = JobDir(session.root / name)
     if job.agent_alive():
-        raise ConfigurationError("JOB", name, f"is still running ({description['TrainingJobStatus']})",
-                                 f"stop it first: smlaunch stop {name}")
+        raise ConfigurationError(
+            "JOB",
+            name,
+            f"is still running ({description['TrainingJobStatus']})",
+            f"stop it first: smlaunch stop {name}",
+        )
     shutil.rmtree(job.path)
     print(f"removed {name}", file=out)
 
@@ -345,12 +381,20 @@ def cmd_rm(args: Any, out: TextIO) -> int:
         try:
             description = backend.describe(name)
         except JobNotFoundError:
-            raise ConfigurationError("JOB", name, f"no local job of that name under {session.root}",
-                                     "smlaunch list shows local jobs; SageMaker keeps its jobs' records "
-                                     "itself and cannot delete them") from None
+            raise ConfigurationError(
+                "JOB",
+                name,
+                f"no local job of that name under {session.root}",
+                "smlaunch list shows local jobs; SageMaker keeps its jobs' records "
+                "itself and cannot delete them",
+            ) from None
         if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES:
-            raise ConfigurationError("JOB", name, f"is still running ({description['TrainingJobStatus']})",
-                                     f"stop it first: smlaunch stop {name}")
+            raise ConfigurationError(
+                "JOB",
+                name,
+                f"is still running ({description['TrainingJobStatus']})",
+                f"stop it first: smlaunch stop {name}",
+            )
         descriptions.append(description)
     for description in descriptions:
         _remove(session, description, out)
@@ -370,8 +414,11 @@ def cmd_gc(args: Any, out: TextIO) -> int:
         if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES or finishing:
             kept_running += 1
             continue
-        ended = (_when(description.get("TrainingEndTime")) or _when(description.get("LastModifiedTime"))
-                 or _when(description.get("CreationTime")))
+        ended = (
+            _when(description.get("TrainingEndTime"))
+            or _when(description.get("LastModifiedTime"))
+            or _when(description.get("CreationTime"))
+        )
         if ended is None or ended > cutoff:
             continue
         if args.dry_run:
@@ -380,6 +427,9 @@ def cmd_gc(args: Any, out: TextIO) -> int:
             _remove(session, description, out)
         removed += 1
     verb = "would remove" if args.dry_run else "removed"
-    print(f"gc: {verb} {removed} job(s) ended more than {args.older_than or DEFAULT_RETENTION} ago under "
-          f"{session.root}; kept {kept_running} running", file=out)
+    print(
+        f"gc: {verb} {removed} job(s) ended more than {args.older_than or DEFAULT_RETENTION} ago under "
+        f"{session.root}; kept {kept_running} running",
+        file=out,
+    )
     return 0

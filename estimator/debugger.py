@@ -22,13 +22,20 @@ class TensorBoardOutputConfig:
 
     def __init__(self, s3_output_path: str, container_local_output_path: str | None = None) -> None:
         if not isinstance(s3_output_path, str) or not s3_output_path:
-            raise ConfigurationError("tensorboard_output_config.s3_output_path", s3_output_path,
-                                     "must be a URI string", "pass e.g. 's3://my-bucket/my-job/tensorboard'")
+            raise ConfigurationError(
+                "tensorboard_output_config.s3_output_path",
+                s3_output_path,
+                "must be a URI string",
+                "pass e.g. 's3://my-bucket/my-job/tensorboard'",
+            )
         local_path = container_local_output_path
         if local_path is not None and (not isinstance(local_path, str) or not local_path.startswith("/")):
-            raise ConfigurationError("tensorboard_output_config.container_local_output_path",
-                                     container_local_output_path, "must be an absolute path",
-                                     "pass e.g. '/opt/ml/output/tensorboard', or leave it unset")
+            raise ConfigurationError(
+                "tensorboard_output_config.container_local_output_path",
+                container_local_output_path,
+                "must be an absolute path",
+                "pass e.g. '/opt/ml/output/tensorboard', or leave it unset",
+            )
         self.s3_output_path = s3_output_path
         self.container_local_output_path = container_local_output_path
 

@@ -47,8 +47,16 @@ from estimator.catalog import InstanceType
 from estimator.errors import ConfigurationError
 from runtime import contract
 
-Strategy = Literal["none", "modelparallel", "mpi", "torch_distributed", "pytorchddp", "smddp",
-                   "parameter_server", "multi_worker_mirrored_strategy"]
+Strategy = Literal[
+    "none",
+    "modelparallel",
+    "mpi",
+    "torch_distributed",
+    "pytorchddp",
+    "smddp",
+    "parameter_server",
+    "multi_worker_mirrored_strategy",
+]
 
 _FIELD = "distribution"
 _UNSUPPORTED = {
@@ -130,7 +138,9 @@ class Distribution(_Strict):
         for key, why in {**_UNSUPPORTED, **_FRAMEWORK_ONLY.get(framework or "", {})}.items():
             if key in value:
                 raise ConfigurationError(
-                    f"{_FIELD}.{key}", value[key], f"not supported by smlaunch ({why})",
+                    f"{_FIELD}.{key}",
+                    value[key],
+                    f"not supported by smlaunch ({why})",
                     f"use {_STRATEGIES.get(framework or '', 'another strategy')}",
                 )
         try:
@@ -145,17 +155,22 @@ class Distribution(_Strict):
         sm = self.smdistributed
         if self.pytorchddp is not None and sm is not None:
             raise ConfigurationError(
-                _FIELD, self.to_dict(), "pytorchddp and smdistributed cannot be used together",
+                _FIELD,
+                self.to_dict(),
+                "pytorchddp and smdistributed cannot be used together",
                 "keep one of them",
             )
         if self.pytorchddp is not None and self.torch_distributed is not None:
             raise ConfigurationError(
-                _FIELD, self.to_dict(), "pytorchddp and torch_distributed both launch torchrun-style DDP",
+                _FIELD,
+                self.to_dict(),
+                "pytorchddp and torch_distributed both launch torchrun-style DDP",
                 "keep one of them (torch_distributed is the current name)",
             )
         if sm is not None and sm.dataparallel is not None and sm.modelparallel is not None:
             raise ConfigurationError(
-                f"{_FIELD}.smdistributed", sm.model_dump(exclude_none=True),
+                f"{_FIELD}.smdistributed",
+                sm.model_dump(exclude_none=True),
                 "cannot use more than one smdistributed strategy",
                 "keep either 'dataparallel' or 'modelparallel'",
             )
@@ -165,12 +180,15 @@ class Distribution(_Strict):
         if mpi_on and (torch_on or ddp_on):
             other = "torch_distributed" if torch_on else "pytorchddp"
             raise ConfigurationError(
-                _FIELD, self.to_dict(), f"mpi and {other} are two launchers and cannot coexist",
+                _FIELD,
+                self.to_dict(),
+                f"mpi and {other} are two launchers and cannot coexist",
                 f"drop 'mpi' to run torchrun-style DDP, or drop '{other}' to run under mpirun",
             )
         if mpi_on and self.smddp_enabled:
             raise ConfigurationError(
-                _FIELD, self.to_dict(),
+                _FIELD,
+                self.to_dict(),
                 "smdistributed.dataparallel starts its own MPI processes and cannot coexist with mpi",
                 "drop 'mpi'",
             )
@@ -179,23 +197,33 @@ class Distribution(_Strict):
         mwms_on = mwms is not None and mwms.enabled
         if mwms_on and (sm is not None or self.parameter_server is not None):
             raise ConfigurationError(
-                _FIELD, self.to_dict(), "multi_worker_mirrored_strategy cannot be combined with "
-                "smdistributed or parameter_server (as SageMaker's SDK)", "keep one strategy",
+                _FIELD,
+                self.to_dict(),
+                "multi_worker_mirrored_strategy cannot be combined with "
+                "smdistributed or parameter_server (as SageMaker's SDK)",
+                "keep one strategy",
             )
         if (ps_on or mwms_on) and mpi_on:
             other = "parameter_server" if ps_on else "multi_worker_mirrored_strategy"
             raise ConfigurationError(
-                _FIELD, self.to_dict(), f"mpi and {other} are two launchers and cannot coexist",
+                _FIELD,
+                self.to_dict(),
+                f"mpi and {other} are two launchers and cannot coexist",
                 f"drop 'mpi' to run {other}, or drop '{other}' to run under mpirun (Horovod)",
             )
         if ps_on and sm is not None:
-            raise ConfigurationError(_FIELD, self.to_dict(),
-                                     "parameter_server and smdistributed cannot be used together",
-                                     "keep one of them")
+            raise ConfigurationError(
+                _FIELD,
+                self.to_dict(),
+                "parameter_server and smdistributed cannot be used together",
+                "keep one of them",
+            )
         if self.modelparallel_enabled:
             if not (mpi_on or torch_on):
                 raise ConfigurationError(
-                    f"{_FIELD}.mpi", None, "smdistributed.modelparallel needs MPI to start its ranks",
+                    f"{_FIELD}.mpi",
+                    None,
+                    "smdistributed.modelparallel needs MPI to start its ranks",
                     "add 'mpi': {'enabled': True, 'processes_per_host': <GPUs per instance>}",
                 )
             _validate_mp_parameters(self.mp_parameters)
@@ -260,8 +288,14 @@ class Distribution(_Strict):
 
     # --- topology checks -----------------------------------------------------------------------
 
-    def check(self, instance: InstanceType, instance_count: int, *, local: bool,
-              emulated_processes_per_host: int | None = None) -> None:
+    def check(
+        self,
+        instance: InstanceType,
+        instance_count: int,
+        *,
+        local: bool,
+        emulated_processes_per_host: int | None = None,
+    ) -> None:
         """Rules that depend on the instance type and count. ``local``: the job runs on this
         machine (emulated), where torchrun-style DDP on CPU types works with gloo;
         ``emulated_processes_per_host``: the ranks per host a ``LocalSession`` sets instead of the
@@ -269,19 +303,23 @@ class Distribution(_Strict):
         if self.mpi is not None and self.mpi.processes_per_host and instance.gpus:
             if self.mpi.processes_per_host > instance.gpus:
                 raise ConfigurationError(
-                    f"{_FIELD}.mpi.processes_per_host", self.mpi.processes_per_host,
+                    f"{_FIELD}.mpi.processes_per_host",
+                    self.mpi.processes_per_host,
                     f"{instance.name} has {instance.gpus} GPU(s); one process per GPU at most",
                     f"use processes_per_host <= {instance.gpus}",
                 )
         if instance.is_neuron and self.strategy not in ("none", "torch_distributed"):
             # fw_utils.validate_distribution_for_instance_type: Trainium runs torch_distributed only.
             raise ConfigurationError(
-                _FIELD, self.to_dict(), f"{instance.name} is a Trainium type: it runs torch_distributed only",
+                _FIELD,
+                self.to_dict(),
+                f"{instance.name} is a Trainium type: it runs torch_distributed only",
                 "pass distribution={'torch_distributed': {'enabled': True}}",
             )
         if self.smddp_enabled and instance.accelerator in ("none", "neuron"):
             raise ConfigurationError(
-                f"{_FIELD}.smdistributed.dataparallel", {"enabled": True},
+                f"{_FIELD}.smdistributed.dataparallel",
+                {"enabled": True},
                 f"smdistributed.dataparallel needs GPUs and {instance.name} has none",
                 "use a GPU type such as ml.p4d.24xlarge or ml.p3.16xlarge, or torch_distributed",
             )
@@ -289,7 +327,8 @@ class Distribution(_Strict):
             option = getattr(self, name)
             if option is not None and option.enabled and instance.accelerator == "none" and not local:
                 raise ConfigurationError(
-                    f"{_FIELD}.{name}", {"enabled": True},
+                    f"{_FIELD}.{name}",
+                    {"enabled": True},
                     f"{name} on SageMaker is supported only for GPU instance types (and Trainium), "
                     f"not {instance.name}",
                     "use a GPU type (ml.p*, ml.g*) or a Trainium type (ml.trn*), or run it locally "
@@ -306,12 +345,16 @@ class Distribution(_Strict):
                 degree = pipeline * tensor if isinstance(pipeline, int) and isinstance(tensor, int) else 1
                 if degree > 0 and processes % degree:
                     raise ConfigurationError(
-                        f"{_FIELD}.smdistributed.modelparallel.parameters.partitions", pipeline,
+                        f"{_FIELD}.smdistributed.modelparallel.parameters.partitions",
+                        pipeline,
                         f"{degree} model partitions (pipeline x tensor degree) do not divide the "
                         f"{processes} processes ({ppn} per host x {instance_count} hosts)",
                         "choose partitions that divide processes_per_host * instance_count"
-                        + (f" (LocalSession(processes_per_host={ppn}) sets {ppn} per host here)"
-                           if emulated is not None and ppn != self.processes_per_host(instance) else ""),
+                        + (
+                            f" (LocalSession(processes_per_host={ppn}) sets {ppn} per host here)"
+                            if emulated is not None and ppn != self.processes_per_host(instance)
+                            else ""
+                        ),
                     )
 
     # --- wire -----------------------------------------------------------------------------------
@@ -437,8 +480,9 @@ def _as_configuration_error(exc: ValidationError, value: Any) -> ConfigurationEr
         valid = _VALID_KEYS.get(parent, [])
         near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
         fix = f"did you mean {near[0]!r}? " if near else ""
-        return ConfigurationError(field, error["input"], "unknown key",
-                                  f"{fix}valid keys here: {', '.join(valid)}")
+        return ConfigurationError(
+            field, error["input"], "unknown key", f"{fix}valid keys here: {', '.join(valid)}"
+        )
     fix = _EXAMPLES.get(error["type"], "see the SageMaker distribution documentation")
     return ConfigurationError(field, error.get("input"), error["msg"].lower(), fix)
 
@@ -449,13 +493,18 @@ def _load_mp_parameters(parameters: dict[str, Any] | str) -> dict[str, Any]:
     field = f"{_FIELD}.smdistributed.modelparallel.parameters"
     path = Path(parameters)
     if not path.is_file():
-        raise ConfigurationError(field, parameters, "no such model-parallel config file",
-                                 "pass a dict of SMP parameters or the path of an existing JSON file")
+        raise ConfigurationError(
+            field,
+            parameters,
+            "no such model-parallel config file",
+            "pass a dict of SMP parameters or the path of an existing JSON file",
+        )
     try:
         loaded = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigurationError(field, parameters, f"cannot parse as JSON ({exc})",
-                                 "fix the file's JSON") from exc
+        raise ConfigurationError(
+            field, parameters, f"cannot parse as JSON ({exc})", "fix the file's JSON"
+        ) from exc
     if not isinstance(loaded, dict):
         raise ConfigurationError(field, parameters, "the file must hold a JSON object", "fix the file")
     return loaded
@@ -475,10 +524,16 @@ def _validate_mp_parameters(config: dict[str, Any]) -> None:
     ):
         if key in config and config[key] not in values:
             fail(key, f"must be one of {values}", f"use one of {values}")
-    for key in ("microbatches", "partitions", "active_microbatches",
-                "pipeline_parallel_degree", "tensor_parallel_degree"):
-        if key in config and (not isinstance(config[key], int) or isinstance(config[key], bool)
-                              or config[key] < 1):
+    for key in (
+        "microbatches",
+        "partitions",
+        "active_microbatches",
+        "pipeline_parallel_degree",
+        "tensor_parallel_degree",
+    ):
+        if key in config and (
+            not isinstance(config[key], int) or isinstance(config[key], bool) or config[key] < 1
+        ):
             fail(key, "must be a positive integer", "pass an integer >= 1")
     for key in ("auto_partition", "contiguous", "load_partition", "horovod", "ddp", "deterministic_server"):
         if key in config and config[key] not in (True, False):
@@ -486,7 +541,8 @@ def _validate_mp_parameters(config: dict[str, Any]) -> None:
     if "partition_file" in config and not isinstance(config["partition_file"], str):
         fail("partition_file", "must be a str", "pass a path string")
     if "default_partition" in config and (
-        not isinstance(config["default_partition"], int) or isinstance(config["default_partition"], bool)
+        not isinstance(config["default_partition"], int)
+        or isinstance(config["default_partition"], bool)
         or config["default_partition"] < 0
     ):
         fail("default_partition", "must be a partition index (an integer >= 0)", "pass e.g. 0")
@@ -497,11 +553,17 @@ def _validate_mp_parameters(config: dict[str, Any]) -> None:
     if "ddp_dist_backend" in config and not isinstance(config["ddp_dist_backend"], str):
         fail("ddp_dist_backend", "must be a string", "pass 'auto', 'nccl' or 'gloo'")
     if config.get("auto_partition") is False and "default_partition" not in config:
-        fail("default_partition", "must be supplied if auto_partition is False",
-             "add 'default_partition': 0 or set auto_partition True")
+        fail(
+            "default_partition",
+            "must be supplied if auto_partition is False",
+            "add 'default_partition': 0 or set auto_partition True",
+        )
     if "default_partition" in config and config["default_partition"] >= config.get("partitions", 1):
-        fail("default_partition", "must be less than the number of partitions",
-             "use a partition index below 'partitions'")
+        fail(
+            "default_partition",
+            "must be less than the number of partitions",
+            "use a partition index below 'partitions'",
+        )
     if "memory_weight" in config and not 0.0 <= config["memory_weight"] <= 1.0:
         fail("memory_weight", "must be between 0.0 and 1.0", "pass a fraction")
     for key in ("ddp_port", "ddp_dist_backend"):

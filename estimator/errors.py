@@ -86,8 +86,9 @@ class MissingExtraError(SmlaunchError, ImportError):
         self.feature = feature
         self.package = package
         self.extra = extra
-        super().__init__(f"{feature} needs {package}, which is not installed. "
-                         f"Fix: pip install 'smlaunch[{extra}]'")
+        super().__init__(
+            f"{feature} needs {package}, which is not installed. Fix: pip install 'smlaunch[{extra}]'"
+        )
 
 
 class NoSpaceLeftError(SmlaunchError, OSError):

@@ -90,7 +90,9 @@ def _default_session(instance_type: str) -> TrainingSession:
         from estimator.session import Session
     except ImportError as exc:  # pragma: no cover - only while Session is not installed
         raise ConfigurationError(
-            "sagemaker_session", None, "the SageMaker Session is not available in this installation",
+            "sagemaker_session",
+            None,
+            "the SageMaker Session is not available in this installation",
             "pass sagemaker_session=LocalSession() to run on this machine",
         ) from exc
     return Session()
@@ -151,23 +153,36 @@ class Estimator:
         self.instance_type: str = self.instance.name
         count = validation.check_instance_count(instance_count)
         validation.check_argument_types(
-            image_uri=image_uri, role=role, source_dir=source_dir, dependencies=dependencies,
-            hyperparameters=hyperparameters, volume_kms_key=volume_kms_key, output_kms_key=output_kms_key,
-            input_mode=input_mode, checkpoint_local_path=checkpoint_local_path,
-            use_spot_instances=use_spot_instances, subnets=subnets, security_group_ids=security_group_ids,
+            image_uri=image_uri,
+            role=role,
+            source_dir=source_dir,
+            dependencies=dependencies,
+            hyperparameters=hyperparameters,
+            volume_kms_key=volume_kms_key,
+            output_kms_key=output_kms_key,
+            input_mode=input_mode,
+            checkpoint_local_path=checkpoint_local_path,
+            use_spot_instances=use_spot_instances,
+            subnets=subnets,
+            security_group_ids=security_group_ids,
             enable_network_isolation=enable_network_isolation,
             encrypt_inter_container_traffic=encrypt_inter_container_traffic,
-            disable_output_compression=disable_output_compression, disable_profiler=disable_profiler,
-            enable_sagemaker_metrics=enable_sagemaker_metrics, debugger_hook_config=debugger_hook_config,
+            disable_output_compression=disable_output_compression,
+            disable_profiler=disable_profiler,
+            enable_sagemaker_metrics=enable_sagemaker_metrics,
+            debugger_hook_config=debugger_hook_config,
         )
         session = sagemaker_session if sagemaker_session is not None else _default_session(self.instance_type)
         self.instance_count = validation.check_instance_quota(
-            count, self.instance_type, session.instance_count_quota)
+            count, self.instance_type, session.instance_count_quota
+        )
         self.sagemaker_session: TrainingSession = session
         self.is_local = session.is_local
         if self.instance.is_local and not self.is_local:
             raise ConfigurationError(
-                "instance_type", self.instance_type, "local types run only with a LocalSession",
+                "instance_type",
+                self.instance_type,
+                "local types run only with a LocalSession",
                 "pass sagemaker_session=LocalSession(), or an ml. instance type",
             )
         if self.is_local:
@@ -176,11 +191,16 @@ class Estimator:
             logger.warning(
                 "instance_type=%r is not in smlaunch's instance catalog (a type newer than it?): sent "
                 "to SageMaker as given, without the checks that need its accelerators; suggestions: %s",
-                self.instance_type, ", ".join(catalog.suggestions(self.instance_type)) or "none",
+                self.instance_type,
+                ", ".join(catalog.suggestions(self.instance_type)) or "none",
             )
         if not self.is_local and not role:
-            raise ConfigurationError("role", role, "SageMaker training jobs need an IAM execution role",
-                                     "pass role='arn:aws:iam::<account>:role/<name>'")
+            raise ConfigurationError(
+                "role",
+                role,
+                "SageMaker training jobs need an IAM execution role",
+                "pass role='arn:aws:iam::<account>:role/<name>'",
+            )
         self.role = role
         self.image_uri = image_uri
         self.entry_point = entry_point
@@ -225,7 +245,8 @@ class Estimator:
         self.disable_profiler = disable_profiler
         self.debugger_hook_config = debugger_hook_config
         self.tensorboard_output_config = validation.check_tensorboard(
-            tensorboard_output_config, self.is_local)
+            tensorboard_output_config, self.is_local
+        )
         self.keep_alive_period_in_seconds = validation.check_keep_alive(keep_alive_period_in_seconds)
         """SageMaker warm pools; sent as ``ResourceConfig.KeepAlivePeriodInSeconds``. Local runs
         accept it and it has no effect there (hosts are processes or containers of this machine)."""
@@ -245,12 +266,18 @@ class Estimator:
     def _set_distribution(self, value: Any) -> None:
         """Parse and check ``value`` against the topology (and the framework image), then keep it."""
         parsed = Distribution.parse(value, self._framework)
-        parsed.check(self.instance, self.instance_count, local=self.is_local,
-                     emulated_processes_per_host=self.sagemaker_session.processes_per_host)
+        parsed.check(
+            self.instance,
+            self.instance_count,
+            local=self.is_local,
+            emulated_processes_per_host=self.sagemaker_session.processes_per_host,
+        )
         torch_on = parsed.torch_distributed is not None and parsed.torch_distributed.enabled
         if torch_on and self.entry_point is not None and not self.entry_point.endswith(".py"):
             raise ConfigurationError(
-                "entry_point", self.entry_point, "torch_distributed runs Python programs (*.py) only",
+                "entry_point",
+                self.entry_point,
+                "torch_distributed runs Python programs (*.py) only",
                 "point entry_point at a .py file",
             )
         previous = getattr(self, "_distribution", None)
@@ -312,9 +339,13 @@ class Estimator:
     def _output_path(self) -> str:
         return self.output_path or self.sagemaker_session.default_output_path()
 
-    def _plan(self, inputs: Any, job_name: str | None, now: datetime | None = None,
-              experiment_config: Mapping[str, str] | None = None,
-              ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+    def _plan(
+        self,
+        inputs: Any,
+        job_name: str | None,
+        now: datetime | None = None,
+        experiment_config: Mapping[str, str] | None = None,
+    ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
         """The spec, and the local input paths to upload as (channel, path) before submitting
         (:func:`estimator.request.build`). ``now``: the time a generated job name carries."""
         if self._distribution_arg != self._distribution_checked:  # the dict was changed in place
@@ -329,14 +360,20 @@ class Estimator:
             return None
         # SDK Framework._validate_and_set_debugger_configs: SMDebug cannot follow distributed jobs
         # that checkpoint; for framework estimators (distribution always set) that is every job.
-        if self.checkpoint_s3_uri and self.checkpoint_local_path and (
-            self._framework is not None or self.instance_count > 1
+        if (
+            self.checkpoint_s3_uri
+            and self.checkpoint_local_path
+            and (self._framework is not None or self.instance_count > 1)
         ):
             return None
         return DebugHookConfig(S3OutputPath=output_path, CollectionConfigurations=[])
 
-    def plan(self, inputs: Any = None, job_name: str | None = None,
-             experiment_config: Mapping[str, str] | None = None) -> TrainingJobSpec:
+    def plan(
+        self,
+        inputs: Any = None,
+        job_name: str | None = None,
+        experiment_config: Mapping[str, str] | None = None,
+    ) -> TrainingJobSpec:
         """The exact request ``fit(inputs)`` would send; stages and submits nothing.
 
         ``plan(...).to_request()`` is the dict boto3's ``create_training_job`` receives, and
@@ -351,8 +388,14 @@ class Estimator:
 
     # --- fit and the job handle -----------------------------------------------------------------
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True,
-            job_name: str | None = None, experiment_config: Mapping[str, str] | None = None) -> None:
+    def fit(
+        self,
+        inputs: Any = None,
+        wait: bool = True,
+        logs: bool | str = True,
+        job_name: str | None = None,
+        experiment_config: Mapping[str, str] | None = None,
+    ) -> None:
         """Plan, check with the backend, stage code and inputs, submit; wait when asked.
 
         ``experiment_config`` (``ExperimentName``, ``TrialName``, ``TrialComponentDisplayName``,
@@ -377,9 +420,13 @@ class Estimator:
             show_logs = logs not in (False, "None")
             self.latest_training_job.wait(logs=show_logs)
 
-    def _claim(self, backend: Any, inputs: Any, job_name: str | None,
-               experiment_config: Mapping[str, str] | None = None,
-               ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+    def _claim(
+        self,
+        backend: Any,
+        inputs: Any,
+        job_name: str | None,
+        experiment_config: Mapping[str, str] | None = None,
+    ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
         """Plan, check and reserve the job's name before anything is staged (``backend.reserve``).
 
         A generated name that another submitter holds (same base, same millisecond: concurrent
@@ -398,7 +445,8 @@ class Estimator:
                     raise
             moment = max(datetime.now(timezone.utc), moment + timedelta(milliseconds=1))
         raise JobNameTakenError(
-            "base_job_name", self._base_name(),
+            "base_job_name",
+            self._base_name(),
             f"{MAX_JOB_NAME_ATTEMPTS} generated job names in a row were taken",
             "pass job_name=... explicitly, or another base_job_name",
         )
@@ -420,17 +468,34 @@ class Estimator:
             extra_args.update(self.sagemaker_session.bucket_owner_args(bucket))
         # A full disk (the code's own file:// destination, or the temp dir it is built in) is named.
         where = unquote(urlparse(uri).path) if urlparse(uri).scheme == "file" else tempfile.gettempdir()
-        with no_space_errors(where, "free space on that filesystem, or stage the code elsewhere "
-                                    "(code_location=..., output_path=..., or LocalSession(root=...))"):
-            archive, uploaded = build_and_stage(self.entry_point, self.source_dir, self.dependencies, uri,
-                                                s3_client=s3_client, extra_args=extra_args)
-        logger.info("%s %s (sha256 %s)", "Staged code to" if uploaded else "Code unchanged at", uri,
-                    archive.sha256[:12])
+        with no_space_errors(
+            where,
+            "free space on that filesystem, or stage the code elsewhere "
+            "(code_location=..., output_path=..., or LocalSession(root=...))",
+        ):
+            archive, uploaded = build_and_stage(
+                self.entry_point,
+                self.source_dir,
+                self.dependencies,
+                uri,
+                s3_client=s3_client,
+                extra_args=extra_args,
+            )
+        logger.info(
+            "%s %s (sha256 %s)",
+            "Staged code to" if uploaded else "Code unchanged at",
+            uri,
+            archive.sha256[:12],
+        )
 
     def _require_job(self) -> TrainingJob:
         if self.latest_training_job is None:
-            raise ConfigurationError("latest_training_job", None, "no training job yet",
-                                     "call fit() first, or Estimator.attach(job_name)")
+            raise ConfigurationError(
+                "latest_training_job",
+                None,
+                "no training job yet",
+                "call fit() first, or Estimator.attach(job_name)",
+            )
         return self.latest_training_job
 
     @property
@@ -474,8 +539,9 @@ class Estimator:
     # --- attach ---------------------------------------------------------------------------------
 
     @classmethod
-    def attach(cls, training_job_name: str, sagemaker_session: Any | None = None,
-               wait: bool = False) -> Estimator:
+    def attach(
+        cls, training_job_name: str, sagemaker_session: Any | None = None, wait: bool = False
+    ) -> Estimator:
         """Rebuild the estimator of an existing job from DescribeTrainingJob (``distribution`` and
         ``metric_definitions`` included) and point ``latest_training_job`` at it."""
         naming.validate_job_name(training_job_name, "training_job_name")
@@ -516,7 +582,8 @@ class Estimator:
             "environment": desc.get("Environment") or None,
             "metric_definitions": [
                 {"Name": m["Name"], "Regex": m["Regex"]} for m in algorithm.get("MetricDefinitions") or []
-            ] or None,
+            ]
+            or None,
             "enable_sagemaker_metrics": algorithm.get("EnableSageMakerMetricsTimeSeries"),
             "image_uri": algorithm.get("TrainingImage"),
         }
@@ -533,7 +600,8 @@ class Estimator:
         if desc.get("TensorBoardOutputConfig"):
             tensorboard = desc["TensorBoardOutputConfig"]
             kwargs["tensorboard_output_config"] = TensorBoardOutputConfig(
-                tensorboard["S3OutputPath"], tensorboard.get("LocalPath"))
+                tensorboard["S3OutputPath"], tensorboard.get("LocalPath")
+            )
 
         decoded = hp.decode(desc.get("HyperParameters") or {})
         if contract.HP_PROGRAM in decoded:
@@ -545,8 +613,10 @@ class Estimator:
         script_keys = set(contract.SCRIPT_MODE_KEYS)
         # Every other sagemaker_* key is the platform's (or another SDK's), never the user's.
         kwargs["hyperparameters"] = {
-            key: value for key, value in decoded.items()
-            if key not in script_keys and key not in DISTRIBUTION_KEYS
+            key: value
+            for key, value in decoded.items()
+            if key not in script_keys
+            and key not in DISTRIBUTION_KEYS
             and not key.startswith(contract.FRAMEWORK_PARAM_PREFIX)
         }
         return kwargs
@@ -580,11 +650,16 @@ class Framework(Estimator):
         require_type("framework_version", framework_version, (str, type(None)), "pass e.g. '2.1.0'")
         require_type("py_version", py_version, (str, type(None)), "pass e.g. 'py310'")
         if entry_point is None:
-            raise ConfigurationError("entry_point", None, f"{self._display_name} runs a training script",
-                                     "pass entry_point='train.py'")
+            raise ConfigurationError(
+                "entry_point",
+                None,
+                f"{self._display_name} runs a training script",
+                "pass entry_point='train.py'",
+            )
         if image_uri is None and (framework_version is None or py_version is None):
             raise ConfigurationError(
-                "framework_version" if framework_version is None else "py_version", None,
+                "framework_version" if framework_version is None else "py_version",
+                None,
                 f"framework_version and py_version pick the {self._display_name} image",
                 f"pass both (e.g. {self._version_example}) or image_uri",
             )
@@ -598,8 +673,14 @@ class Framework(Estimator):
             kwargs["enable_sagemaker_metrics"] = image_uris.version_tuple(framework_version) >= since
             if not kwargs["enable_sagemaker_metrics"]:
                 kwargs["enable_sagemaker_metrics"] = None
-        super().__init__(image_uri, entry_point=entry_point, source_dir=source_dir,
-                         hyperparameters=hyperparameters, distribution=distribution, **kwargs)
+        super().__init__(
+            image_uri,
+            entry_point=entry_point,
+            source_dir=source_dir,
+            hyperparameters=hyperparameters,
+            distribution=distribution,
+            **kwargs,
+        )
 
     def _image(self, region: str) -> str | None:
         if self.image_uri is not None:
@@ -610,17 +691,23 @@ class Framework(Estimator):
             # so the request still says which framework build it is (attach reads it back).
             row = image_uris.version_config(version, py, framework)
             return f"{row['repository']}:{version}-{self.instance.processor}-{py}"
-        return image_uris.retrieve(version, py, self.instance, region,
-                                   smdistributed=self._distribution.smdistributed is not None,
-                                   framework=framework)
+        return image_uris.retrieve(
+            version,
+            py,
+            self.instance,
+            region,
+            smdistributed=self._distribution.smdistributed is not None,
+            framework=framework,
+        )
 
     def _base_name(self) -> str:
         if self.base_job_name:
             return self.base_job_name
         if self.image_uri:
             return naming.base_name_from_image(self.image_uri)
-        row = image_uris.version_config(str(self.framework_version), str(self.py_version),
-                                        str(self._framework))
+        row = image_uris.version_config(
+            str(self.framework_version), str(self.py_version), str(self._framework)
+        )
         return str(row["repository"])
 
     @classmethod

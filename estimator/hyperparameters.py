@@ -29,7 +29,9 @@ def encode_value(key: str, value: Any, field: str = "hyperparameters") -> str:
         return json.dumps(value)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
-            f"{field}[{key!r}]", value, f"not JSON-serialisable ({type(value).__name__}: {exc})",
+            f"{field}[{key!r}]",
+            value,
+            f"not JSON-serialisable ({type(value).__name__}: {exc})",
             "pass a str, int, float, bool, None, or a list/dict of those (e.g. str(value))",
         ) from exc
 
@@ -48,7 +50,8 @@ def encode(hyperparameters: Mapping[Any, Any] | None, field: str = "hyperparamet
         name = str(key)
         if name in encoded:  # {1: "a", "1": "b"}: the wire has one "1", so one value would vanish
             raise ConfigurationError(
-                f"{field} key", key,
+                f"{field} key",
+                key,
                 f"collides with key {originals[name]!r}: both are sent as {name!r}; one value would be lost",
                 "keep one of them (hyperparameter names are sent as strings)",
             )
@@ -66,7 +69,8 @@ def check_user_keys(hyperparameters: Mapping[Any, Any], field: str = "hyperparam
         name = str(key)
         if name.startswith(contract.FRAMEWORK_PARAM_PREFIX) or name == contract.HP_MP_PARAMETERS:
             raise ConfigurationError(
-                f"{field} key", key,
+                f"{field} key",
+                key,
                 "is reserved: the runtime reads it as a launcher setting, not as a script argument",
                 "set launchers through distribution=... (e.g. {'mpi': {'enabled': True}}) and the code "
                 "through entry_point/source_dir; rename your own hyperparameter",
@@ -89,7 +93,8 @@ def check_limits(encoded: Mapping[str, str], field: str = "hyperparameters") -> 
     """CreateTrainingJob's limits on ``HyperParameters``, applied to the encoded (wire) map."""
     if len(encoded) > contract.MAX_HYPERPARAMETERS:
         raise ConfigurationError(
-            field, f"<{len(encoded)} entries>",
+            field,
+            f"<{len(encoded)} entries>",
             f"CreateTrainingJob accepts at most {contract.MAX_HYPERPARAMETERS} hyperparameters "
             "(including the sagemaker_* keys smlaunch adds)",
             "group related values into one dict-valued hyperparameter or read them from a config file",
@@ -97,13 +102,15 @@ def check_limits(encoded: Mapping[str, str], field: str = "hyperparameters") -> 
     for key, value in encoded.items():
         if not key or len(key) > contract.MAX_HYPERPARAMETER_KEY_CHARS:
             raise ConfigurationError(
-                f"{field} key", key,
+                f"{field} key",
+                key,
                 f"key must be 1 to {contract.MAX_HYPERPARAMETER_KEY_CHARS} characters (has {len(key)})",
                 "use a shorter hyperparameter name",
             )
         if len(value) > contract.MAX_HYPERPARAMETER_VALUE_CHARS:
             raise ConfigurationError(
-                f"{field}[{key!r}]", value[:60] + "...",
+                f"{field}[{key!r}]",
+                value[:60] + "...",
                 f"JSON-encoded value is {len(value)} characters; CreateTrainingJob allows "
                 f"{contract.MAX_HYPERPARAMETER_VALUE_CHARS}",
                 "put large values in a file in source_dir or an input channel and pass its path",

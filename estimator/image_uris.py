@@ -39,13 +39,45 @@ SDK_VERSION = "2.257.7"
 # fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS["pytorch"] and
 # TORCH_DISTRIBUTED_GPU_SUPPORTED_FRAMEWORK_VERSIONS (SDK 2.257.7): what the DLCs can run.
 SMDDP_FRAMEWORK_VERSIONS = (
-    "1.6", "1.6.0", "1.7", "1.7.1", "1.8", "1.8.0", "1.8.1", "1.9", "1.9.0", "1.9.1", "1.10", "1.10.0",
-    "1.10.2", "1.11", "1.11.0", "1.12", "1.12.0", "1.12.1", "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2",
+    "1.6",
+    "1.6.0",
+    "1.7",
+    "1.7.1",
+    "1.8",
+    "1.8.0",
+    "1.8.1",
+    "1.9",
+    "1.9.0",
+    "1.9.1",
+    "1.10",
+    "1.10.0",
+    "1.10.2",
+    "1.11",
+    "1.11.0",
+    "1.12",
+    "1.12.0",
+    "1.12.1",
+    "1.13.1",
+    "2.0.0",
+    "2.0.1",
+    "2.1.0",
+    "2.1.2",
     "2.2.0",
 )
 TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS = (
-    "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1", "2.4.1", "2.5.1", "2.6.0",
-    "2.7.1", "2.8.0",
+    "1.13.1",
+    "2.0.0",
+    "2.0.1",
+    "2.1.0",
+    "2.1.2",
+    "2.2.0",
+    "2.3.0",
+    "2.3.1",
+    "2.4.1",
+    "2.5.1",
+    "2.6.0",
+    "2.7.1",
+    "2.8.0",
 )
 DLC_TAG = re.compile(
     r"^(?:.+/)?(?P<repository>[a-z]+-training):(?P<version>[0-9.]+)-(?:cpu|gpu)-(?P<py>py[0-9]+)"
@@ -88,7 +120,9 @@ def versions(framework: str = "pytorch") -> list[str]:
 
 def _fail(field: str, value: object, what: str, valid: list[str], framework: str) -> ConfigurationError:
     return ConfigurationError(
-        field, value, f"unsupported {what} for {FRAMEWORKS[framework]} training images",
+        field,
+        value,
+        f"unsupported {what} for {FRAMEWORKS[framework]} training images",
         f"use one of: {', '.join(valid)}; or pass image_uri",
     )
 
@@ -102,8 +136,11 @@ def version_config(framework_version: str, py_version: str, framework: str = "py
     row = data["versions"][full]
     if py_version not in row["py_versions"]:
         raise ConfigurationError(
-            "py_version", py_version, f"{FRAMEWORKS[framework]} {framework_version} images exist for "
-            f"{', '.join(row['py_versions'])} only", f"pass py_version={row['py_versions'][-1]!r}",
+            "py_version",
+            py_version,
+            f"{FRAMEWORKS[framework]} {framework_version} images exist for "
+            f"{', '.join(row['py_versions'])} only",
+            f"pass py_version={row['py_versions'][-1]!r}",
         )
     return {"py_versions": row["py_versions"], **row["by_py"][py_version]} if "by_py" in row else row
 
@@ -119,8 +156,13 @@ def retrieve(
     """The DLC training image URI, as SDK 2.257.7's ``image_uris.retrieve`` returns it."""
     row = version_config(framework_version, py_version, framework)
     if region not in row["registries"]:
-        raise _fail("region", region, f"region for {FRAMEWORKS[framework]} {framework_version}",
-                    sorted(row["registries"]), framework)
+        raise _fail(
+            "region",
+            region,
+            f"region for {FRAMEWORKS[framework]} {framework_version}",
+            sorted(row["registries"]),
+            framework,
+        )
     hostname = table(framework)["hostnames"][region]
     tag = f"{framework_version}-{instance.processor}-{py_version}"
     family = instance.name.split(".")[1] if instance.name.startswith("ml.") else ""
@@ -146,8 +188,9 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def generate_table(sdk_config: dict[str, Any], hostname_of: Any,
-                   framework: str = "pytorch") -> dict[str, Any]:
+def generate_table(
+    sdk_config: dict[str, Any], hostname_of: Any, framework: str = "pytorch"
+) -> dict[str, Any]:
     """Build the table from the SDK's ``<framework>.json`` dict; ``hostname_of(region)`` gives the
     ECR hostname (the SDK takes it from botocore's endpoint data)."""
     training = sdk_config["training"]
@@ -155,10 +198,13 @@ def generate_table(sdk_config: dict[str, Any], hostname_of: Any,
     regions: set[str] = set()
     for version, config in training["versions"].items():
         if "py_versions" not in config:  # one repository per Python version (TensorFlow 1.13.1)
-            rows[version] = {"py_versions": list(config), "by_py": {
-                py: {"repository": c["repository"], "registries": dict(sorted(c["registries"].items()))}
-                for py, c in config.items()
-            }}
+            rows[version] = {
+                "py_versions": list(config),
+                "by_py": {
+                    py: {"repository": c["repository"], "registries": dict(sorted(c["registries"].items()))}
+                    for py, c in config.items()
+                },
+            }
             for c in config.values():
                 regions.update(c["registries"])
             continue
@@ -200,4 +246,3 @@ if __name__ == "__main__":  # pragma: no cover
     else:
         print("usage: python -m estimator.image_uris --regenerate", file=sys.stderr)
         sys.exit(2)
-

@@ -75,24 +75,39 @@ class TrainingInput:
         shuffle_config: ShuffleConfig | int | None = None,
     ) -> None:
         if not isinstance(s3_data, str) or not s3_data:
-            raise ConfigurationError("s3_data", s3_data, "must be a URI string",
-                                     "pass e.g. 's3://bucket/prefix' or 'file:///data/train'")
-        given = {"distribution": distribution, "compression": compression,
-                 "record_wrapping": record_wrapping, "s3_data_type": s3_data_type, "input_mode": input_mode}
+            raise ConfigurationError(
+                "s3_data",
+                s3_data,
+                "must be a URI string",
+                "pass e.g. 's3://bucket/prefix' or 'file:///data/train'",
+            )
+        given = {
+            "distribution": distribution,
+            "compression": compression,
+            "record_wrapping": record_wrapping,
+            "s3_data_type": s3_data_type,
+            "input_mode": input_mode,
+        }
         for name, value in given.items():
             if value is not None and value not in _CHOICES[name]:
-                raise ConfigurationError(name, value, "not a valid value",
-                                         f"use one of {list(_CHOICES[name])}")
+                raise ConfigurationError(
+                    name, value, "not a valid value", f"use one of {list(_CHOICES[name])}"
+                )
         if attribute_names is not None and (
             not isinstance(attribute_names, list) or not all(isinstance(a, str) for a in attribute_names)
         ):
-            raise ConfigurationError("attribute_names", attribute_names, "must be a list of strings",
-                                     "pass e.g. ['source-ref', 'class']")
+            raise ConfigurationError(
+                "attribute_names",
+                attribute_names,
+                "must be a list of strings",
+                "pass e.g. ['source-ref', 'class']",
+            )
         if isinstance(shuffle_config, int) and not isinstance(shuffle_config, bool):
             shuffle_config = ShuffleConfig(shuffle_config)
         if shuffle_config is not None and not isinstance(shuffle_config, ShuffleConfig):
-            raise ConfigurationError("shuffle_config", shuffle_config, "must be a ShuffleConfig",
-                                     "pass ShuffleConfig(seed=42)")
+            raise ConfigurationError(
+                "shuffle_config", shuffle_config, "must be a ShuffleConfig", "pass ShuffleConfig(seed=42)"
+            )
         self.s3_data = s3_data
         self.distribution = distribution
         self.compression = compression
@@ -138,7 +153,8 @@ def validate_channel_name(name: object, field: str = "inputs") -> str:
         or name in (".", "..")
     ):
         raise ConfigurationError(
-            f"{field} channel name", name,
+            f"{field} channel name",
+            name,
             f"channel names are 1 to {MAX_CHANNEL_NAME_CHARS} characters of letters, digits, '.', '-', '_', "
             "and never '.' or '..' (each channel is the directory input/data/<name>)",
             "rename the channel, e.g. 'train' or 'validation'",
@@ -151,8 +167,11 @@ def validate_s3_uri(uri: str, field: str) -> str:
     parsed = urlparse(uri)
     if parsed.scheme != "s3" or not _BUCKET_PATTERN.match(parsed.netloc or "") or ".." in parsed.netloc:
         raise ConfigurationError(
-            field, uri, "malformed S3 URI (expected s3://<bucket>/<key>, bucket of 3-63 lowercase "
-            "letters, digits, '.' and '-')", "pass e.g. 's3://my-bucket/data/train'",
+            field,
+            uri,
+            "malformed S3 URI (expected s3://<bucket>/<key>, bucket of 3-63 lowercase "
+            "letters, digits, '.' and '-')",
+            "pass e.g. 's3://my-bucket/data/train'",
         )
     return uri
 
@@ -162,8 +181,12 @@ def file_uri_path(uri: str, field: str) -> Path:
     parsed = urlparse(uri)
     path = unquote(parsed.path)
     if parsed.scheme != "file" or parsed.netloc not in ("", "localhost") or not path.startswith("/"):
-        raise ConfigurationError(field, uri, "malformed file URI (expected file:///<absolute path>)",
-                                 f"pass e.g. {Path('/data/train').resolve().as_uri()!r}")
+        raise ConfigurationError(
+            field,
+            uri,
+            "malformed file URI (expected file:///<absolute path>)",
+            f"pass e.g. {Path('/data/train').resolve().as_uri()!r}",
+        )
     return Path(path)
 
 
@@ -175,20 +198,31 @@ def validate_uri(uri: str, field: str, *, local: bool, must_exist: bool = True) 
     if scheme == "file":
         path = file_uri_path(uri, field)
         if not local:
-            raise ConfigurationError(field, uri, "file:// URIs work only for local runs",
-                                     "upload the data to S3 and pass its s3:// URI, or use LocalSession")
+            raise ConfigurationError(
+                field,
+                uri,
+                "file:// URIs work only for local runs",
+                "upload the data to S3 and pass its s3:// URI, or use LocalSession",
+            )
         if must_exist and not path.exists():
-            raise ConfigurationError(field, uri, "no such file or directory",
-                                     "check the path, or create the data first")
+            raise ConfigurationError(
+                field, uri, "no such file or directory", "check the path, or create the data first"
+            )
         return uri
     if scheme == "" and local:
         path = Path(uri).expanduser()
         if path.exists():
             return path.resolve().as_uri()
-        raise ConfigurationError(field, uri, "no such local file or directory",
-                                 "pass an existing directory, a file:// URI or an s3:// URI")
+        raise ConfigurationError(
+            field,
+            uri,
+            "no such local file or directory",
+            "pass an existing directory, a file:// URI or an s3:// URI",
+        )
     raise ConfigurationError(
-        field, uri, 'must be a valid S3 or FILE URI: must start with "s3://" or "file://"',
+        field,
+        uri,
+        'must be a valid S3 or FILE URI: must start with "s3://" or "file://"',
         "upload the data to S3 and pass its s3:// URI" if not local else "pass s3://... or file:///...",
     )
 
@@ -200,8 +234,12 @@ def channels(inputs: Any, *, local: bool) -> list[Channel] | None:
     if isinstance(inputs, (str, TrainingInput)):
         inputs = {DEFAULT_CHANNEL: inputs}
     if not isinstance(inputs, Mapping):
-        raise ConfigurationError("inputs", inputs, "must be a URI string, a TrainingInput or a dict",
-                                 "pass e.g. {'train': 's3://bucket/train'}")
+        raise ConfigurationError(
+            "inputs",
+            inputs,
+            "must be a URI string, a TrainingInput or a dict",
+            "pass e.g. {'train': 's3://bucket/train'}",
+        )
     result: list[Channel] = []
     for name, value in inputs.items():
         validate_channel_name(name)
@@ -209,12 +247,19 @@ def channels(inputs: Any, *, local: bool) -> list[Channel] | None:
         if isinstance(value, str):
             value = TrainingInput(value)
         if not isinstance(value, TrainingInput):
-            raise ConfigurationError(field, value, "must be a URI string or a TrainingInput",
-                                     "pass e.g. TrainingInput('s3://bucket/train')")
+            raise ConfigurationError(
+                field,
+                value,
+                "must be a URI string or a TrainingInput",
+                "pass e.g. TrainingInput('s3://bucket/train')",
+            )
         if value.target_attribute_name is not None:
-            raise ConfigurationError(f"{field}.target_attribute_name", value.target_attribute_name,
-                                     "an AutoML field that CreateTrainingJob does not accept",
-                                     "drop target_attribute_name")
+            raise ConfigurationError(
+                f"{field}.target_attribute_name",
+                value.target_attribute_name,
+                "an AutoML field that CreateTrainingJob does not accept",
+                "drop target_attribute_name",
+            )
         source = dict(value.config["DataSource"]["S3DataSource"])
         config = {**value.config, "DataSource": {"S3DataSource": source}}
         source["S3Uri"] = validate_uri(source["S3Uri"], field, local=local)

@@ -101,8 +101,9 @@ class TrainingJob:
         track(getattr(self.backend, "session", None), self.backend, description)
         return self._outcome(description)
 
-    def _poll_until_terminal(self, poll_seconds: float,
-                             sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    def _poll_until_terminal(
+        self, poll_seconds: float, sleep: Callable[[float], None] = time.sleep
+    ) -> dict[str, Any]:
         delay = poll_seconds
         while True:
             description = self.describe()
@@ -132,7 +133,9 @@ class TrainingJob:
             logger.warning(
                 "Training job %s ended with status 'Stopped' rather than 'Completed' (%s). This could "
                 "mean it timed out (max_run) or was stopped early: check whether it completed as you "
-                "expect.", self.name, why,
+                "expect.",
+                self.name,
+                why,
             )
             return description
         reason = description.get("FailureReason") or description.get("SecondaryStatus") or status

@@ -78,19 +78,25 @@ class MetricParser:
             regex = definition.get("Regex") if isinstance(definition, Mapping) else None
             if not isinstance(name, str) or not name or not isinstance(regex, str) or not regex:
                 raise ConfigurationError(
-                    field, definition, "needs a non-empty 'Name' and 'Regex'",
+                    field,
+                    definition,
+                    "needs a non-empty 'Name' and 'Regex'",
                     "pass {'Name': 'train:loss', 'Regex': 'loss=([0-9.]+)'}",
                 )
             try:
                 pattern = re.compile(regex)
             except re.error as error:
                 raise ConfigurationError(
-                    f"{field}.Regex", regex, f"not a valid regular expression ({error})",
+                    f"{field}.Regex",
+                    regex,
+                    f"not a valid regular expression ({error})",
                     "fix the pattern; the first capture group is the metric value",
                 ) from None
             if pattern.groups < 1:
                 raise ConfigurationError(
-                    f"{field}.Regex", regex, "has no capture group",
+                    f"{field}.Regex",
+                    regex,
+                    "has no capture group",
                     "put the value in parentheses, e.g. 'loss=([0-9.]+)'",
                 )
             self._compiled.append((name, pattern))

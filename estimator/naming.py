@@ -50,7 +50,8 @@ def validate_job_name(name: object, field: str = "job_name") -> str:
     """Return ``name`` when SageMaker would accept it, else :class:`ConfigurationError`."""
     if not isinstance(name, str) or not JOB_NAME_PATTERN.match(name):
         raise ConfigurationError(
-            field, name,
+            field,
+            name,
             f"job names must be 1 to {MAX_JOB_NAME_CHARS} characters of letters, digits and '-', "
             "starting and ending with a letter or digit",
             "use e.g. 'bert-finetune-1', or set base_job_name and let smlaunch add the timestamp",
@@ -65,7 +66,9 @@ def validate_base_job_name(base: object, field: str = "base_job_name") -> str:
     candidate = name_from_base(base, datetime(2000, 1, 1, tzinfo=timezone.utc))
     if not JOB_NAME_PATTERN.match(candidate):
         raise ConfigurationError(
-            field, base, "job names may only hold letters, digits and '-', and must start with a "
-            "letter or digit", "use e.g. 'bert-finetune'",
+            field,
+            base,
+            "job names may only hold letters, digits and '-', and must start with a letter or digit",
+            "use e.g. 'bert-finetune'",
         )
     return base

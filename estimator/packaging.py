@@ -59,16 +59,25 @@ def check_readable_dir(path: str | Path, field: str) -> Path:
     if not directory.exists():
         raise ConfigurationError(field, str(path), "no such directory", "pass an existing directory")
     if not directory.is_dir():
-        raise ConfigurationError(field, str(path), "not a directory",
-                                 "pass the directory that holds your code")
+        raise ConfigurationError(
+            field, str(path), "not a directory", "pass the directory that holds your code"
+        )
     try:
         os.listdir(directory)
     except OSError as exc:
-        raise ConfigurationError(field, str(path), f"cannot be read ({exc.strerror})",
-                                 "fix its permissions (chmod u+rx) or pass another directory") from exc
+        raise ConfigurationError(
+            field,
+            str(path),
+            f"cannot be read ({exc.strerror})",
+            "fix its permissions (chmod u+rx) or pass another directory",
+        ) from exc
     if not os.access(directory, os.R_OK | os.X_OK):
-        raise ConfigurationError(field, str(path), "cannot be read (permission denied)",
-                                 "fix its permissions (chmod u+rx) or pass another directory")
+        raise ConfigurationError(
+            field,
+            str(path),
+            "cannot be read (permission denied)",
+            "fix its permissions (chmod u+rx) or pass another directory",
+        )
     return directory
 
 
@@ -85,8 +94,12 @@ def _walk(directory: Path, arc_prefix: str, field: str) -> list[tuple[Path, str]
     entries: list[tuple[Path, str]] = []
 
     def on_error(exc: OSError) -> None:
-        raise ConfigurationError(field, exc.filename, f"cannot be read ({exc.strerror})",
-                                 "fix its permissions or add it to .smlaunchignore") from exc
+        raise ConfigurationError(
+            field,
+            exc.filename,
+            f"cannot be read ({exc.strerror})",
+            "fix its permissions or add it to .smlaunchignore",
+        ) from exc
 
     for root, dirs, files in os.walk(directory, followlinks=True, onerror=on_error):
         rel_root = Path(root).relative_to(directory)
@@ -106,14 +119,22 @@ def _walk(directory: Path, arc_prefix: str, field: str) -> list[tuple[Path, str]
 
 def _check_readable_file(path: Path, field: str) -> None:
     if not path.exists():
-        raise ConfigurationError(field, str(path), "a symlink to a file that does not exist",
-                                 "remove the link or add it to .smlaunchignore")
+        raise ConfigurationError(
+            field,
+            str(path),
+            "a symlink to a file that does not exist",
+            "remove the link or add it to .smlaunchignore",
+        )
     try:
         with open(path, "rb"):
             pass
     except OSError as exc:
-        raise ConfigurationError(field, str(path), f"cannot be read ({exc.strerror})",
-                                 "fix its permissions or add it to .smlaunchignore") from exc
+        raise ConfigurationError(
+            field,
+            str(path),
+            f"cannot be read ({exc.strerror})",
+            "fix its permissions or add it to .smlaunchignore",
+        ) from exc
 
 
 def code_entries(
@@ -139,9 +160,12 @@ def code_entries(
     seen: dict[str, Path] = {}
     for local, arcname in entries:
         if arcname in seen and seen[arcname] != local:
-            raise ConfigurationError("dependencies", str(local),
-                                     f"would overwrite {arcname!r} from {seen[arcname]} in the archive",
-                                     "rename one of them")
+            raise ConfigurationError(
+                "dependencies",
+                str(local),
+                f"would overwrite {arcname!r} from {seen[arcname]} in the archive",
+                "rename one of them",
+            )
         seen[arcname] = local
     return entries
 
@@ -163,7 +187,9 @@ def build_sourcedir(
             f"(more than {LARGE_CODE_BYTES // 1024**2} MiB), packed, uploaded and extracted on every host "
             "for every job. Put data in a channel (fit(inputs={'train': ...})) and keep large files out "
             "of the code with .smlaunchignore.",
-            UserWarning, stacklevel=2)
+            UserWarning,
+            stacklevel=2,
+        )
     dest = Path(dest_dir) / contract.SOURCEDIR_TARBALL
     started = time.monotonic()
     progress = ProgressBar(size, "package", interactive_output() and size >= PROGRESS_MIN_BYTES)
@@ -171,14 +197,16 @@ def build_sourcedir(
         digest = create_tarball(entries, dest, on_file=progress)
     finally:
         progress.close()
-    summary = TransferSummary(transferred=[str(local) for local, _ in entries], bytes=size,
-                              seconds=time.monotonic() - started)
+    summary = TransferSummary(
+        transferred=[str(local) for local, _ in entries], bytes=size, seconds=time.monotonic() - started
+    )
     progress.report(summary.line(f"package {contract.SOURCEDIR_TARBALL}"))
     return CodeArchive(dest, digest, tuple(sorted(arcname for _, arcname in entries)))
 
 
-def stage(archive: CodeArchive, uri: str, s3_client: Any | None = None,
-          extra_args: dict[str, Any] | None = None) -> bool:
+def stage(
+    archive: CodeArchive, uri: str, s3_client: Any | None = None, extra_args: dict[str, Any] | None = None
+) -> bool:
     """Copy (``file://``) or upload (``s3://``) the archive to ``uri``, its full destination.
 
     Returns ``True`` when bytes were sent, ``False`` when an identical object was already there.

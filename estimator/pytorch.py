@@ -27,7 +27,8 @@ class PyTorch(Framework):
         version, py = str(self.framework_version), str(self.py_version)
         if self.instance.is_neuron:
             raise ConfigurationError(
-                "image_uri", None,
+                "image_uri",
+                None,
                 f"{self.instance_type} runs the Neuron Deep Learning Containers, which smlaunch's "
                 "PyTorch image table (CPU and GPU images) does not cover",
                 "pass image_uri='763104351884.dkr.ecr.<region>.amazonaws.com/pytorch-training-neuronx:<tag>'",
@@ -35,25 +36,30 @@ class PyTorch(Framework):
         dist = self._distribution
         if dist.smddp_enabled:
             if version not in image_uris.SMDDP_FRAMEWORK_VERSIONS:
-                raise ConfigurationError("framework_version", version,
-                                         "smdistributed.dataparallel is not in this PyTorch image",
-                                         f"use one of {', '.join(image_uris.SMDDP_FRAMEWORK_VERSIONS)}")
+                raise ConfigurationError(
+                    "framework_version",
+                    version,
+                    "smdistributed.dataparallel is not in this PyTorch image",
+                    f"use one of {', '.join(image_uris.SMDDP_FRAMEWORK_VERSIONS)}",
+                )
         torch_on = dist.torch_distributed is not None and dist.torch_distributed.enabled
         if torch_on and version not in image_uris.TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS:
             raise ConfigurationError(
-                "framework_version", version,
+                "framework_version",
+                version,
                 f"torch_distributed is not supported by the PyTorch {version} image",
                 f"use one of {', '.join(image_uris.TORCH_DISTRIBUTED_FRAMEWORK_VERSIONS)}",
             )
         if (dist.smddp_enabled or torch_on) and "py3" not in py:
-            raise ConfigurationError("py_version", py, "distributed training needs Python 3",
-                                     "pass a py3x py_version")
+            raise ConfigurationError(
+                "py_version", py, "distributed training needs Python 3", "pass a py3x py_version"
+            )
         if torch_on and dist.modelparallel_enabled:
             raise ConfigurationError(
-                "distribution", dist.to_dict(),
+                "distribution",
+                dist.to_dict(),
                 "SMP v2 (torch_distributed + smdistributed.modelparallel) needs the "
                 "smdistributed-modelparallel image, which smlaunch's image table does not cover",
                 "pass image_uri='658645717510.dkr.ecr.<region>.amazonaws.com/"
                 "smdistributed-modelparallel:<tag>'",
             )
-

@@ -45,10 +45,19 @@ if TYPE_CHECKING:
 CODE_CHANNEL = "code"
 CODE_CHANNEL_SOURCEDIR_PATH = "/opt/ml/input/data/code/sourcedir.tar.gz"
 # fw_utils.DEBUGGER_UNSUPPORTED_REGIONS / PROFILER_UNSUPPORTED_REGIONS (identical lists in 2.257.7).
-DEBUGGER_UNSUPPORTED_REGIONS = frozenset({
-    "us-iso-east-1", "us-isob-east-1", "ap-southeast-3", "ap-southeast-4", "eu-south-2",
-    "me-central-1", "ap-south-2", "eu-central-2", "us-gov-east-1",
-})
+DEBUGGER_UNSUPPORTED_REGIONS = frozenset(
+    {
+        "us-iso-east-1",
+        "us-isob-east-1",
+        "ap-southeast-3",
+        "ap-southeast-4",
+        "eu-south-2",
+        "me-central-1",
+        "ap-south-2",
+        "eu-central-2",
+        "us-gov-east-1",
+    }
+)
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -71,6 +80,7 @@ def code_uri(estimator: Estimator, job_name: str, output_path: str) -> str | Non
         base = output_path
     return join_uri(base, job_name, "source", contract.SOURCEDIR_TARBALL)
 
+
 def program(estimator: Estimator) -> str:
     """``sagemaker_program``: the entry point's path inside the unpacked code."""
     assert estimator.entry_point is not None
@@ -78,9 +88,13 @@ def program(estimator: Estimator) -> str:
     return entry_point if estimator.source_dir is not None else os.path.basename(entry_point)
 
 
-def build(estimator: Estimator, inputs: Any, job_name: str | None, now: datetime | None = None,
-          experiment_config: Mapping[str, str] | None = None,
-          ) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
+def build(
+    estimator: Estimator,
+    inputs: Any,
+    job_name: str | None,
+    now: datetime | None = None,
+    experiment_config: Mapping[str, str] | None = None,
+) -> tuple[TrainingJobSpec, list[tuple[str, str]]]:
     """The spec, and the local input paths to upload as (channel, path) before submitting.
     ``now``: the time a generated job name carries (default: the clock)."""
     session = estimator.sagemaker_session
@@ -99,22 +113,29 @@ def build(estimator: Estimator, inputs: Any, job_name: str | None, now: datetime
         if estimator._enable_network_isolation:
             # As the SDK: an isolated container cannot read S3, so the code comes in as a channel.
             if any(c.ChannelName == CODE_CHANNEL for c in channels or []):
-                raise ConfigurationError(f"inputs[{CODE_CHANNEL!r}]", CODE_CHANNEL,
-                                         "with enable_network_isolation the code uses this channel",
-                                         "rename your channel")
+                raise ConfigurationError(
+                    f"inputs[{CODE_CHANNEL!r}]",
+                    CODE_CHANNEL,
+                    "with enable_network_isolation the code uses this channel",
+                    "rename your channel",
+                )
             # Not checked for existence: the code is staged there only by fit().
             code_channel = Channel.model_validate(
                 {**channel_inputs.TrainingInput(code_uri_).config, "ChannelName": CODE_CHANNEL}
             )
             channels = [*(channels or []), code_channel]
             submit_directory = CODE_CHANNEL_SOURCEDIR_PATH
-        wire.update(hp.encode({
-            contract.HP_SUBMIT_DIRECTORY: submit_directory,
-            contract.HP_PROGRAM: program(estimator),
-            contract.HP_LOG_LEVEL: estimator.container_log_level,
-            contract.HP_JOB_NAME: name,
-            contract.HP_REGION: region,
-        }))
+        wire.update(
+            hp.encode(
+                {
+                    contract.HP_SUBMIT_DIRECTORY: submit_directory,
+                    contract.HP_PROGRAM: program(estimator),
+                    contract.HP_LOG_LEVEL: estimator.container_log_level,
+                    contract.HP_JOB_NAME: name,
+                    contract.HP_REGION: region,
+                }
+            )
+        )
     distribution = estimator._distribution.to_hyperparameters(estimator.instance_type)
     wire.update(hp.encode(distribution, "distribution"))
     wire.update(hp.encode(estimator._framework_hyperparameters(name, output_path)))
@@ -141,43 +162,52 @@ def build(estimator: Estimator, inputs: Any, job_name: str | None, now: datetime
         RoleArn=session.expand_role(estimator.role),
         OutputDataConfig=OutputDataConfig(**output),
         ResourceConfig=ResourceConfig(
-            InstanceType=estimator.instance_type, InstanceCount=estimator.instance_count,
-            VolumeSizeInGB=estimator.volume_size, VolumeKmsKeyId=estimator.volume_kms_key,
+            InstanceType=estimator.instance_type,
+            InstanceCount=estimator.instance_count,
+            VolumeSizeInGB=estimator.volume_size,
+            VolumeKmsKeyId=estimator.volume_kms_key,
             KeepAlivePeriodInSeconds=estimator.keep_alive_period_in_seconds,
         ),
-        StoppingCondition=StoppingCondition(MaxRuntimeInSeconds=estimator.max_run,
-                                            MaxWaitTimeInSeconds=estimator.max_wait),
+        StoppingCondition=StoppingCondition(
+            MaxRuntimeInSeconds=estimator.max_run, MaxWaitTimeInSeconds=estimator.max_wait
+        ),
         HyperParameters=wire,
         InputDataConfig=channels,
         CheckpointConfig=(
             CheckpointConfig(S3Uri=estimator.checkpoint_s3_uri, LocalPath=estimator.checkpoint_local_path)
-            if estimator.checkpoint_s3_uri else None
+            if estimator.checkpoint_s3_uri
+            else None
         ),
         Environment=estimator.environment or None,
         VpcConfig=(
             VpcConfig(SecurityGroupIds=estimator.security_group_ids, Subnets=estimator.subnets)
-            if estimator.subnets and estimator.security_group_ids else None
+            if estimator.subnets and estimator.security_group_ids
+            else None
         ),
         EnableNetworkIsolation=True if estimator._enable_network_isolation else None,
         EnableInterContainerTrafficEncryption=True if estimator.encrypt_inter_container_traffic else None,
         EnableManagedSpotTraining=True if estimator.use_spot_instances else None,
         RetryStrategy=(
             RetryStrategy(MaximumRetryAttempts=estimator.max_retry_attempts)
-            if estimator.max_retry_attempts else None
+            if estimator.max_retry_attempts
+            else None
         ),
         Tags=[Tag(**t) for t in estimator.tags] if estimator.tags else None,
         DebugHookConfig=estimator._debug_hook_config(region, output_path),
         ProfilerConfig=_profiler_config(estimator, region, output_path),
         TensorBoardOutputConfig=(
             TensorBoardOutputSpec(**estimator.tensorboard_output_config._to_request_dict())
-            if estimator.tensorboard_output_config is not None else None
+            if estimator.tensorboard_output_config is not None
+            else None
         ),
         ExperimentConfig=validation.experiment_config(experiment_config),
     )
     return spec, uploads
 
-def _stage_plan_inputs(estimator: Estimator, inputs: Any, job_name: str, output_path: str,
-                       uploads: list[tuple[str, str]]) -> Any:
+
+def _stage_plan_inputs(
+    estimator: Estimator, inputs: Any, job_name: str, output_path: str, uploads: list[tuple[str, str]]
+) -> Any:
     """For a SageMaker session, scheme-less local paths become the S3 prefix they will be
     uploaded to (``Session.stage_local_input``); recorded in ``uploads``."""
     if estimator.is_local or not isinstance(inputs, (str, Mapping)):
@@ -187,12 +217,17 @@ def _stage_plan_inputs(estimator: Estimator, inputs: Any, job_name: str, output_
         if isinstance(value, str) and urlparse(value).scheme == "" and value:
             channel_inputs.validate_channel_name(channel)
             if not Path(value).expanduser().exists():
-                raise ConfigurationError(f"inputs[{channel!r}]", value, "no such file or directory",
-                                         "pass an existing local path or an s3:// URI")
+                raise ConfigurationError(
+                    f"inputs[{channel!r}]",
+                    value,
+                    "no such file or directory",
+                    "pass an existing local path or an s3:// URI",
+                )
             bucket_root = estimator.sagemaker_session.default_output_path()
             mapping[channel] = join_uri(bucket_root, job_name, "input", channel) + "/"
             uploads.append((channel, str(Path(value).expanduser().resolve())))
     return mapping
+
 
 def _profiler_config(estimator: Estimator, region: str, output_path: str) -> ProfilerConfig | None:
     if estimator.is_local:

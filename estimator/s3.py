@@ -24,15 +24,17 @@ from estimator.errors import ConfigurationError
 _FIELD_URI_FIX = "pass an S3 URI such as 's3://my-bucket/data/train'"
 
 
-def upload_data(s3_client: Any, path: str | Path, bucket: str, key_prefix: str,
-                extra_args: dict[str, Any] | None = None) -> str:
+def upload_data(
+    s3_client: Any, path: str | Path, bucket: str, key_prefix: str, extra_args: dict[str, Any] | None = None
+) -> str:
     """Upload the file or directory ``path`` under ``s3://<bucket>/<key_prefix>``; return its URI."""
     from runtime.transfer import TransferEngine, join_key
 
     source = Path(path).expanduser()
     if not source.exists():
-        raise ConfigurationError("path", str(path), "no such file or directory",
-                                 "pass an existing local file or directory")
+        raise ConfigurationError(
+            "path", str(path), "no such file or directory", "pass an existing local file or directory"
+        )
     prefix = key_prefix.strip("/")
     base = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
     with TransferEngine(s3_client=s3_client) as engine:
@@ -77,30 +79,40 @@ class S3Uploader:
     """``sagemaker.s3.S3Uploader``: upload local files or directories to S3."""
 
     @staticmethod
-    def upload(local_path: str | Path, desired_s3_uri: str, kms_key: str | None = None,
-               sagemaker_session: Any | None = None) -> str:
+    def upload(
+        local_path: str | Path,
+        desired_s3_uri: str,
+        kms_key: str | None = None,
+        sagemaker_session: Any | None = None,
+    ) -> str:
         """Upload ``local_path`` (a file or a directory) under ``desired_s3_uri``; return the S3 URI of
         what was uploaded. ``kms_key`` encrypts the objects with that KMS key (SSE-KMS)."""
         bucket, prefix = _split(desired_s3_uri, "desired_s3_uri")
         extra_args = {"SSEKMSKeyId": kms_key, "ServerSideEncryption": "aws:kms"} if kms_key else None
-        return str(_session(sagemaker_session).upload_data(local_path, bucket=bucket, key_prefix=prefix,
-                                                           extra_args=extra_args))
+        return str(
+            _session(sagemaker_session).upload_data(
+                local_path, bucket=bucket, key_prefix=prefix, extra_args=extra_args
+            )
+        )
 
 
 class S3Downloader:
     """``sagemaker.s3.S3Downloader``: download S3 objects to this machine."""
 
     @staticmethod
-    def download(s3_uri: str, local_path: str | Path, kms_key: str | None = None,
-                 sagemaker_session: Any | None = None) -> list[str]:
+    def download(
+        s3_uri: str, local_path: str | Path, kms_key: str | None = None, sagemaker_session: Any | None = None
+    ) -> list[str]:
         """Download the object or every object under ``s3_uri`` into the directory ``local_path``;
         return the local paths. Objects encrypted with SSE-KMS decrypt without a key; ``kms_key``
         (which the SDK sends as an SSE-C customer key) is refused."""
         if kms_key is not None:
             raise ConfigurationError(
-                "kms_key", kms_key,
+                "kms_key",
+                kms_key,
                 "SSE-KMS objects are decrypted by S3 for readers allowed to use the key, and SSE-C "
-                "customer keys are not supported", "leave kms_key unset",
+                "customer keys are not supported",
+                "leave kms_key unset",
             )
         bucket, prefix = _split(s3_uri, "s3_uri")
         return list(_session(sagemaker_session).download_data(local_path, bucket=bucket, key_prefix=prefix))

@@ -101,27 +101,38 @@ class LocalSession:
                 "executor", executor, "unknown executor", "use executor='process' or executor='docker'"
             )
         if processes_per_host is not None and (
-            not isinstance(processes_per_host, int) or isinstance(processes_per_host, bool)
+            not isinstance(processes_per_host, int)
+            or isinstance(processes_per_host, bool)
             or processes_per_host < 1
         ):
             raise ConfigurationError(
-                "processes_per_host", processes_per_host, "must be an integer >= 1",
+                "processes_per_host",
+                processes_per_host,
+                "must be an integer >= 1",
                 "pass processes_per_host=1 or more, or leave it unset to use the instance's GPU count",
             )
-        require_type("stop_grace_seconds", stop_grace_seconds, (int, float, type(None)),
-                     "pass a number of seconds, e.g. 120")
+        require_type(
+            "stop_grace_seconds",
+            stop_grace_seconds,
+            (int, float, type(None)),
+            "pass a number of seconds, e.g. 120",
+        )
         if stop_grace_seconds is not None and not 0 <= stop_grace_seconds < float("inf"):
             raise ConfigurationError(
                 "stop_grace_seconds", stop_grace_seconds, "must be >= 0", "pass a number of seconds, e.g. 120"
             )
         if artifact_conflicts not in ("warn", "error"):
             raise ConfigurationError(
-                "artifact_conflicts", artifact_conflicts, "unknown policy",
+                "artifact_conflicts",
+                artifact_conflicts,
+                "unknown policy",
                 "use artifact_conflicts='warn' or artifact_conflicts='error'",
             )
         if not isinstance(install_requirements, bool):
             raise ConfigurationError(
-                "install_requirements", install_requirements, "must be True or False",
+                "install_requirements",
+                install_requirements,
+                "must be True or False",
                 "pass install_requirements=False to skip requirements.txt, or leave it unset",
             )
         self.artifact_conflicts = artifact_conflicts
@@ -130,7 +141,9 @@ class LocalSession:
         self.mlflow = check_tracking_uri(mlflow)
         if emulate_cuda not in (None, True, False):
             raise ConfigurationError(
-                "emulate_cuda", emulate_cuda, "must be True, False or None",
+                "emulate_cuda",
+                emulate_cuda,
+                "must be True, False or None",
                 "leave it unset (emulate GPUs this machine lacks) or pass emulate_cuda=False to turn it off",
             )
         self.emulate_cuda = emulate_cuda
@@ -181,16 +194,22 @@ class LocalSession:
                 self._backend = LocalBackend(session=self)
         return self._backend
 
-    def upload_data(self, path: str | Path, bucket: str | None = None, key_prefix: str = "data",
-                    extra_args: dict[str, Any] | None = None) -> str:
+    def upload_data(
+        self,
+        path: str | Path,
+        bucket: str | None = None,
+        key_prefix: str = "data",
+        extra_args: dict[str, Any] | None = None,
+    ) -> str:
         """Upload a local file or directory to ``s3://<bucket>/<key_prefix>`` (as ``sagemaker.Session``
         does; layout in :mod:`estimator.s3`) and return its S3 URI. A LocalSession has no default
         bucket, so ``bucket`` is required."""
         from estimator import s3
 
         if not bucket:
-            raise ConfigurationError("bucket", bucket, "a LocalSession has no default bucket",
-                                     "pass bucket='<your bucket>'")
+            raise ConfigurationError(
+                "bucket", bucket, "a LocalSession has no default bucket", "pass bucket='<your bucket>'"
+            )
         return s3.upload_data(self.s3_client(), path, bucket, key_prefix, extra_args)
 
     def download_data(self, path: str | Path, bucket: str, key_prefix: str = "") -> list[str]:
@@ -222,8 +241,12 @@ SBATCH_OWNED_OPTIONS = {
 def _slurm_name(field: str, value: object, example: str) -> str | None:
     require_type(field, value, (str, type(None)), f"pass the name as a string, e.g. {example!r}")
     if value is not None and not _SLURM_NAME_RE.match(str(value)):
-        raise ConfigurationError(field, value, "not a Slurm name (letters, digits, '_', '.', '+', '-')",
-                                 f"pass the name as Slurm lists it, e.g. {example!r}")
+        raise ConfigurationError(
+            field,
+            value,
+            "not a Slurm name (letters, digits, '_', '.', '+', '-')",
+            f"pass the name as Slurm lists it, e.g. {example!r}",
+        )
     return value  # type: ignore[return-value]
 
 
@@ -274,8 +297,12 @@ class SlurmSession(LocalSession):
         require_type("shared_dir", shared_dir, (str, os.PathLike), shared_fix)
         shared = Path(shared_dir).expanduser()  # type: ignore[arg-type]
         if not shared.is_absolute():
-            raise ConfigurationError("shared_dir", shared_dir, "must be an absolute path (the nodes "
-                                     "resolve it from their own working directory)", shared_fix)
+            raise ConfigurationError(
+                "shared_dir",
+                shared_dir,
+                "must be an absolute path (the nodes resolve it from their own working directory)",
+                shared_fix,
+            )
         if not shared.is_dir():
             raise ConfigurationError("shared_dir", shared_dir, "is not an existing directory", shared_fix)
         self.shared_dir = shared.resolve()
@@ -291,20 +318,30 @@ class SlurmSession(LocalSession):
         if gpus_per_node is not None and (
             not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) or gpus_per_node < 0
         ):
-            raise ConfigurationError("gpus_per_node", gpus_per_node, "must be an integer >= 0",
-                                     "pass the GPUs to request on each node, or leave it unset")
+            raise ConfigurationError(
+                "gpus_per_node",
+                gpus_per_node,
+                "must be an integer >= 0",
+                "pass the GPUs to request on each node, or leave it unset",
+            )
         self.gpus_per_node = gpus_per_node
         image_fix = "pass an image pyxis can import, e.g. 'nvcr.io#nvidia/pytorch:24.05-py3'"
         require_type("container_image", container_image, (str, type(None)), image_fix)
         if container_image is not None and (not container_image or any(c.isspace() for c in container_image)):
-            raise ConfigurationError("container_image", container_image,
-                                     "must be an image name without spaces", image_fix)
+            raise ConfigurationError(
+                "container_image", container_image, "must be an image name without spaces", image_fix
+            )
         self.container_image = container_image
         super().__init__(
-            root=self.shared_dir / SLURM_JOBS_DIR, processes_per_host=processes_per_host,
-            s3_client=s3_client, stop_grace_seconds=stop_grace_seconds,
-            artifact_conflicts=artifact_conflicts, install_requirements=install_requirements,
-            instance_count_quota=instance_count_quota, emulate_cuda=emulate_cuda, mlflow=mlflow,
+            root=self.shared_dir / SLURM_JOBS_DIR,
+            processes_per_host=processes_per_host,
+            s3_client=s3_client,
+            stop_grace_seconds=stop_grace_seconds,
+            artifact_conflicts=artifact_conflicts,
+            install_requirements=install_requirements,
+            instance_count_quota=instance_count_quota,
+            emulate_cuda=emulate_cuda,
+            mlflow=mlflow,
         )
         self._slurm_client = slurm_client
 
@@ -336,17 +373,25 @@ def _check_sbatch_args(args: object) -> tuple[str, ...]:
         raise ConfigurationError("extra_sbatch_args", args, "must be a list of strings", fix)
     for arg in args:
         if not isinstance(arg, str) or not arg.startswith("-") or "\n" in arg:
-            raise ConfigurationError("extra_sbatch_args", args,
-                                     f"{arg!r} is not an sbatch option (one '--name[=value]' per item)", fix)
+            raise ConfigurationError(
+                "extra_sbatch_args",
+                args,
+                f"{arg!r} is not an sbatch option (one '--name[=value]' per item)",
+                fix,
+            )
         name = arg.split("=", 1)[0]
         owned = SBATCH_OWNED_OPTIONS.get(name) or next(
-            (use for option, use in SBATCH_OWNED_OPTIONS.items()
-             if len(option) == 2 and name.startswith(option) and name != option and name[1] != "-"),
+            (
+                use
+                for option, use in SBATCH_OWNED_OPTIONS.items()
+                if len(option) == 2 and name.startswith(option) and name != option and name[1] != "-"
+            ),
             None,
         )
         if owned is not None:
-            raise ConfigurationError("extra_sbatch_args", args, f"{arg!r} is set by smlaunch",
-                                     f"drop it and use {owned} instead")
+            raise ConfigurationError(
+                "extra_sbatch_args", args, f"{arg!r} is set by smlaunch", f"drop it and use {owned} instead"
+            )
     return tuple(args)
 
 
@@ -364,10 +409,15 @@ def session_for_job(job_name: str, sagemaker: bool = False) -> LocalSession | Se
 
 # --- Amazon SageMaker ---------------------------------------------------------------------------
 
+
 def _check_quota(quota: object) -> int | None:
     if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 1):
-        raise ConfigurationError("instance_count_quota", quota, "must be an integer >= 1",
-                                 "pass your account's 'Number of instances per training job' quota, e.g. 40")
+        raise ConfigurationError(
+            "instance_count_quota",
+            quota,
+            "must be an integer >= 1",
+            "pass your account's 'Number of instances per training job' quota, e.g. 40",
+        )
     return quota
 
 
@@ -395,10 +445,16 @@ def aws_errors(action: str) -> Iterator[None]:
         ) from None
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
-        if code in ("ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId",
-                    "UnrecognizedClientException"):
+        if code in (
+            "ExpiredToken",
+            "ExpiredTokenException",
+            "InvalidClientTokenId",
+            "UnrecognizedClientException",
+        ):
             raise ConfigurationError(
-                "credentials", None, f"AWS rejected the credentials used to {action} ({code})",
+                "credentials",
+                None,
+                f"AWS rejected the credentials used to {action} ({code})",
                 _CREDENTIALS_FIX,
             ) from None
         raise
@@ -458,13 +514,19 @@ class Session:
         mlflow: str | None = None,
     ) -> None:
         require_type("default_bucket", default_bucket, (str, type(None)), "pass the bucket name as a string")
-        require_type("default_bucket_prefix", default_bucket_prefix, (str, type(None)),
-                     "pass a key prefix as a string, e.g. 'team-a/experiments'")
+        require_type(
+            "default_bucket_prefix",
+            default_bucket_prefix,
+            (str, type(None)),
+            "pass a key prefix as a string, e.g. 'team-a/experiments'",
+        )
         self.instance_count_quota = _check_quota(instance_count_quota)
         self.mlflow = check_tracking_uri(mlflow)
         if default_bucket is not None and not _BUCKET_RE.match(default_bucket):
             raise ConfigurationError(
-                "default_bucket", default_bucket, "not a valid S3 bucket name",
+                "default_bucket",
+                default_bucket,
+                "not a valid S3 bucket name",
                 "pass the bucket name only (3-63 lowercase letters, digits, dots, hyphens), without s3://",
             )
         prefix = (default_bucket_prefix or "").strip("/") or None
@@ -474,8 +536,12 @@ class Session:
         self._clients: dict[str, Any] = {
             name: client
             for name, client in (
-                ("sagemaker", sagemaker_client), ("s3", s3_client), ("sts", sts_client),
-                ("iam", iam_client), ("logs", logs_client), ("cloudwatch", cloudwatch_client),
+                ("sagemaker", sagemaker_client),
+                ("s3", s3_client),
+                ("sts", sts_client),
+                ("iam", iam_client),
+                ("logs", logs_client),
+                ("cloudwatch", cloudwatch_client),
             )
             if client is not None
         }
@@ -515,7 +581,9 @@ class Session:
         region = self._region_or_none()
         if not region:
             raise ConfigurationError(
-                "region", None, "no AWS region configured",
+                "region",
+                None,
+                "no AWS region configured",
                 "set AWS_DEFAULT_REGION (or `region` in ~/.aws/config), or pass "
                 "boto_session=boto3.Session(region_name='us-west-2')",
             )
@@ -592,7 +660,8 @@ class Session:
             status, code = _http_status(error), _error_code(error)
             if status == 403 or code in ("403", "Forbidden", "AccessDenied"):
                 raise ConfigurationError(
-                    "default_bucket", name,
+                    "default_bucket",
+                    name,
                     "the bucket exists but this account cannot access it (403)",
                     "grant s3:ListBucket on it, or pass default_bucket='<a bucket you own>' to Session()",
                 ) from None
@@ -609,7 +678,9 @@ class Session:
             if _error_code(error) not in ("BucketAlreadyOwnedByYou", "OperationAborted"):
                 if _error_code(error) == "BucketAlreadyExists":
                     raise ConfigurationError(
-                        "default_bucket", name, "the bucket name is taken by another AWS account",
+                        "default_bucket",
+                        name,
+                        "the bucket name is taken by another AWS account",
                         "pass default_bucket='<a bucket you own>' to Session()",
                     ) from None
                 raise
@@ -620,7 +691,8 @@ class Session:
         except ClientError as error:
             if _http_status(error) == 403 or _error_code(error) in ("403", "AccessDenied", "Forbidden"):
                 raise ConfigurationError(
-                    "default_bucket", name,
+                    "default_bucket",
+                    name,
                     f"the bucket is not owned by account {self.account_id}: it may have been registered "
                     "by someone else under the default name, and code or data sent there would leave "
                     "your account",
@@ -646,13 +718,17 @@ class Session:
         """The execution role's ARN: an ARN as given, a role name looked up with IAM ``GetRole``."""
         if not role:
             raise ConfigurationError(
-                "role", role, "SageMaker training jobs need an IAM execution role",
+                "role",
+                role,
+                "SageMaker training jobs need an IAM execution role",
                 "pass role='arn:aws:iam::<account>:role/<name>' (or the role's name)",
             )
         if role.startswith("arn:"):
             if not _ROLE_ARN_RE.match(role):
                 raise ConfigurationError(
-                    "role", role, "not an IAM role ARN",
+                    "role",
+                    role,
+                    "not an IAM role ARN",
                     "pass role='arn:aws:iam::<12-digit account>:role/<name>' or just the role name",
                 )
             return role
@@ -662,7 +738,9 @@ class Session:
         except ClientError as error:
             if _error_code(error) == "NoSuchEntity":
                 raise ConfigurationError(
-                    "role", role, "no IAM role with this name in the account",
+                    "role",
+                    role,
+                    "no IAM role with this name in the account",
                     "create the role (trusting sagemaker.amazonaws.com) or pass its full ARN",
                 ) from None
             raise
@@ -677,8 +755,13 @@ class Session:
             self._backend = SageMakerBackend(session=self)
         return self._backend
 
-    def upload_data(self, path: str | Path, bucket: str | None = None, key_prefix: str = "data",
-                    extra_args: dict[str, Any] | None = None) -> str:
+    def upload_data(
+        self,
+        path: str | Path,
+        bucket: str | None = None,
+        key_prefix: str = "data",
+        extra_args: dict[str, Any] | None = None,
+    ) -> str:
         """Upload a local file or directory to S3 and return its URI, as ``sagemaker.Session`` does.
 
         A directory goes under ``s3://<bucket>/<key_prefix>/`` keeping relative paths (the URI
@@ -719,7 +802,9 @@ class Session:
         source = Path(path).expanduser()
         if not source.exists():
             raise ConfigurationError(
-                f"inputs[{channel!r}]", str(path), "no such file or directory",
+                f"inputs[{channel!r}]",
+                str(path),
+                "no such file or directory",
                 "pass an existing local path, or an s3:// URI of data already uploaded",
             )
         from runtime.transfer import TransferEngine
@@ -753,8 +838,9 @@ class Session:
                 jobs.extend(page.get("TrainingJobSummaries", []))
                 if len(jobs) >= max_results:
                     break
-        jobs.sort(key=lambda job: job["CreationTime"].timestamp() if job.get("CreationTime") else 0.0,
-                  reverse=True)
+        jobs.sort(
+            key=lambda job: job["CreationTime"].timestamp() if job.get("CreationTime") else 0.0, reverse=True
+        )
         return jobs[:max_results]
 
 

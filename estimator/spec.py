@@ -49,6 +49,7 @@ class S3DataSource(_Wire):
     S3DataDistributionType: _S3DataDistributionType = "FullyReplicated"
     AttributeNames: list[str] | None = None
 
+
 _S3DataSource = S3DataSource
 
 
@@ -57,6 +58,7 @@ class FileSystemDataSource(_Wire):
     FileSystemAccessMode: Literal["rw", "ro"]
     FileSystemType: Literal["EFS", "FSxLustre"]
     DirectoryPath: str
+
 
 _FileSystemDataSource = FileSystemDataSource
 
@@ -68,6 +70,7 @@ class DataSource(_Wire):
 
 class ShuffleConfig(_Wire):
     Seed: int
+
 
 _ShuffleConfig = ShuffleConfig
 
@@ -100,12 +103,14 @@ class StoppingCondition(_Wire):
     MaxRuntimeInSeconds: int = Field(default=86400, ge=1)
     MaxWaitTimeInSeconds: int | None = Field(default=None, ge=1)
 
+
 _StoppingCondition = StoppingCondition
 
 
 class CheckpointConfig(_Wire):
     S3Uri: str
     LocalPath: str | None = None
+
 
 _CheckpointConfig = CheckpointConfig
 
@@ -114,11 +119,13 @@ class VpcConfig(_Wire):
     SecurityGroupIds: list[str]
     Subnets: list[str]
 
+
 _VpcConfig = VpcConfig
 
 
 class RetryStrategy(_Wire):
     MaximumRetryAttempts: int = Field(ge=1, le=30)
+
 
 _RetryStrategy = RetryStrategy
 
@@ -133,6 +140,7 @@ class DebugHookConfig(_Wire):
     LocalPath: str | None = None
     CollectionConfigurations: list[dict[str, Any]] = Field(default_factory=list)
 
+
 _DebugHookConfig = DebugHookConfig
 
 
@@ -140,12 +148,14 @@ class TensorBoardOutputConfig(_Wire):
     S3OutputPath: str
     LocalPath: str | None = None
 
+
 _TensorBoardOutputConfig = TensorBoardOutputConfig
 
 
 class ProfilerConfig(_Wire):
     S3OutputPath: str | None = None
     DisableProfiler: bool = False
+
 
 _ProfilerConfig = ProfilerConfig
 
@@ -157,6 +167,7 @@ class ExperimentConfig(_Wire):
     TrialName: str | None = None
     TrialComponentDisplayName: str | None = None
     RunName: str | None = None
+
 
 _ExperimentConfig = ExperimentConfig
 

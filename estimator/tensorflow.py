@@ -73,24 +73,42 @@ class TensorFlow(Framework):
         """SDK v2's arguments, in its order (``entry_point``, ``source_dir``, ``hyperparameters`` and
         the rest as keywords, as :class:`~estimator.estimator.Framework` takes them)."""
         if "compiler_config" in kwargs:
-            raise ConfigurationError("compiler_config", kwargs["compiler_config"],
-                                     "SageMaker Training Compiler is not supported by smlaunch",
-                                     "leave compiler_config out")
+            raise ConfigurationError(
+                "compiler_config",
+                kwargs["compiler_config"],
+                "SageMaker Training Compiler is not supported by smlaunch",
+                "leave compiler_config out",
+            )
         if model_dir is not None and model_dir is not False and not isinstance(model_dir, str):
-            raise ConfigurationError("model_dir", model_dir, "must be a path or URI string, or False",
-                                     "pass e.g. 's3://my-bucket/models', or False to leave it out")
+            raise ConfigurationError(
+                "model_dir",
+                model_dir,
+                "must be a path or URI string, or False",
+                "pass e.g. 's3://my-bucket/models', or False to leave it out",
+            )
         version = _padded(framework_version) if framework_version is not None else None
         if py_version == "py2" and version is not None and version > (2, 1, 1):
-            raise ConfigurationError("py_version", py_version,
-                                     "Python 2 images exist up to TensorFlow 2.1.1 only",
-                                     "pass a Python 3 py_version such as 'py310'")
+            raise ConfigurationError(
+                "py_version",
+                py_version,
+                "Python 2 images exist up to TensorFlow 2.1.1 only",
+                "pass a Python 3 py_version such as 'py310'",
+            )
         if image_uri is None and version is not None and version <= (1, 10, 0):
-            raise ConfigurationError("framework_version", framework_version,
-                                     "TensorFlow 1.10 and older support only legacy mode, not script mode",
-                                     "use TensorFlow 1.11 or newer")
+            raise ConfigurationError(
+                "framework_version",
+                framework_version,
+                "TensorFlow 1.10 and older support only legacy mode, not script mode",
+                "use TensorFlow 1.11 or newer",
+            )
         self.model_dir = model_dir
-        super().__init__(framework_version=framework_version, py_version=py_version, image_uri=image_uri,
-                         distribution=distribution, **kwargs)
+        super().__init__(
+            framework_version=framework_version,
+            py_version=py_version,
+            image_uri=image_uri,
+            distribution=distribution,
+            **kwargs,
+        )
 
     def _check_framework_distribution(self) -> None:
         dist = self._distribution
@@ -98,7 +116,8 @@ class TensorFlow(Framework):
         if mwms is not None and mwms.enabled and self.framework_version is not None:
             if _padded(self.framework_version) < MWMS_MIN_VERSION:
                 raise ConfigurationError(
-                    "framework_version", self.framework_version,
+                    "framework_version",
+                    self.framework_version,
                     "multi_worker_mirrored_strategy needs TensorFlow 2.9 or newer",
                     "use framework_version='2.9' or newer",
                 )
@@ -119,8 +138,14 @@ class TensorFlow(Framework):
             return {"model_dir": "/opt/ml/model"}
         return {"model_dir": join_uri(output_path, job_name, "model")}
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True,
-            job_name: str | None = None, experiment_config: Mapping[str, str] | None = None) -> None:
+    def fit(
+        self,
+        inputs: Any = None,
+        wait: bool = True,
+        logs: bool | str = True,
+        job_name: str | None = None,
+        experiment_config: Mapping[str, str] | None = None,
+    ) -> None:
         """As :meth:`Estimator.fit`; on this machine (no Horovod) a Horovod-for-TensorFlow script
         is refused before anything is staged."""
         self._refuse_local_horovod_tensorflow()
@@ -138,7 +163,8 @@ class TensorFlow(Framework):
             return
         if _HOROVOD_TF.search(text):
             raise ConfigurationError(
-                "entry_point", self.entry_point,
+                "entry_point",
+                self.entry_point,
                 "imports horovod.tensorflow / horovod.keras: Horovod for TensorFlow needs the real "
                 "Horovod, in a container image that has it",
                 "run it on SageMaker (the TensorFlow training images have Horovod) or pass image_uri= an "
@@ -153,4 +179,3 @@ class TensorFlow(Framework):
         kwargs["model_dir"] = hyperparameters.pop("model_dir", None) or False
         kwargs["hyperparameters"] = hyperparameters
         return kwargs
-

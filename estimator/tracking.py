@@ -36,8 +36,11 @@ TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
 DEFAULT_EXPERIMENT = "smlaunch"
 EXTRA = "mlflow"
-_RUN_STATUS = {contract.STATUS_COMPLETED: "FINISHED", contract.STATUS_FAILED: "FAILED",
-               contract.STATUS_STOPPED: "KILLED"}
+_RUN_STATUS = {
+    contract.STATUS_COMPLETED: "FINISHED",
+    contract.STATUS_FAILED: "FAILED",
+    contract.STATUS_STOPPED: "KILLED",
+}
 
 
 def check_tracking_uri(uri: Any) -> str | None:
@@ -45,8 +48,12 @@ def check_tracking_uri(uri: Any) -> str | None:
     if uri is None:
         return None
     if not isinstance(uri, str) or not uri:
-        raise ConfigurationError("mlflow", uri, "must be an MLflow tracking URI",
-                                 "pass e.g. mlflow='http://localhost:5000' or mlflow='file:///path/mlruns'")
+        raise ConfigurationError(
+            "mlflow",
+            uri,
+            "must be an MLflow tracking URI",
+            "pass e.g. mlflow='http://localhost:5000' or mlflow='file:///path/mlruns'",
+        )
     try:
         import mlflow  # noqa: F401
     except ImportError:
@@ -99,8 +106,9 @@ def job_tags(description: dict[str, Any], backend_name: str) -> dict[str, str]:
     return tags
 
 
-def log_job(uri: str, description: dict[str, Any], records: Sequence[MetricRecord],
-            backend_name: str) -> str | None:
+def log_job(
+    uri: str, description: dict[str, Any], records: Sequence[MetricRecord], backend_name: str
+) -> str | None:
     """Record the ended job as an MLflow run at ``uri`` (module docstring); returns its run id, or
     None when the job was logged before."""
     from mlflow import MlflowClient
@@ -111,23 +119,33 @@ def log_job(uri: str, description: dict[str, Any], records: Sequence[MetricRecor
     experiment_name = os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
     experiment = client.get_experiment_by_name(experiment_name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(experiment_name)
-    if client.search_runs([experiment_id], filter_string=f"tags.`smlaunch.job_name` = '{name}'",
-                          max_results=1):
+    if client.search_runs(
+        [experiment_id], filter_string=f"tags.`smlaunch.job_name` = '{name}'", max_results=1
+    ):
         return None
     started = _millis(description.get("TrainingStartTime") or description.get("CreationTime"))
-    run = client.create_run(experiment_id, start_time=started, run_name=name,
-                            tags=job_tags(description, backend_name))
-    params = [Param(key, value if isinstance(value, str) else json.dumps(value))
-              for key, value in sorted(hp.decode(description.get("HyperParameters") or {}).items())
-              if not key.startswith("sagemaker_")]
+    run = client.create_run(
+        experiment_id, start_time=started, run_name=name, tags=job_tags(description, backend_name)
+    )
+    params = [
+        Param(key, value if isinstance(value, str) else json.dumps(value))
+        for key, value in sorted(hp.decode(description.get("HyperParameters") or {}).items())
+        if not key.startswith("sagemaker_")
+    ]
     now = int(datetime.now(timezone.utc).timestamp() * 1000)
-    metrics = [Metric(key, value, stamp if stamp is not None else now, step)
-               for key, value, stamp, step in metric_series(records)]
+    metrics = [
+        Metric(key, value, stamp if stamp is not None else now, step)
+        for key, value, stamp, step in metric_series(records)
+    ]
     for start in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics
-        client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000],
-                         params=params if start == 0 else [])
-    client.set_terminated(run.info.run_id, _RUN_STATUS.get(description["TrainingJobStatus"], "FINISHED"),
-                          end_time=_millis(description.get("TrainingEndTime")))
+        client.log_batch(
+            run.info.run_id, metrics=metrics[start : start + 1000], params=params if start == 0 else []
+        )
+    client.set_terminated(
+        run.info.run_id,
+        _RUN_STATUS.get(description["TrainingJobStatus"], "FINISHED"),
+        end_time=_millis(description.get("TrainingEndTime")),
+    )
     return str(run.info.run_id)
 
 
@@ -140,8 +158,14 @@ def track(session: Any, backend: Any, description: dict[str, Any]) -> None:
         records = backend.metric_records(description["TrainingJobName"])
         log_job(uri, description, records, backend.capabilities.name)
     except ImportError:
-        warnings.warn(f"{TRACKING_URI_ENV} is set but mlflow is not installed; the job was not logged. "
-                      f"Fix: pip install 'smlaunch[{EXTRA}]'", stacklevel=3)
+        warnings.warn(
+            f"{TRACKING_URI_ENV} is set but mlflow is not installed; the job was not logged. "
+            f"Fix: pip install 'smlaunch[{EXTRA}]'",
+            stacklevel=3,
+        )
     except Exception as exc:  # the job's outcome matters more than its record
-        warnings.warn(f"logging job {description.get('TrainingJobName')} to MLflow at {uri} failed: "
-                      f"{type(exc).__name__}: {exc}", stacklevel=3)
+        warnings.warn(
+            f"logging job {description.get('TrainingJobName')} to MLflow at {uri} failed: "
+            f"{type(exc).__name__}: {exc}",
+            stacklevel=3,
+        )

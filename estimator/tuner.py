@@ -21,5 +21,6 @@ class HyperparameterTuner:
     """SageMaker's ``sagemaker.tuner.HyperparameterTuner``: not supported; raises on construction."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise UnsupportedFeatureError("HyperparameterTuner (SageMaker Automatic Model Tuning)",
-                                      TUNING_ALTERNATIVE)
+        raise UnsupportedFeatureError(
+            "HyperparameterTuner (SageMaker Automatic Model Tuning)", TUNING_ALTERNATIVE
+        )

@@ -42,13 +42,20 @@ def experiment_config(config: Any) -> ExperimentConfig | None:
         raise ConfigurationError("experiment_config", config, "must be a dict", fix)
     unknown = sorted(set(config) - set(ExperimentConfig.model_fields))
     if unknown:
-        raise ConfigurationError(f"experiment_config[{unknown[0]!r}]", config[unknown[0]], "unknown key",
-                                 f"use only {', '.join(ExperimentConfig.model_fields)}")
+        raise ConfigurationError(
+            f"experiment_config[{unknown[0]!r}]",
+            config[unknown[0]],
+            "unknown key",
+            f"use only {', '.join(ExperimentConfig.model_fields)}",
+        )
     for key, value in config.items():
         if value is not None and (not isinstance(value, str) or not _EXPERIMENT_NAME.match(value)):
             raise ConfigurationError(
-                f"experiment_config[{key!r}]", value,
-                "must be 1 to 120 letters, digits or hyphens, starting with a letter or digit", fix)
+                f"experiment_config[{key!r}]",
+                value,
+                "must be 1 to 120 letters, digits or hyphens, starting with a letter or digit",
+                fix,
+            )
     return ExperimentConfig(**config)
 
 
@@ -82,7 +89,9 @@ _ARGUMENT_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 }
 """Constructor arguments checked by type alone (the others have checks of their own)."""
 _LIST_ITEM_TYPES: dict[str, tuple[type, ...]] = {
-    "dependencies": (str, os.PathLike), "subnets": (str,), "security_group_ids": (str,),
+    "dependencies": (str, os.PathLike),
+    "subnets": (str,),
+    "security_group_ids": (str,),
 }
 
 
@@ -104,7 +113,8 @@ def check_instance_quota(count: int, instance_type: str, quota: int | None) -> i
     quota = quota or DEFAULT_INSTANCES_PER_TRAINING_JOB
     if count > quota:
         raise ConfigurationError(
-            "instance_count", count,
+            "instance_count",
+            count,
             f"SageMaker's quota allows {quota} instances per training job, whatever the instance type "
             f"({instance_type} here)",
             f"use instance_count <= {quota}, or raise the 'Number of instances per training job' quota "
@@ -116,16 +126,18 @@ def check_instance_quota(count: int, instance_type: str, quota: int | None) -> i
 def check_instance_count(instance_count: Any) -> int:
     """An integer >= 1."""
     if isinstance(instance_count, bool) or not isinstance(instance_count, int) or instance_count < 1:
-        raise ConfigurationError("instance_count", instance_count, "must be an integer >= 1",
-                                 "pass instance_count=1 or more")
+        raise ConfigurationError(
+            "instance_count", instance_count, "must be an integer >= 1", "pass instance_count=1 or more"
+        )
     return instance_count
 
 
 def check_input_mode(input_mode: str) -> str:
     """One of :data:`INPUT_MODES`."""
     if input_mode not in INPUT_MODES:
-        raise ConfigurationError("input_mode", input_mode, "not a SageMaker input mode",
-                                 f"use one of {list(INPUT_MODES)}")
+        raise ConfigurationError(
+            "input_mode", input_mode, "not a SageMaker input mode", f"use one of {list(INPUT_MODES)}"
+        )
     return input_mode
 
 
@@ -133,7 +145,8 @@ def check_vpc(subnets: list[str] | None, security_group_ids: list[str] | None) -
     """Both of a VPC configuration, or neither."""
     if bool(subnets) != bool(security_group_ids):
         raise ConfigurationError(
-            "subnets" if not subnets else "security_group_ids", subnets or security_group_ids,
+            "subnets" if not subnets else "security_group_ids",
+            subnets or security_group_ids,
             "a VPC configuration needs both subnets and security_group_ids",
             "pass both subnets=[...] and security_group_ids=[...], or neither",
         )
@@ -142,30 +155,41 @@ def check_vpc(subnets: list[str] | None, security_group_ids: list[str] | None) -
 def check_max_retry_attempts(max_retry_attempts: Any) -> int | None:
     """``RetryStrategy.MaximumRetryAttempts``: an integer 1..30, or None."""
     if max_retry_attempts is not None and (
-        isinstance(max_retry_attempts, bool) or not isinstance(max_retry_attempts, int)
+        isinstance(max_retry_attempts, bool)
+        or not isinstance(max_retry_attempts, int)
         or not 1 <= max_retry_attempts <= 30
     ):
-        raise ConfigurationError("max_retry_attempts", max_retry_attempts, "must be an integer 1..30",
-                                 "pass e.g. max_retry_attempts=3")
+        raise ConfigurationError(
+            "max_retry_attempts",
+            max_retry_attempts,
+            "must be an integer 1..30",
+            "pass e.g. max_retry_attempts=3",
+        )
     return max_retry_attempts
 
 
 def check_container_log_level(container_log_level: Any) -> int:
     """A ``logging`` level (an int)."""
     if isinstance(container_log_level, bool) or not isinstance(container_log_level, int):
-        raise ConfigurationError("container_log_level", container_log_level, "must be an int",
-                                 "pass a logging level such as logging.INFO (20)")
+        raise ConfigurationError(
+            "container_log_level",
+            container_log_level,
+            "must be an int",
+            "pass a logging level such as logging.INFO (20)",
+        )
     return container_log_level
 
 
 def check_keep_alive(keep_alive: Any) -> int | None:
     """``ResourceConfig.KeepAlivePeriodInSeconds``: 0..:data:`MAX_KEEP_ALIVE_SECONDS`, or None."""
     if keep_alive is not None and (
-        isinstance(keep_alive, bool) or not isinstance(keep_alive, int)
+        isinstance(keep_alive, bool)
+        or not isinstance(keep_alive, int)
         or not 0 <= keep_alive <= MAX_KEEP_ALIVE_SECONDS
     ):
         raise ConfigurationError(
-            "keep_alive_period_in_seconds", keep_alive,
+            "keep_alive_period_in_seconds",
+            keep_alive,
             f"must be an integer 0..{MAX_KEEP_ALIVE_SECONDS} (seconds a warm pool keeps the instances)",
             "pass e.g. keep_alive_period_in_seconds=1800, or leave it unset",
         )
@@ -179,19 +203,24 @@ def check_code(
     packaged (or a pre-built ``sourcedir.tar.gz`` URI); returns ``source_dir`` resolved."""
     if entry_point is None:
         if source_dir is not None or dependencies:
-            raise ConfigurationError("entry_point", None,
-                                     "source_dir and dependencies need an entry point",
-                                     "pass entry_point='train.py'")
+            raise ConfigurationError(
+                "entry_point",
+                None,
+                "source_dir and dependencies need an entry point",
+                "pass entry_point='train.py'",
+            )
         return source_dir
     if not isinstance(entry_point, str) or not entry_point:
-        raise ConfigurationError("entry_point", entry_point, "must be the script's file name",
-                                 "pass e.g. entry_point='train.py'")
+        raise ConfigurationError(
+            "entry_point", entry_point, "must be the script's file name", "pass e.g. entry_point='train.py'"
+        )
     if source_dir is not None:
         try:  # the script runs from the unpacked source_dir: it must be a file inside it
             contract.child_path(str(source_dir), entry_point, "entry_point")
         except contract.PathEscapeError:
             raise ConfigurationError(
-                "entry_point", entry_point,
+                "entry_point",
+                entry_point,
                 f"must be a path inside source_dir {str(source_dir)!r} (relative, no '..'): only "
                 "source_dir is packaged and shipped to the hosts",
                 "move the script into source_dir and pass its path relative to it, e.g. 'train.py'",
@@ -199,29 +228,44 @@ def check_code(
     if source_dir is not None and is_uri(str(source_dir)):
         # A pre-built sourcedir.tar.gz (as the SDK accepts for s3://; file:// for local runs).
         if not str(source_dir).endswith(".tar.gz"):
-            raise ConfigurationError("source_dir", source_dir, "a source_dir URI must name a .tar.gz",
-                                     "pass s3://<bucket>/<key>/sourcedir.tar.gz or a local directory")
+            raise ConfigurationError(
+                "source_dir",
+                source_dir,
+                "a source_dir URI must name a .tar.gz",
+                "pass s3://<bucket>/<key>/sourcedir.tar.gz or a local directory",
+            )
         if urlparse(str(source_dir)).scheme == "file" and not is_local:
-            raise ConfigurationError("source_dir", source_dir, "file:// code works only for local runs",
-                                     "pass a local directory (it is uploaded) or an s3:// URI")
+            raise ConfigurationError(
+                "source_dir",
+                source_dir,
+                "file:// code works only for local runs",
+                "pass a local directory (it is uploaded) or an s3:// URI",
+            )
         return source_dir
     if source_dir is not None:
         directory = check_readable_dir(source_dir, "source_dir")
         if not (directory / entry_point).is_file():
             raise ConfigurationError(
-                "entry_point", entry_point,
+                "entry_point",
+                entry_point,
                 f"no file named {entry_point!r} in source_dir {str(source_dir)!r}",
                 "pass the script's path relative to source_dir",
             )
         source_dir = str(directory.resolve())
     elif not Path(entry_point).is_file():
-        raise ConfigurationError("entry_point", entry_point, "no such file",
-                                 "pass an existing script, or set source_dir to the folder holding it")
+        raise ConfigurationError(
+            "entry_point",
+            entry_point,
+            "no such file",
+            "pass an existing script, or set source_dir to the folder holding it",
+        )
     for index, dependency in enumerate(dependencies):
         if not Path(dependency).expanduser().exists():
-            raise ConfigurationError(f"dependencies[{index}]", dependency, "no such file or directory",
-                                     "pass existing paths")
+            raise ConfigurationError(
+                f"dependencies[{index}]", dependency, "no such file or directory", "pass existing paths"
+            )
     return source_dir
+
 
 def check_location(uri: str | None, field: str, is_local: bool) -> str | None:
     """An output location (``s3://``; ``file://`` or a path only for local runs, writable)."""
@@ -235,20 +279,30 @@ def check_location(uri: str | None, field: str, is_local: bool) -> str | None:
     if scheme == "file":
         path = channel_inputs.file_uri_path(uri, field)
         if not is_local:
-            raise ConfigurationError(field, uri, "file:// paths work only for local runs",
-                                     "use an s3:// URI, or sagemaker_session=LocalSession()")
+            raise ConfigurationError(
+                field,
+                uri,
+                "file:// paths work only for local runs",
+                "use an s3:// URI, or sagemaker_session=LocalSession()",
+            )
         existing = path
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise ConfigurationError(field, uri, f"not writable ({existing} cannot be written)",
-                                     "pass a directory you can write to")
+            raise ConfigurationError(
+                field,
+                uri,
+                f"not writable ({existing} cannot be written)",
+                "pass a directory you can write to",
+            )
         return uri
     if scheme == "" and is_local:
         path = Path(uri).expanduser().resolve()
         return check_location(path.as_uri() + ("/" if uri.endswith("/") else ""), field, is_local)
-    raise ConfigurationError(field, uri, "must start with s3:// (or file:// for local runs)",
-                             "pass e.g. s3://my-bucket/output")
+    raise ConfigurationError(
+        field, uri, "must start with s3:// (or file:// for local runs)", "pass e.g. s3://my-bucket/output"
+    )
+
 
 def positive_int(value: Any, field: str, unit: str) -> int:
     """``value`` when it is an integer >= 1 (``unit`` shows in the fix)."""
@@ -256,23 +310,37 @@ def positive_int(value: Any, field: str, unit: str) -> int:
         raise ConfigurationError(field, value, "must be an integer >= 1", f"pass a number of {unit}")
     return value
 
+
 def check_environment(environment: Mapping[str, str] | None) -> dict[str, str] | None:
     """CreateTrainingJob's limits on ``Environment``; ``SMLAUNCH_FAULTS`` parsed as well."""
     if environment is None:
         return None
     if not isinstance(environment, Mapping):
-        raise ConfigurationError("environment", environment, "must be a dict of str -> str",
-                                 "pass e.g. {'NCCL_DEBUG': 'INFO'}")
+        raise ConfigurationError(
+            "environment", environment, "must be a dict of str -> str", "pass e.g. {'NCCL_DEBUG': 'INFO'}"
+        )
     if len(environment) > 100:
-        raise ConfigurationError("environment", f"<{len(environment)} entries>",
-                                 "CreateTrainingJob accepts at most 100 variables", "pass fewer")
+        raise ConfigurationError(
+            "environment",
+            f"<{len(environment)} entries>",
+            "CreateTrainingJob accepts at most 100 variables",
+            "pass fewer",
+        )
     for key, value in environment.items():
         if not isinstance(key, str) or not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$", key):
-            raise ConfigurationError("environment key", key, "not a valid variable name",
-                                     "use letters, digits and '_', not starting with a digit")
+            raise ConfigurationError(
+                "environment key",
+                key,
+                "not a valid variable name",
+                "use letters, digits and '_', not starting with a digit",
+            )
         if not isinstance(value, str) or len(value) > 512:
-            raise ConfigurationError(f"environment[{key!r}]", value, "must be a string of at most 512 "
-                                     "characters", f"pass str(value), e.g. {{{key!r}: '1'}}")
+            raise ConfigurationError(
+                f"environment[{key!r}]",
+                value,
+                "must be a string of at most 512 characters",
+                f"pass str(value), e.g. {{{key!r}: '1'}}",
+            )
     # Checked here, not when a host starts: a typo fails before staging.
     from runtime.archive import ArchiveLimits
     from runtime.errors import FieldError
@@ -283,34 +351,49 @@ def check_environment(environment: Mapping[str, str] | None) -> dict[str, str] |
         try:
             parse_faults(environment[contract.SMLAUNCH_FAULTS])
         except FieldError as exc:
-            raise ConfigurationError(f"environment[{contract.SMLAUNCH_FAULTS!r}]", exc.value, exc.problem,
-                                     exc.fix) from None
+            raise ConfigurationError(
+                f"environment[{contract.SMLAUNCH_FAULTS!r}]", exc.value, exc.problem, exc.fix
+            ) from None
     try:
         ArchiveLimits.from_environ(environment)
     except FieldError as exc:
         raise ConfigurationError(f"environment[{exc.field!r}]", exc.value, exc.problem, exc.fix) from None
     return dict(environment)
 
+
 def check_metrics(metric_definitions: Any) -> list[dict[str, str]] | None:
     """``[{'Name', 'Regex'}]`` with regexes that compile."""
     if metric_definitions is None:
         return None
     if not isinstance(metric_definitions, list):
-        raise ConfigurationError("metric_definitions", metric_definitions, "must be a list",
-                                 "pass [{'Name': 'loss', 'Regex': 'loss=([0-9.]+)'}]")
+        raise ConfigurationError(
+            "metric_definitions",
+            metric_definitions,
+            "must be a list",
+            "pass [{'Name': 'loss', 'Regex': 'loss=([0-9.]+)'}]",
+        )
     for index, metric in enumerate(metric_definitions):
         field = f"metric_definitions[{index}]"
         if not isinstance(metric, Mapping) or set(metric) != {"Name", "Regex"}:
-            raise ConfigurationError(field, metric, "must be a dict with exactly 'Name' and 'Regex'",
-                                     "pass {'Name': 'loss', 'Regex': 'loss=([0-9.]+)'}")
+            raise ConfigurationError(
+                field,
+                metric,
+                "must be a dict with exactly 'Name' and 'Regex'",
+                "pass {'Name': 'loss', 'Regex': 'loss=([0-9.]+)'}",
+            )
         for key in ("Name", "Regex"):
             require_type(f"{field}.{key}", metric[key], str, "pass a string")
         try:
             re.compile(metric["Regex"])
         except (re.error, TypeError) as exc:
-            raise ConfigurationError(f"{field}.Regex", metric["Regex"], f"not a valid regex ({exc})",
-                                     "fix the pattern; the first group is the value") from exc
+            raise ConfigurationError(
+                f"{field}.Regex",
+                metric["Regex"],
+                f"not a valid regex ({exc})",
+                "fix the pattern; the first group is the value",
+            ) from exc
     return [dict(m) for m in metric_definitions]
+
 
 def check_tags(tags: Any) -> list[dict[str, str]] | None:
     """Tags as ``[{'Key', 'Value'}]`` (a dict is accepted and converted)."""
@@ -319,42 +402,63 @@ def check_tags(tags: Any) -> list[dict[str, str]] | None:
     if isinstance(tags, Mapping):
         tags = [{"Key": k, "Value": v} for k, v in tags.items()]
     if not isinstance(tags, list) or not all(
-        isinstance(t, Mapping) and set(t) == {"Key", "Value"}
-        and isinstance(t["Key"], str) and isinstance(t["Value"], str) for t in tags
+        isinstance(t, Mapping)
+        and set(t) == {"Key", "Value"}
+        and isinstance(t["Key"], str)
+        and isinstance(t["Value"], str)
+        for t in tags
     ):
-        raise ConfigurationError("tags", tags, "must be a list of {'Key': str, 'Value': str}",
-                                 "pass [{'Key': 'team', 'Value': 'ml'}]")
+        raise ConfigurationError(
+            "tags",
+            tags,
+            "must be a list of {'Key': str, 'Value': str}",
+            "pass [{'Key': 'team', 'Value': 'ml'}]",
+        )
     return [dict(t) for t in tags]
+
 
 def check_spot(max_wait: Any, use_spot_instances: bool, max_run: int, is_local: bool) -> int | None:
     """``max_wait`` goes with managed spot and is at least ``max_run``."""
     if max_wait is None:
         if use_spot_instances and not is_local:
-            raise ConfigurationError("max_wait", None, "managed spot training needs max_wait",
-                                     f"pass max_wait >= max_run ({max_run})")
+            raise ConfigurationError(
+                "max_wait",
+                None,
+                "managed spot training needs max_wait",
+                f"pass max_wait >= max_run ({max_run})",
+            )
         return None
     wait = positive_int(max_wait, "max_wait", "seconds")
     if not use_spot_instances:
-        raise ConfigurationError("max_wait", wait, "applies only to spot training",
-                                 "pass use_spot_instances=True, or drop max_wait")
+        raise ConfigurationError(
+            "max_wait",
+            wait,
+            "applies only to spot training",
+            "pass use_spot_instances=True, or drop max_wait",
+        )
     if wait < max_run:
-        raise ConfigurationError("max_wait", wait, f"must be >= max_run ({max_run})",
-                                 f"pass max_wait={max_run} or more")
+        raise ConfigurationError(
+            "max_wait", wait, f"must be >= max_run ({max_run})", f"pass max_wait={max_run} or more"
+        )
     return wait
+
 
 def check_checkpoints(
     s3_uri: str | None, local_path: str | None, is_local: bool
 ) -> tuple[str | None, str | None]:
     """``checkpoint_s3_uri`` (an output location), and an absolute ``checkpoint_local_path`` (needs it)."""
     if local_path is not None and s3_uri is None:
-        raise ConfigurationError("checkpoint_local_path", local_path, "needs checkpoint_s3_uri",
-                                 "pass checkpoint_s3_uri as well")
+        raise ConfigurationError(
+            "checkpoint_local_path", local_path, "needs checkpoint_s3_uri", "pass checkpoint_s3_uri as well"
+        )
     if s3_uri is not None:
         s3_uri = check_location(s3_uri, "checkpoint_s3_uri", is_local)
     if local_path is not None and not str(local_path).startswith("/"):
-        raise ConfigurationError("checkpoint_local_path", local_path, "must be an absolute path",
-                                 "pass e.g. /opt/ml/checkpoints")
+        raise ConfigurationError(
+            "checkpoint_local_path", local_path, "must be an absolute path", "pass e.g. /opt/ml/checkpoints"
+        )
     return s3_uri, local_path
+
 
 def check_tensorboard(config: Any, is_local: bool) -> TensorBoardOutputConfig | None:
     """The config with its ``s3_output_path`` checked as an output location (``file://`` and
@@ -362,8 +466,12 @@ def check_tensorboard(config: Any, is_local: bool) -> TensorBoardOutputConfig | 
     if config is None:
         return None
     if not isinstance(config, TensorBoardOutputConfig):
-        raise ConfigurationError("tensorboard_output_config", config, "must be a TensorBoardOutputConfig",
-                                 "pass TensorBoardOutputConfig('s3://my-bucket/my-job/tensorboard')")
+        raise ConfigurationError(
+            "tensorboard_output_config",
+            config,
+            "must be a TensorBoardOutputConfig",
+            "pass TensorBoardOutputConfig('s3://my-bucket/my-job/tensorboard')",
+        )
     field = "tensorboard_output_config.s3_output_path"
     uri = check_location(config.s3_output_path, field, is_local) or config.s3_output_path
     return TensorBoardOutputConfig(uri, config.container_local_output_path)

@@ -68,8 +68,9 @@ def _normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def create_tarball(entries: Iterable[tuple[Path, str]], dest: Path,
-                   on_file: Callable[[int], None] | None = None) -> str:
+def create_tarball(
+    entries: Iterable[tuple[Path, str]], dest: Path, on_file: Callable[[int], None] | None = None
+) -> str:
     """Write a gzipped tar of ``entries`` (local path, name in the archive) to ``dest``.
 
     Symlinks are followed (as the SageMaker SDK does), directories recurse, and every member is
@@ -142,8 +143,9 @@ class ArchiveLimits:
             except ValueError:
                 values[field] = 0
             if values[field] <= 0:
-                raise HostConfigurationError(name, text, "must be a positive integer",
-                                             f"unset it for the default {default}")
+                raise HostConfigurationError(
+                    name, text, "must be a positive integer", f"unset it for the default {default}"
+                )
         return cls(**values)
 
 
@@ -189,8 +191,11 @@ class _Plan:
     def add(self, info: tarfile.TarInfo) -> _Member:
         raw = info.name
         if len(self.names) >= self.limits.max_members:
-            raise _refuse(raw, f"the archive has more than {self.limits.max_members} members "
-                               f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS} if it is genuine)")
+            raise _refuse(
+                raw,
+                f"the archive has more than {self.limits.max_members} members "
+                f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS} if it is genuine)",
+            )
         if info.isfile():
             kind = _FILE
         elif info.isdir():
@@ -217,8 +222,11 @@ class _Plan:
         size = info.size if kind == _FILE else 0
         self.total += size
         if self.total > self.limits.max_bytes:
-            raise _refuse(raw, f"the archive expands to more than {self.limits.max_bytes} bytes "
-                               f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_BYTES} if it is genuine)")
+            raise _refuse(
+                raw,
+                f"the archive expands to more than {self.limits.max_bytes} bytes "
+                f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_BYTES} if it is genuine)",
+            )
         linkname = ""
         if kind == _SYMLINK:
             linkname = info.linkname
@@ -230,8 +238,9 @@ class _Plan:
         elif kind == _HARDLINK:
             linkname = _normalized_name(raw, info.linkname, "hardlink target")
             if linkname == name or self.kinds.get(linkname) not in (_FILE, _HARDLINK):
-                raise _refuse(raw, f"hardlink to {info.linkname!r}, which is not an earlier regular "
-                                   "file of the archive")
+                raise _refuse(
+                    raw, f"hardlink to {info.linkname!r}, which is not an earlier regular file of the archive"
+                )
         for depth in range(1, len(parts)):
             self.kinds.setdefault("/".join(parts[:depth]), _DIR)
         self.kinds[name] = kind
@@ -247,8 +256,11 @@ class _Plan:
         """Every symlink left behind must resolve inside the destination through all the others."""
         for name, target in self.links.items():
             if not self._stays_inside(posixpath.dirname(name), target, self.links):
-                raise _refuse(name, f"symlink to {target!r} leaves the destination once the "
-                                    "archive's other links are followed")
+                raise _refuse(
+                    name,
+                    f"symlink to {target!r} leaves the destination once the "
+                    "archive's other links are followed",
+                )
 
     @staticmethod
     def _stays_inside(base: str, target: str, links: dict[str, str]) -> bool:
@@ -325,8 +337,9 @@ class _Writer:
         except UnsafeArchiveError:
             raise
         except OSError as error:
-            raise OSError(error.errno, f"{error.strerror}: cannot extract archive member "
-                                       f"{member.name[:240]!r}") from error
+            raise OSError(
+                error.errno, f"{error.strerror}: cannot extract archive member {member.name[:240]!r}"
+            ) from error
 
     def _write(self, member: _Member, info: tarfile.TarInfo, tar: tarfile.TarFile) -> None:
         parent, _, base = member.name.rpartition("/")
@@ -364,15 +377,14 @@ class _Writer:
 
 
 def _write_file(member: _Member, info: tarfile.TarInfo, tar: tarfile.TarFile, fd: int, base: str) -> None:
-    out = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                  dir_fd=fd)
+    out = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
     try:
         source = tar.extractfile(info)
         if source is not None:
             while chunk := source.read(_COPY_CHUNK):
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(out, view):]
+                    view = view[os.write(out, view) :]
         os.fchmod(out, (info.mode & 0o755) | 0o600)
         try:
             os.utime(out, (info.mtime, info.mtime))

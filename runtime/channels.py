@@ -75,15 +75,15 @@ def shard(items: Sequence[T], host_index: int, host_count: int, key: Any = None)
     return ordered[host_index::host_count]
 
 
-def select_for_host(items: Sequence[T], distribution: str, host_index: int, host_count: int,
-                    key: Any = None) -> list[T]:
+def select_for_host(
+    items: Sequence[T], distribution: str, host_index: int, host_count: int, key: Any = None
+) -> list[T]:
     """The objects of a channel that one host receives under ``distribution``, in key order."""
     if distribution == FULLY_REPLICATED:
         return sorted(items, key=key) if key is not None else sorted(items)  # type: ignore[type-var]
     if distribution == SHARDED_BY_S3_KEY:
         return shard(items, host_index, host_count, key=key)
     raise ChannelError(f"unknown S3DataDistributionType {distribution!r}; use one of {DISTRIBUTIONS}")
-
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,10 @@ def parse_manifest(text: str, manifest_uri: str = "<manifest>") -> list[Manifest
     except ValueError as exc:
         raise ChannelError(f"manifest {manifest_uri} is not JSON: {exc}") from exc
     if not isinstance(data, list) or not data:
-        raise ChannelError(f"manifest {manifest_uri} must be a JSON list "
-                           '[{"prefix": "s3://bucket/prefix/"}, "relative/key", ...]')
+        raise ChannelError(
+            f"manifest {manifest_uri} must be a JSON list "
+            '[{"prefix": "s3://bucket/prefix/"}, "relative/key", ...]'
+        )
     head = data[0]
     if not isinstance(head, dict) or not isinstance(head.get("prefix"), str):
         raise ChannelError(f'manifest {manifest_uri}: the first element must be {{"prefix": "s3://..."}}')
@@ -180,7 +182,6 @@ def read_recordio(data: bytes) -> list[bytes]:
             raise ChannelError(f"bad RecordIO magic at offset {offset}")
         length &= (1 << 29) - 1
         start = offset + 8
-        records.append(data[start:start + length])
+        records.append(data[start : start + length])
         offset = start + length + (4 - length % 4) % 4
     return records
-

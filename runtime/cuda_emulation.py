@@ -56,8 +56,14 @@ from typing import Any
 from runtime.contract import SMLAUNCH_EMULATE_CUDA
 from runtime.rankboot import AfterImport
 
-CUDA_ONLY_MODULES = ("apex", "amp_C", "fused_layer_norm_cuda", "flash_attn", "flash_attn_2_cuda",
-                     "transformer_engine")
+CUDA_ONLY_MODULES = (
+    "apex",
+    "amp_C",
+    "fused_layer_norm_cuda",
+    "flash_attn",
+    "flash_attn_2_cuda",
+    "transformer_engine",
+)
 """Top-level modules whose kernels exist only for CUDA: importing one under emulation fails."""
 
 _OFF_HINT = (
@@ -94,8 +100,9 @@ class EmulatedGpus:
             return None
         try:
             data = json.loads(raw)
-            found = cls(int(data["gpus"]), str(data.get("model") or "GPU"),
-                        float(data.get("memory_gib") or 16.0))
+            found = cls(
+                int(data["gpus"]), str(data.get("model") or "GPU"), float(data.get("memory_gib") or 16.0)
+            )
         except (ValueError, TypeError, KeyError):
             return None
         return found if found.gpus > 0 else None
@@ -222,9 +229,17 @@ def _properties(index: Any = None) -> Any:
     assert _active is not None
     major, minor = _capability(_active.model)
     return types.SimpleNamespace(
-        name=_device_name(), total_memory=int(_active.memory_gib * 1024**3), major=major, minor=minor,
-        multi_processor_count=80, is_integrated=False, is_multi_gpu_board=False, L2_cache_size=0,
-        uuid="emulated", warp_size=32, gcnArchName="",
+        name=_device_name(),
+        total_memory=int(_active.memory_gib * 1024**3),
+        major=major,
+        minor=minor,
+        multi_processor_count=80,
+        is_integrated=False,
+        is_multi_gpu_board=False,
+        L2_cache_size=0,
+        uuid="emulated",
+        warp_size=32,
+        gcnArchName="",
     )
 
 
@@ -234,16 +249,24 @@ def _device_name(index: Any = None) -> str:
 
 
 def _capability(model: str) -> tuple[int, int]:
-    known = {"V100": (7, 0), "T4": (7, 5), "A100": (8, 0), "A10G": (8, 6), "L4": (8, 9), "H100": (9, 0),
-             "H200": (9, 0)}
+    known = {
+        "V100": (7, 0),
+        "T4": (7, 5),
+        "A100": (8, 0),
+        "A10G": (8, 6),
+        "L4": (8, 9),
+        "H100": (9, 0),
+        "H200": (9, 0),
+    }
     return known.get(model, (7, 0))
 
 
 class _Event:
     """``torch.cuda.Event`` measuring wall-clock time (everything ran synchronously on the CPU)."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                 **_: Any) -> None:
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **_: Any
+    ) -> None:
         self.at: float | None = None
 
     def record(self, stream: Any = None) -> None:
@@ -346,13 +369,33 @@ def _patch_torch(torch: Any) -> None:  # a module whose attributes are replaced
         "stream": lambda stream=None: contextlib.nullcontext(stream),
         "_lazy_init": _lazy_init_refused,
     }
-    for name in ("synchronize", "empty_cache", "ipc_collect", "reset_peak_memory_stats",
-                 "reset_max_memory_allocated", "reset_max_memory_cached", "reset_accumulated_memory_stats",
-                 "set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all", "seed", "seed_all",
-                 "set_per_process_memory_fraction", "init"):
+    for name in (
+        "synchronize",
+        "empty_cache",
+        "ipc_collect",
+        "reset_peak_memory_stats",
+        "reset_max_memory_allocated",
+        "reset_max_memory_cached",
+        "reset_accumulated_memory_stats",
+        "set_rng_state",
+        "set_rng_state_all",
+        "manual_seed",
+        "manual_seed_all",
+        "seed",
+        "seed_all",
+        "set_per_process_memory_fraction",
+        "init",
+    ):
         replacements[name] = _returns(None)
-    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                 "memory_cached", "max_memory_cached", "utilization"):
+    for name in (
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "memory_cached",
+        "max_memory_cached",
+        "utilization",
+    ):
         replacements[name] = _returns(0)
     for name in ("CUDAGraph", "graph", "make_graphed_callables"):
         replacements[name] = _refused(f"torch.cuda.{name}")
@@ -471,8 +514,9 @@ def _patch_distributed(torch: Any) -> None:  # a module whose attributes are rep
     ddp_init = ddp.__init__
 
     @functools.wraps(ddp_init)
-    def init_ddp(self: Any, module: Any, device_ids: Any = None, output_device: Any = None,
-                 *args: Any, **kwargs: Any) -> None:
+    def init_ddp(
+        self: Any, module: Any, device_ids: Any = None, output_device: Any = None, *args: Any, **kwargs: Any
+    ) -> None:
         if all(p.device.type == "cpu" for p in module.parameters()):
             for device in device_ids or []:
                 _index(device, "DistributedDataParallel(device_ids=...)")
@@ -492,8 +536,9 @@ def _patch_cpp_extension(extension: Any) -> None:  # a module whose attributes a
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if cuda_sources(*args, **kwargs):
                 label = kwargs.get("name", args[0] if args else "?")
-                raise CudaEmulationError(f"torch.utils.cpp_extension.{name}(name={label!r})",
-                                         "compiles CUDA kernels")
+                raise CudaEmulationError(
+                    f"torch.utils.cpp_extension.{name}(name={label!r})", "compiles CUDA kernels"
+                )
             return original(*args, **kwargs)
 
         return guarded
@@ -520,8 +565,9 @@ class _DeviceMode:
         device_type = torch.device
 
         class DeviceMode(TorchFunctionMode):
-            def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                                   kwargs: dict[str, Any] | None = None) -> Any:
+            def __torch_function__(
+                self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+            ) -> Any:
                 kwargs = kwargs or {}
                 if func is device_type:  # torch.device("cuda", 1) stays a CUDA device, as on a GPU
                     return func(*args, **kwargs)

@@ -77,6 +77,7 @@ def training_env(environment: Environment) -> dict[str, Any]:
         "user_entry_point": environment.user_entry_point,
     }
 
+
 def to_env_vars(environment: Environment) -> dict[str, str]:
     """Every ``SM_*`` variable with the toolkit's formats, plus the SDK-v3 extras."""
     paths = environment.paths
@@ -125,6 +126,7 @@ def to_env_vars(environment: Environment) -> dict[str, str]:
     env[contract.SM_HOST_COUNT] = str(environment.host_count)
     env[contract.SM_CURRENT_HOST_RANK] = str(environment.host_rank)
     return env
+
 
 def process_env(environment: Environment) -> dict[str, str]:
     """The environment every process of this host starts with.

@@ -58,9 +58,10 @@ def _channel_dirs(paths: contract.Paths, channels: Mapping[str, Any]) -> dict[st
             dirs[channel] = str(paths.channel_dir(channel))
         except contract.PathEscapeError:
             raise HostConfigurationError(
-                str(paths.input_data_config_file), channel,
-                "a channel name must be one directory name (letters, digits, '.', '-', '_'; not '.' "
-                "or '..')", "rename the channel in the request's InputDataConfig",
+                str(paths.input_data_config_file),
+                channel,
+                "a channel name must be one directory name (letters, digits, '.', '-', '_'; not '.' or '..')",
+                "rename the channel in the request's InputDataConfig",
             ) from None
     return dirs
 
@@ -196,7 +197,9 @@ class Environment:
                 contract.child_path(paths.base, host, "host name", single=True)
             except contract.PathEscapeError:
                 raise HostConfigurationError(
-                    "resourceconfig.json hosts", host, "a host name must be one file name (no '/', not '..')",
+                    "resourceconfig.json hosts",
+                    host,
+                    "a host name must be one file name (no '/', not '..')",
                     'name hosts like SageMaker does: "algo-1", "algo-2", ...',
                 ) from None
         if current_host not in hosts:

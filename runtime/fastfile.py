@@ -101,8 +101,13 @@ class FastFileOperations:
 
     use_ns = True
 
-    def __init__(self, tree: ChannelTree, cache_dir: Path, fetch: Callable[[ObjectInfo, Path], None],
-                 report: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        tree: ChannelTree,
+        cache_dir: Path,
+        fetch: Callable[[ObjectInfo, Path], None],
+        report: Callable[[str], None],
+    ) -> None:
         self.tree = tree
         self.cache_dir = cache_dir
         self._fetch = fetch
@@ -119,8 +124,13 @@ class FastFileOperations:
         return OSError(code, os.strerror(code))  # the binding answers an OSError with its errno
 
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
-        attrs: dict[str, Any] = {"st_uid": self._uid, "st_gid": self._gid, "st_atime": self._time,
-                                 "st_mtime": self._time, "st_ctime": self._time}
+        attrs: dict[str, Any] = {
+            "st_uid": self._uid,
+            "st_gid": self._gid,
+            "st_atime": self._time,
+            "st_mtime": self._time,
+            "st_ctime": self._time,
+        }
         info = self.tree.files.get(path)
         if info is not None:
             return {**attrs, "st_mode": stat.S_IFREG | 0o444, "st_nlink": 1, "st_size": info.size}
@@ -146,8 +156,16 @@ class FastFileOperations:
     def statfs(self, path: str) -> dict[str, int]:
         total = sum(info.size for info in self.tree.files.values())
         blocks = max(1, (total + 4095) // 4096)
-        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": blocks, "f_bfree": 0, "f_bavail": 0,
-                "f_files": len(self.tree.files), "f_ffree": 0, "f_namemax": 255}
+        return {
+            "f_bsize": 4096,
+            "f_frsize": 4096,
+            "f_blocks": blocks,
+            "f_bfree": 0,
+            "f_bavail": 0,
+            "f_files": len(self.tree.files),
+            "f_ffree": 0,
+            "f_namemax": 255,
+        }
 
     def destroy(self, path: str) -> None:
         with self._guard:
@@ -212,8 +230,9 @@ def serve(config: dict[str, Any]) -> int:
     def client() -> Any:
         import boto3
 
-        return boto3.client("s3", endpoint_url=config.get("s3_endpoint_url"),
-                            region_name=config.get("s3_region_name"))
+        return boto3.client(
+            "s3", endpoint_url=config.get("s3_endpoint_url"), region_name=config.get("s3_region_name")
+        )
 
     engine = TransferEngine(client_factory=client, progress=False)
 
@@ -224,8 +243,16 @@ def serve(config: dict[str, Any]) -> int:
         print(line, flush=True)
 
     operations = FastFileOperations(ChannelTree(objects), cache_dir, fetch, report)
-    FUSE(operations, config["mountpoint"], foreground=True, ro=True, kernel_cache=True, auto_unmount=True,
-         fsname="smlaunch-fastfile", subtype="smlaunch")
+    FUSE(
+        operations,
+        config["mountpoint"],
+        foreground=True,
+        ro=True,
+        kernel_cache=True,
+        auto_unmount=True,
+        fsname="smlaunch-fastfile",
+        subtype="smlaunch",
+    )
     return 0
 
 

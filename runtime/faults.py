@@ -119,8 +119,11 @@ def parse_faults(raw: str) -> list[Fault]:
             if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 0):
                 raise _bad(raw, f"{where}: rank={rank!r} must be an integer >= 0", 'e.g. "rank": 0')
             if (rank is None) != (item.get("after_lines") is None):
-                raise _bad(raw, f"{where}: spot counts a rank's lines: give rank and after_lines together",
-                           'e.g. {"kind": "spot", "rank": 0, "after_lines": 40}, or only after_seconds')
+                raise _bad(
+                    raw,
+                    f"{where}: spot counts a rank's lines: give rank and after_lines together",
+                    'e.g. {"kind": "spot", "rank": 0, "after_lines": 40}, or only after_seconds',
+                )
         elif rank is not None:
             raise _bad(raw, f"{where}: kill_host takes no rank", 'drop "rank" or use kind "kill"')
         if kind == "kill_host" and host is None:

@@ -54,9 +54,7 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def die_with_parent(
-    signum: int, then: Callable[[], None] | None = None
-) -> Callable[[], None] | None:
+def die_with_parent(signum: int, then: Callable[[], None] | None = None) -> Callable[[], None] | None:
     """A ``preexec_fn`` sending the child ``signum`` when the thread spawning it ends (Linux).
 
     Spawn from a thread that lives as long as the child should (the main thread): Linux ties the
@@ -140,7 +138,7 @@ def line_blocks(read: Callable[[], bytes]) -> Iterator[list[str]]:
             end = pending.rfind(b"\n") + 1
             if not end:
                 continue
-            block, pending = pending[:end - 1], pending[end:]
+            block, pending = pending[: end - 1], pending[end:]
         elif pending:
             block, pending = pending, b""
         else:

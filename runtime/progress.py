@@ -47,8 +47,15 @@ class ProgressBar:
             from tqdm.auto import tqdm
         except ImportError:
             return
-        self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
-                         file=sys.stderr, leave=False)
+        self._bar = tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=label,
+            file=sys.stderr,
+            leave=False,
+        )
 
     def __call__(self, nbytes: int) -> None:
         if not self._enabled:
@@ -62,8 +69,9 @@ class ProgressBar:
             if now - self._last >= 0.5 or self._done >= self._total:
                 self._last = now
                 pct = 100.0 * self._done / self._total if self._total else 100.0
-                sys.stderr.write(f"\r{self._label}: {self._done / MiB:.1f}/{self._total / MiB:.1f} MiB"
-                                 f" ({pct:.0f}%)")
+                sys.stderr.write(
+                    f"\r{self._label}: {self._done / MiB:.1f}/{self._total / MiB:.1f} MiB ({pct:.0f}%)"
+                )
                 sys.stderr.flush()
 
     def close(self) -> None:
@@ -94,8 +102,14 @@ class ProgressFile:
     def __init__(self, path: Path, total: int, label: str) -> None:
         self._path = path
         self._lock = threading.Lock()
-        self._state: dict[str, Any] = {"id": f"{os.getpid()}-{time.time_ns()}", "label": label,
-                                       "total": total, "done": 0, "closed": False, "summary": ""}
+        self._state: dict[str, Any] = {
+            "id": f"{os.getpid()}-{time.time_ns()}",
+            "label": label,
+            "total": total,
+            "done": 0,
+            "closed": False,
+            "summary": "",
+        }
         self._last = 0.0
         self._write()
 

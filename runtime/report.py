@@ -53,7 +53,7 @@ def wire_failure_reason(text: str, limit: int = contract.FAILURE_REASON_MAX_CHAR
         used += len(line) + 1
     tail: list[str] = []
     marker_room = len("... (99999 lines left out)") + 1
-    for line in reversed(lines[len(head):]):
+    for line in reversed(lines[len(head) :]):
         if used + marker_room + len(line) + 1 > limit:
             break
         tail.insert(0, line)

@@ -58,8 +58,10 @@ READY_MARKER = ".smlaunch-ready"
 LAYER_PTH = "smlaunch-base-interpreter.pth"
 
 Log = Callable[[str], None]
-_CODEARTIFACT_ARN = re.compile(r"arn:(?P<partition>[^:]+):codeartifact:(?P<region>[^:]+):(?P<account>[^:]+)"
-                               r":repository/(?P<domain>[^/]+)/(?P<repository>.+)")
+_CODEARTIFACT_ARN = re.compile(
+    r"arn:(?P<partition>[^:]+):codeartifact:(?P<region>[^:]+):(?P<account>[^:]+)"
+    r":repository/(?P<domain>[^/]+)/(?P<repository>.+)"
+)
 
 
 class InstallRequirementsError(RuntimeError):
@@ -86,8 +88,13 @@ def toolkit_pip_arguments(code_dir: Path, entry_point: str | None) -> list[str] 
     return None
 
 
-def prepare(code_dir: Path, entry_point: str | None, environ: Mapping[str, str], log: Log,
-            codeartifact: Callable[[str], Any] | None = None) -> str:
+def prepare(
+    code_dir: Path,
+    entry_point: str | None,
+    environ: Mapping[str, str],
+    log: Log,
+    codeartifact: Callable[[str], Any] | None = None,
+) -> str:
     """Install the code's requirements as the module docstring says; return the ranks' Python.
 
     ``codeartifact(region)``: a boto3 CodeArtifact client, used when ``CA_REPOSITORY_ARN`` is set
@@ -125,7 +132,8 @@ def codeartifact_index(arn: str, client: Callable[[str], Any] | None, log: Log) 
     if match is None:
         raise InstallRequirementsError(
             f"InstallRequirementsError: {contract.CA_REPOSITORY_ARN_ENV}={arn!r} is not a CodeArtifact "
-            "repository ARN; use arn:aws:codeartifact:<region>:<account>:repository/<domain>/<repository>")
+            "repository ARN; use arn:aws:codeartifact:<region>:<account>:repository/<domain>/<repository>"
+        )
     domain, owner, repository = match["domain"], match["account"], match["repository"]
     log(f"pip index: CodeArtifact repository {domain}/{repository} of {owner} ({match['region']})")
     if client is None:
@@ -137,12 +145,14 @@ def codeartifact_index(arn: str, client: Callable[[str], Any] | None, log: Log) 
     api = client(match["region"])
     try:
         token = api.get_authorization_token(domain=domain, domainOwner=owner)["authorizationToken"]
-        endpoint = api.get_repository_endpoint(domain=domain, domainOwner=owner, repository=repository,
-                                               format="pypi")["repositoryEndpoint"]
+        endpoint = api.get_repository_endpoint(
+            domain=domain, domainOwner=owner, repository=repository, format="pypi"
+        )["repositoryEndpoint"]
     except Exception as exc:
         raise InstallRequirementsError(
             f"InstallRequirementsError: CodeArtifact repository {domain}/{repository}: "
-            f"{type(exc).__name__}: {exc}") from exc
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     index = re.sub(f"{re.escape(repository)}/?$", f"{repository}/simple/", endpoint)
     return re.sub("^https://", f"https://aws:{token}@", index)
 
@@ -154,8 +164,9 @@ def environment_key(requirements: bytes) -> str:
     return digest.hexdigest()[:24]
 
 
-def layered_environment(code_dir: Path, cache: Path, pip_environ: Callable[[], Mapping[str, str]],
-                        log: Log) -> Path:
+def layered_environment(
+    code_dir: Path, cache: Path, pip_environ: Callable[[], Mapping[str, str]], log: Log
+) -> Path:
     """The Python of the layered environment for ``code_dir/requirements.txt``, built if needed
     (pip runs in ``pip_environ()``, asked for only then)."""
     requirements = (code_dir / contract.REQUIREMENTS_FILE).read_bytes()
@@ -173,8 +184,12 @@ def layered_environment(code_dir: Path, cache: Path, pip_environ: Callable[[], M
         log(f"{contract.REQUIREMENTS_FILE}: building the environment {root}, layered over {sys.prefix}")
         try:
             _create_layer(root)
-            run_pip([str(python), "-m", "pip", "install", "-r", contract.REQUIREMENTS_FILE],
-                    code_dir, {**pip_environ(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, log)
+            run_pip(
+                [str(python), "-m", "pip", "install", "-r", contract.REQUIREMENTS_FILE],
+                code_dir,
+                {**pip_environ(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                log,
+            )
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
@@ -214,8 +229,15 @@ def _importable(module: str) -> bool:
 def run_pip(argv: list[str], cwd: Path, environ: Mapping[str, str], log: Log) -> None:
     """Run pip, logging each line of its output as it comes; raise InstallRequirementsError on failure."""
     log(f"installing requirements: {' '.join(argv)}")
-    proc = subprocess.Popen(argv, cwd=cwd, env=dict(environ), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=dict(environ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     timed_out = threading.Event()
 
     def kill() -> None:
@@ -243,4 +265,5 @@ def run_pip(argv: list[str], cwd: Path, environ: Mapping[str, str], log: Log) ->
         if timed_out.is_set():
             why = f"timed out after {PIP_TIMEOUT_SECONDS:g} s"
         raise InstallRequirementsError(
-            f"InstallRequirementsError: {' '.join(argv[2:])} {why}\n" + "\n".join(tail))
+            f"InstallRequirementsError: {' '.join(argv[2:])} {why}\n" + "\n".join(tail)
+        )

@@ -445,8 +445,10 @@ class Supervisor:
                 if signum == signal.SIGHUP:  # the agent that started this host is gone
                     if result.stop_signal is None and result.first_failure is None:
                         result.stop_signal = signum
-                    self.log(f"received SIGHUP (the process that started this host is gone): killing "
-                             f"{len(alive)} process(es) now")
+                    self.log(
+                        f"received SIGHUP (the process that started this host is gone): killing "
+                        f"{len(alive)} process(es) now"
+                    )
                     kill_at = time.monotonic()
                 elif result.stop_signal is None and result.first_failure is None:
                     result.stop_signal = signum

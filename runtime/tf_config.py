@@ -70,9 +70,7 @@ def _ports(env: _Hosts) -> tuple[list[str], bool]:
 def mwms_config(env: _Hosts) -> dict[str, Any]:
     """The MWMS ``TF_CONFIG`` of this host (``_build_tf_config_for_mwms``)."""
     addresses, shared = _ports(env)
-    workers = [
-        f"{a}:{env.master_port + 1 + i if shared else MWMS_PORT}" for i, a in enumerate(addresses)
-    ]
+    workers = [f"{a}:{env.master_port + 1 + i if shared else MWMS_PORT}" for i, a in enumerate(addresses)]
     index = list(env.distribution_hosts).index(env.current_host)
     task = {"index": index, "type": "worker"}
     return {"cluster": {"worker": workers}, "environment": "cloud", "task": task}

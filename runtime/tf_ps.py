@@ -54,8 +54,12 @@ def serve() -> int:
     import tensorflow as tf
 
     config = json.loads(os.environ["TF_CONFIG"])
-    server = tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name="ps",
-                                  task_index=int(config["task"]["index"]), protocol="grpc")
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(config["cluster"]),
+        job_name="ps",
+        task_index=int(config["task"]["index"]),
+        protocol="grpc",
+    )
     server.join()
     return 0
 

@@ -105,7 +105,7 @@ def is_s3(uri: str | Path) -> bool:
 
 def relative_key(prefix: str, key: str) -> str:
     """Path of ``key`` relative to the S3 prefix ``prefix``, the way a channel lays it out."""
-    rel = key[len(prefix):].lstrip("/")
+    rel = key[len(prefix) :].lstrip("/")
     return rel or key.rsplit("/", 1)[-1]
 
 
@@ -209,8 +209,10 @@ class TransferSummary:
 
     def line(self, label: str) -> str:
         """``upload: 12 file(s), 80.0 MiB in 3.2 s, 4 skipped unchanged``."""
-        return (f"{label}: {len(self.transferred)} file(s), {self.bytes / MiB:.1f} MiB in "
-                f"{self.seconds:.1f} s, {len(self.skipped)} skipped unchanged")
+        return (
+            f"{label}: {len(self.transferred)} file(s), {self.bytes / MiB:.1f} MiB in "
+            f"{self.seconds:.1f} s, {len(self.skipped)} skipped unchanged"
+        )
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -265,9 +267,7 @@ class TransferEngine:
                 import boto3
                 from botocore.config import Config
 
-                self._client = boto3.client(
-                    "s3", config=Config(max_pool_connections=self.max_concurrency)
-                )
+                self._client = boto3.client("s3", config=Config(max_pool_connections=self.max_concurrency))
             return self._client
 
     @property
@@ -320,8 +320,9 @@ class TransferEngine:
     def _pool_map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         if len(items) <= 1:
             return [fn(item) for item in items]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
-                                thread_name_prefix="smlaunch-transfer") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(self.concurrency, len(items)), thread_name_prefix="smlaunch-transfer"
+        ) as pool:
             return list(pool.map(fn, items))
 
     # -- listing
@@ -340,8 +341,14 @@ class TransferEngine:
                     key = obj["Key"]
                     if key.endswith("/"):
                         continue  # "folder" marker objects hold no data
-                    out.append(ObjectInfo(f"s3://{bucket}/{key}", relative_key(prefix, key),
-                                          int(obj["Size"]), str(obj.get("ETag", "")).strip('"')))
+                    out.append(
+                        ObjectInfo(
+                            f"s3://{bucket}/{key}",
+                            relative_key(prefix, key),
+                            int(obj["Size"]),
+                            str(obj.get("ETag", "")).strip('"'),
+                        )
+                    )
             return sorted(out, key=lambda o: o.rel)
         root = local_path(uri)
         if root.is_file():
@@ -352,14 +359,21 @@ class TransferEngine:
                 path = Path(dirpath) / name
                 if name.endswith(PARTIAL_SUFFIX) or not path.is_file():
                     continue
-                files.append(ObjectInfo(path.as_uri(), path.relative_to(root).as_posix(),
-                                        path.stat().st_size))
+                files.append(
+                    ObjectInfo(path.as_uri(), path.relative_to(root).as_posix(), path.stat().st_size)
+                )
         return sorted(files, key=lambda o: o.rel)
 
     # -- uploads
 
-    def upload_file(self, path: str | Path, uri: str, *, skip_unchanged: bool = True,
-                    extra_args: dict[str, Any] | None = None) -> TransferSummary:
+    def upload_file(
+        self,
+        path: str | Path,
+        uri: str,
+        *,
+        skip_unchanged: bool = True,
+        extra_args: dict[str, Any] | None = None,
+    ) -> TransferSummary:
         """Upload (or copy, for ``file://``/paths) one file to ``uri``, the full destination name."""
         path = Path(path)
         if not is_s3(uri):
@@ -369,15 +383,22 @@ class TransferEngine:
         if skip_unchanged:
             try:
                 head = self.client.head_object(Bucket=bucket, Key=key)
-                remote[key] = ObjectInfo(uri, key, int(head["ContentLength"]),
-                                         str(head.get("ETag", "")).strip('"'))
+                remote[key] = ObjectInfo(
+                    uri, key, int(head["ContentLength"]), str(head.get("ETag", "")).strip('"')
+                )
             except _client_error():
                 pass
         return self._upload_many([(path, bucket, key)], lambda: remote, skip_unchanged, extra_args, "upload")
 
-    def upload_dir(self, directory: str | Path, uri: str, *, skip_unchanged: bool = True,
-                   extra_args: dict[str, Any] | None = None,
-                   include: Callable[[str], bool] | None = None) -> TransferSummary:
+    def upload_dir(
+        self,
+        directory: str | Path,
+        uri: str,
+        *,
+        skip_unchanged: bool = True,
+        extra_args: dict[str, Any] | None = None,
+        include: Callable[[str], bool] | None = None,
+    ) -> TransferSummary:
         """Upload every file under ``directory`` to ``uri`` (prefix), keeping relative paths.
 
         ``include(rel)`` filters files. Unchanged files (same size and hash) are skipped.
@@ -414,9 +435,14 @@ class TransferEngine:
         sha: str | None = head.get("Metadata", {}).get(SHA256_METADATA_KEY)
         return sha
 
-    def _upload_many(self, jobs: Sequence[tuple[Path, str, str]],
-                     listing: Callable[[], dict[str, ObjectInfo]], skip_unchanged: bool,
-                     extra_args: dict[str, Any] | None, label: str) -> TransferSummary:
+    def _upload_many(
+        self,
+        jobs: Sequence[tuple[Path, str, str]],
+        listing: Callable[[], dict[str, ObjectInfo]],
+        skip_unchanged: bool,
+        extra_args: dict[str, Any] | None,
+        label: str,
+    ) -> TransferSummary:
         """Upload ``jobs`` (path, bucket, key), skipping those unchanged against ``listing()``, the
         destination's objects by key (called once, after the local files are hashed)."""
         started = time.monotonic()
@@ -449,16 +475,18 @@ class TransferEngine:
                 manager = self._transfer_manager()
                 for path, bucket, key, digest in large:
                     args = self._put_args(digest, extra_args)
-                    futures.append(manager.upload(str(path), bucket, key, extra_args=args,
-                                                  subscribers=[_Sub()]))
+                    futures.append(
+                        manager.upload(str(path), bucket, key, extra_args=args, subscribers=[_Sub()])
+                    )
 
             def put_small(job: tuple[Path, str, str, FileDigest]) -> None:
                 path, bucket, key, digest = job
                 body = path.read_bytes()
                 if len(body) != digest.size or hashlib.sha256(body).hexdigest() != digest.sha256:
                     raise TransferError(f"{path} changed while it was being uploaded")
-                self.client.put_object(Bucket=bucket, Key=key, Body=body,
-                                       **self._put_args(digest, extra_args))
+                self.client.put_object(
+                    Bucket=bucket, Key=key, Body=body, **self._put_args(digest, extra_args)
+                )
                 progress(digest.size)
 
             self._pool_map(put_small, small)
@@ -489,19 +517,31 @@ class TransferEngine:
         bucket, key = split_s3_uri(uri)
         head = self.client.head_object(Bucket=bucket, Key=key)
         info = ObjectInfo(uri, path.name, int(head["ContentLength"]), str(head.get("ETag", "")).strip('"'))
-        return self.download_objects([info], path.parent, skip_unchanged=skip_unchanged,
-                                     dest_paths=[path])
+        return self.download_objects([info], path.parent, skip_unchanged=skip_unchanged, dest_paths=[path])
 
-    def download_prefix(self, uri: str, directory: str | Path, *, skip_unchanged: bool = True,
-                        include: Callable[[str], bool] | None = None) -> TransferSummary:
+    def download_prefix(
+        self,
+        uri: str,
+        directory: str | Path,
+        *,
+        skip_unchanged: bool = True,
+        include: Callable[[str], bool] | None = None,
+    ) -> TransferSummary:
         """Download every object under ``uri`` into ``directory`` at its relative path."""
         objects = [o for o in self.list(uri) if include is None or include(o.rel)]
         return self.download_objects(objects, Path(directory), skip_unchanged=skip_unchanged)
 
-    def download_objects(self, objects: Iterable[ObjectInfo], directory: Path, *,
-                         skip_unchanged: bool = True, dest_paths: Sequence[Path] | None = None,
-                         on_done: Callable[[ObjectInfo, Path], None] | None = None,
-                         cancel: threading.Event | None = None, label: str = "download") -> TransferSummary:
+    def download_objects(
+        self,
+        objects: Iterable[ObjectInfo],
+        directory: Path,
+        *,
+        skip_unchanged: bool = True,
+        dest_paths: Sequence[Path] | None = None,
+        on_done: Callable[[ObjectInfo, Path], None] | None = None,
+        cancel: threading.Event | None = None,
+        label: str = "download",
+    ) -> TransferSummary:
         """Download listed objects into ``directory / rel`` (or ``dest_paths``), in parallel.
 
         ``on_done(info, path)`` is called (from a worker thread) as each file lands, verified, under
@@ -526,7 +566,8 @@ class TransferEngine:
             if skip_unchanged and dest.is_file() and dest.stat().st_size == info.size:
                 local = self._digest(dest)
                 if (info.etag and info.etag == local.etag) or (
-                        local.etag is None and self._remote_sha256(*split_s3_uri(info.uri)) == local.sha256):
+                    local.etag is None and self._remote_sha256(*split_s3_uri(info.uri)) == local.sha256
+                ):
                     summary.skipped.append(info.uri)
                     if on_done is not None:
                         on_done(info, dest)
@@ -584,21 +625,31 @@ class TransferEngine:
                 last_problem = f"{type(exc).__name__}: {exc}"
             finally:
                 tmp.unlink(missing_ok=True)
-            logger.warning("download of %s failed verification (attempt %d/%d): %s",
-                           info.uri, attempt + 1, self.retries + 1, last_problem)
+            logger.warning(
+                "download of %s failed verification (attempt %d/%d): %s",
+                info.uri,
+                attempt + 1,
+                self.retries + 1,
+                last_problem,
+            )
         raise TransferVerificationError(
-            f"download of {info.uri} failed after {self.retries + 1} attempts: {last_problem}")
+            f"download of {info.uri} failed after {self.retries + 1} attempts: {last_problem}"
+        )
 
-    def _fetch_to(self, bucket: str, key: str, info: ObjectInfo, tmp: Path,
-                  progress: ProgressBar | ProgressFile) -> tuple[str | None, int, str]:
+    def _fetch_to(
+        self, bucket: str, key: str, info: ObjectInfo, tmp: Path, progress: ProgressBar | ProgressFile
+    ) -> tuple[str | None, int, str]:
         """Fetch one object into ``tmp``; return (declared sha256, declared size, ETag)."""
         if info.size < self.multipart_threshold:
             response = self.client.get_object(Bucket=bucket, Key=key)
             body = response["Body"].read()
             tmp.write_bytes(body)
             progress(len(body))
-            return (response.get("Metadata", {}).get(SHA256_METADATA_KEY),
-                    int(response.get("ContentLength", info.size)), str(response.get("ETag", "")).strip('"'))
+            return (
+                response.get("Metadata", {}).get(SHA256_METADATA_KEY),
+                int(response.get("ContentLength", info.size)),
+                str(response.get("ETag", "")).strip('"'),
+            )
         head = self.client.head_object(Bucket=bucket, Key=key)
         from s3transfer.subscribers import BaseSubscriber
 
@@ -608,8 +659,11 @@ class TransferEngine:
 
         future = self._transfer_manager().download(bucket, key, str(tmp), subscribers=[_Sub()])
         future.result()
-        return (head.get("Metadata", {}).get(SHA256_METADATA_KEY), int(head["ContentLength"]),
-                str(head.get("ETag", "")).strip('"'))
+        return (
+            head.get("Metadata", {}).get(SHA256_METADATA_KEY),
+            int(head["ContentLength"]),
+            str(head.get("ETag", "")).strip('"'),
+        )
 
     def _verify(self, path: Path, size: int, sha256: str | None, etag: str) -> str | None:
         actual = path.stat().st_size
@@ -626,8 +680,9 @@ class TransferEngine:
 
     # -- local copies
 
-    def _copy_files(self, pairs: Sequence[tuple[Path, Path]], skip_unchanged: bool,
-                    label: str) -> TransferSummary:
+    def _copy_files(
+        self, pairs: Sequence[tuple[Path, Path]], skip_unchanged: bool, label: str
+    ) -> TransferSummary:
         started = time.monotonic()
         summary = TransferSummary()
 
@@ -682,14 +737,18 @@ class TransferEngine:
         if is_s3(uri):
             bucket, prefix = split_s3_uri(str(uri))
             for start in range(0, len(rels), 1000):  # DeleteObjects takes at most 1000 keys
-                batch = rels[start:start + 1000]
-                response = self.client.delete_objects(Bucket=bucket, Delete={
-                    "Objects": [{"Key": join_key(prefix, rel)} for rel in batch], "Quiet": True})
+                batch = rels[start : start + 1000]
+                response = self.client.delete_objects(
+                    Bucket=bucket,
+                    Delete={"Objects": [{"Key": join_key(prefix, rel)} for rel in batch], "Quiet": True},
+                )
                 errors = response.get("Errors") or []
                 if errors:
                     first = errors[0]
-                    raise TransferError(f"deleting s3://{bucket}/{first.get('Key')} failed: "
-                                        f"{first.get('Code')} {first.get('Message')}")
+                    raise TransferError(
+                        f"deleting s3://{bucket}/{first.get('Key')} failed: "
+                        f"{first.get('Code')} {first.get('Message')}"
+                    )
             return rels
         root = local_path(uri)
         for rel in rels:

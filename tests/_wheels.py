@@ -6,8 +6,9 @@ import zipfile
 from pathlib import Path
 
 
-def make_wheel(directory: Path, name: str, version: str, files: dict[str, str],
-               requires: tuple[str, ...] = ()) -> Path:
+def make_wheel(
+    directory: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()
+) -> Path:
     """Write ``<name>-<version>-py3-none-any.whl`` holding ``files`` (path -> text) into ``directory``."""
     dist = f"{name}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
@@ -18,7 +19,8 @@ def make_wheel(directory: Path, name: str, version: str, files: dict[str, str],
         for member, text in files.items():
             whl.writestr(member, text)
         whl.writestr(f"{dist}/METADATA", metadata)
-        whl.writestr(f"{dist}/WHEEL",
-                     "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(
+            f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         whl.writestr(f"{dist}/RECORD", "")
     return path

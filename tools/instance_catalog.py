@@ -64,12 +64,25 @@ RATIO_FAMILIES: dict[str, tuple[float, frozenset[str]]] = {
 }
 # family -> size -> (vCPUs, memory GiB, EFA)
 IRREGULAR_CPU_FAMILIES: dict[str, dict[str, tuple[int, float, bool]]] = {
-    "c4": {"xlarge": (4, 7.5, False), "2xlarge": (8, 15, False), "4xlarge": (16, 30, False),
-           "8xlarge": (36, 60, False)},
-    "c5n": {"xlarge": (4, 10.5, False), "2xlarge": (8, 21, False), "4xlarge": (16, 42, False),
-            "9xlarge": (36, 96, True), "18xlarge": (72, 192, True)},
-    "t3": {"medium": (2, 4, False), "large": (2, 8, False), "xlarge": (4, 16, False),
-           "2xlarge": (8, 32, False)},
+    "c4": {
+        "xlarge": (4, 7.5, False),
+        "2xlarge": (8, 15, False),
+        "4xlarge": (16, 30, False),
+        "8xlarge": (36, 60, False),
+    },
+    "c5n": {
+        "xlarge": (4, 10.5, False),
+        "2xlarge": (8, 21, False),
+        "4xlarge": (16, 42, False),
+        "9xlarge": (36, 96, True),
+        "18xlarge": (72, 192, True),
+    },
+    "t3": {
+        "medium": (2, 4, False),
+        "large": (2, 8, False),
+        "xlarge": (4, 16, False),
+        "2xlarge": (8, 32, False),
+    },
 }
 
 # --- accelerated families -------------------------------------------------------------------------
@@ -78,47 +91,108 @@ IRREGULAR_CPU_FAMILIES: dict[str, dict[str, tuple[int, float, bool]]] = {
 _Size = tuple[int, "float | None", "int | None", "int | None", "bool | None"]
 # G6 has G5's sizes: same vCPUs, memory, GPU count and EFA per size.
 _G5_SIZES: dict[str, _Size] = {
-    "xlarge": (4, 16, 1, None, False), "2xlarge": (8, 32, 1, None, False),
-    "4xlarge": (16, 64, 1, None, False), "8xlarge": (32, 128, 1, None, True),
-    "12xlarge": (48, 192, 4, None, True), "16xlarge": (64, 256, 1, None, True),
-    "24xlarge": (96, 384, 4, None, True), "48xlarge": (192, 768, 8, None, True)}
+    "xlarge": (4, 16, 1, None, False),
+    "2xlarge": (8, 32, 1, None, False),
+    "4xlarge": (16, 64, 1, None, False),
+    "8xlarge": (32, 128, 1, None, True),
+    "12xlarge": (48, 192, 4, None, True),
+    "16xlarge": (64, 256, 1, None, True),
+    "24xlarge": (96, 384, 4, None, True),
+    "48xlarge": (192, 768, 8, None, True),
+}
 ACCELERATED_FAMILIES: dict[str, tuple[str, str, float, dict[str, _Size]]] = {
-    "p2": ("nvidia", "K80", 12, {
-        "xlarge": (4, 61, 1, None, False), "8xlarge": (32, 488, 8, None, False),
-        "16xlarge": (64, 732, 16, None, False)}),
-    "p3": ("nvidia", "V100", 16, {
-        "2xlarge": (8, 61, 1, None, False), "8xlarge": (32, 244, 4, None, False),
-        "16xlarge": (64, 488, 8, None, False)}),
+    "p2": (
+        "nvidia",
+        "K80",
+        12,
+        {
+            "xlarge": (4, 61, 1, None, False),
+            "8xlarge": (32, 488, 8, None, False),
+            "16xlarge": (64, 732, 16, None, False),
+        },
+    ),
+    "p3": (
+        "nvidia",
+        "V100",
+        16,
+        {
+            "2xlarge": (8, 61, 1, None, False),
+            "8xlarge": (32, 244, 4, None, False),
+            "16xlarge": (64, 488, 8, None, False),
+        },
+    ),
     "p3dn": ("nvidia", "V100", 32, {"24xlarge": (96, 768, 8, None, True)}),
     "p4d": ("nvidia", "A100", 40, {"24xlarge": (96, 1152, 8, None, True)}),
     "p4de": ("nvidia", "A100", 80, {"24xlarge": (96, 1152, 8, None, True)}),
-    "p5": ("nvidia", "H100", 80, {
-        "4xlarge": (16, 256, 1, None, True), "48xlarge": (192, 2048, 8, None, True)}),
+    "p5": (
+        "nvidia",
+        "H100",
+        80,
+        {"4xlarge": (16, 256, 1, None, True), "48xlarge": (192, 2048, 8, None, True)},
+    ),
     "p5e": ("nvidia", "H200", 141, {"48xlarge": (192, 2048, 8, None, True)}),
     "p5en": ("nvidia", "H200", 141, {"48xlarge": (192, 2048, 8, None, True)}),
     "p6-b200": ("nvidia", "B200", 180, {"48xlarge": (192, 2048, 8, None, True)}),
     "p6-b300": ("nvidia", "B300", 268, {"48xlarge": (192, 4096, 8, None, True)}),
     "p6e-gb200": ("nvidia", "GB200", 186, {"36xlarge": (144, 960, 4, None, True)}),
-    "g4dn": ("nvidia", "T4", 16, {
-        "xlarge": (4, 16, 1, None, False), "2xlarge": (8, 32, 1, None, False),
-        "4xlarge": (16, 64, 1, None, False), "8xlarge": (32, 128, 1, None, True),
-        "12xlarge": (48, 192, 4, None, True), "16xlarge": (64, 256, 1, None, True)}),
+    "g4dn": (
+        "nvidia",
+        "T4",
+        16,
+        {
+            "xlarge": (4, 16, 1, None, False),
+            "2xlarge": (8, 32, 1, None, False),
+            "4xlarge": (16, 64, 1, None, False),
+            "8xlarge": (32, 128, 1, None, True),
+            "12xlarge": (48, 192, 4, None, True),
+            "16xlarge": (64, 256, 1, None, True),
+        },
+    ),
     "g5": ("nvidia", "A10G", 24, _G5_SIZES),
     "g6": ("nvidia", "L4", 24, _G5_SIZES),
-    "g6e": ("nvidia", "L40S", 48, {
-        "xlarge": (4, 32, 1, None, False), "2xlarge": (8, 64, 1, None, False),
-        "4xlarge": (16, 128, 1, None, False), "8xlarge": (32, 256, 1, None, True),
-        "12xlarge": (48, 384, 4, None, True), "16xlarge": (64, 512, 1, None, True),
-        "24xlarge": (96, 768, 4, None, True), "48xlarge": (192, 1536, 8, None, True)}),
-    "g7e": ("nvidia", "RTX PRO 6000 Blackwell Server Edition", 96, {
-        "2xlarge": (8, 64, 1, None, False), "4xlarge": (16, 128, 1, None, False),
-        "8xlarge": (32, 256, 1, None, True), "12xlarge": (48, 512, 2, None, True),
-        "24xlarge": (96, 1024, 4, None, True), "48xlarge": (192, 2048, 8, None, True)}),
-    "g7": ("nvidia", "RTX PRO 4500 Blackwell Server Edition", 32, {
-        size: (4 * int(size[:-6]), None, None, None, None)
-        for size in ("2xlarge", "4xlarge", "8xlarge", "12xlarge", "24xlarge", "48xlarge")}),
-    "trn1": ("neuron", "Trainium", 32, {
-        "2xlarge": (8, 32, 1, 2, False), "32xlarge": (128, 512, 16, 32, True)}),
+    "g6e": (
+        "nvidia",
+        "L40S",
+        48,
+        {
+            "xlarge": (4, 32, 1, None, False),
+            "2xlarge": (8, 64, 1, None, False),
+            "4xlarge": (16, 128, 1, None, False),
+            "8xlarge": (32, 256, 1, None, True),
+            "12xlarge": (48, 384, 4, None, True),
+            "16xlarge": (64, 512, 1, None, True),
+            "24xlarge": (96, 768, 4, None, True),
+            "48xlarge": (192, 1536, 8, None, True),
+        },
+    ),
+    "g7e": (
+        "nvidia",
+        "RTX PRO 6000 Blackwell Server Edition",
+        96,
+        {
+            "2xlarge": (8, 64, 1, None, False),
+            "4xlarge": (16, 128, 1, None, False),
+            "8xlarge": (32, 256, 1, None, True),
+            "12xlarge": (48, 512, 2, None, True),
+            "24xlarge": (96, 1024, 4, None, True),
+            "48xlarge": (192, 2048, 8, None, True),
+        },
+    ),
+    "g7": (
+        "nvidia",
+        "RTX PRO 4500 Blackwell Server Edition",
+        32,
+        {
+            size: (4 * int(size[:-6]), None, None, None, None)
+            for size in ("2xlarge", "4xlarge", "8xlarge", "12xlarge", "24xlarge", "48xlarge")
+        },
+    ),
+    "trn1": (
+        "neuron",
+        "Trainium",
+        32,
+        {"2xlarge": (8, 32, 1, 2, False), "32xlarge": (128, 512, 16, 32, True)},
+    ),
     "trn1n": ("neuron", "Trainium", 32, {"32xlarge": (128, 512, 16, 32, True)}),
     "trn2": ("neuron", "Trainium2", 96, {"48xlarge": (192, 2048, 16, 64, True)}),
 }
@@ -138,15 +212,28 @@ def _vcpus_from_size(size: str) -> int:
 def row(name: str) -> dict[str, Any]:
     """The catalog row of one ``ml.<family>.<size>`` name; ``KeyError`` names an unknown family."""
     _, family, size = name.split(".")
-    base: dict[str, Any] = {"name": name, "accelerator": "none", "accelerator_count": 0,
-                            "accelerator_model": None, "accelerator_memory_gib": None,
-                            "neuron_cores": None}
+    base: dict[str, Any] = {
+        "name": name,
+        "accelerator": "none",
+        "accelerator_count": 0,
+        "accelerator_model": None,
+        "accelerator_memory_gib": None,
+        "neuron_cores": None,
+    }
     if family in ACCELERATED_FAMILIES:
         kind, model, device_memory, sizes = ACCELERATED_FAMILIES[family]
         vcpus, memory, devices, cores, efa = sizes[size]
-        return {**base, "vcpus": vcpus, "memory_gib": memory, "accelerator": kind,
-                "accelerator_count": devices, "accelerator_model": model,
-                "accelerator_memory_gib": device_memory, "neuron_cores": cores, "efa": efa}
+        return {
+            **base,
+            "vcpus": vcpus,
+            "memory_gib": memory,
+            "accelerator": kind,
+            "accelerator_count": devices,
+            "accelerator_model": model,
+            "accelerator_memory_gib": device_memory,
+            "neuron_cores": cores,
+            "efa": efa,
+        }
     if family in IRREGULAR_CPU_FAMILIES:
         vcpus, memory, efa = IRREGULAR_CPU_FAMILIES[family][size]
         return {**base, "vcpus": vcpus, "memory_gib": memory, "efa": efa}
@@ -173,8 +260,17 @@ FIELD_SOURCES = {
     "efa": "EFA support, EC2 'Supported instance types' list of Elastic Fabric Adapter",
     "null": "not published in the sources used",
 }
-FIELDS = ("name", "vcpus", "memory_gib", "accelerator", "accelerator_count", "accelerator_model",
-          "accelerator_memory_gib", "neuron_cores", "efa")
+FIELDS = (
+    "name",
+    "vcpus",
+    "memory_gib",
+    "accelerator",
+    "accelerator_count",
+    "accelerator_model",
+    "accelerator_memory_gib",
+    "neuron_cores",
+    "efa",
+)
 
 
 def _plain(value: Any) -> Any:
@@ -185,8 +281,10 @@ def build(names: list[str], botocore_version: str) -> dict[str, Any]:
     """The data file's content for ``names`` (botocore's enum), sorted by family then size."""
     rows = [row(name) for name in sorted(set(names), key=_order)]
     return {
-        "source": (f"TrainingInstanceType of botocore {botocore_version}'s SageMaker model; facts from "
-                   "the AWS EC2 instance type pages, see tools/instance_catalog.py"),
+        "source": (
+            f"TrainingInstanceType of botocore {botocore_version}'s SageMaker model; facts from "
+            "the AWS EC2 instance type pages, see tools/instance_catalog.py"
+        ),
         "fields": FIELD_SOURCES,
         "types": [{key: _plain(r[key]) for key in FIELDS} for r in rows],
     }
@@ -196,8 +294,9 @@ def dump(data: dict[str, Any]) -> str:
     """The file's text: one type per line, so a regeneration's diff shows the types that changed."""
     rows = ",\n".join("  " + json.dumps(r) for r in data["types"])
     fields = json.dumps(data["fields"], indent=2).replace("\n", "\n ")
-    return (f'{{\n "source": {json.dumps(data["source"])},\n "fields": {fields},\n'
-            f' "types": [\n{rows}\n ]\n}}\n')
+    return (
+        f'{{\n "source": {json.dumps(data["source"])},\n "fields": {fields},\n "types": [\n{rows}\n ]\n}}\n'
+    )
 
 
 def botocore_training_types() -> tuple[list[str], str]:

@@ -73,7 +73,8 @@ def _check_compression(channel: Channel, mode: str) -> None:
     if channel.CompressionType in (None, "None") or mode == "Pipe":
         return
     raise ConfigurationError(
-        f"inputs[{channel.ChannelName!r}].compression", channel.CompressionType,
+        f"inputs[{channel.ChannelName!r}].compression",
+        channel.CompressionType,
         f"SageMaker decompresses channels in Pipe mode only; this channel is in {mode} mode",
         "pass input_mode='Pipe' (on the TrainingInput or the estimator) to stream it decompressed, or "
         "drop compression and have the script read the .gz files itself",
@@ -102,7 +103,8 @@ def refuse_earlier_output(spec: TrainingJobSpec, s3_client: Callable[[], Any]) -
         existing = []
     if existing:
         raise ConfigurationError(
-            "output_path", output,
+            "output_path",
+            output,
             f"{existing[0].uri} already exists (an earlier job named {spec.TrainingJobName!r}); this "
             "job's artifacts would overwrite it",
             "pass another job_name (or leave it unset for a fresh timestamped name), another "
@@ -134,12 +136,17 @@ class Backend(ABC):
             )
         strategy = Distribution.from_hyperparameters(hp.decode(spec.HyperParameters)).strategy
         if strategy not in caps.distributions:
-            refuse("distribution", strategy, "distribution strategy not supported",
-                   f"use one of {sorted(caps.distributions)} or another backend")
+            refuse(
+                "distribution",
+                strategy,
+                "distribution strategy not supported",
+                f"use one of {sorted(caps.distributions)} or another backend",
+            )
         job_mode = spec.AlgorithmSpecification.TrainingInputMode
         if job_mode not in caps.input_modes:
-            refuse("input_mode", job_mode, "input mode not supported",
-                   f"use one of {sorted(caps.input_modes)}")
+            refuse(
+                "input_mode", job_mode, "input mode not supported", f"use one of {sorted(caps.input_modes)}"
+            )
         uris: list[tuple[str, str]] = [("output_path", spec.OutputDataConfig.S3OutputPath)]
         for channel in spec.InputDataConfig or []:
             if channel.DataSource.S3DataSource is not None:
@@ -155,8 +162,12 @@ class Backend(ABC):
             _check_compression(channel, mode)
         if spec.CheckpointConfig is not None:
             if not caps.checkpoints:
-                refuse("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri, "checkpoints not supported",
-                       "drop checkpoint_s3_uri or use another backend")
+                refuse(
+                    "checkpoint_s3_uri",
+                    spec.CheckpointConfig.S3Uri,
+                    "checkpoints not supported",
+                    "drop checkpoint_s3_uri or use another backend",
+                )
             uris.append(("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri))
         if spec.TensorBoardOutputConfig is not None:
             tensorboard = spec.TensorBoardOutputConfig.S3OutputPath
@@ -164,19 +175,35 @@ class Backend(ABC):
         for field, uri in uris:
             scheme = urlparse(uri).scheme
             if scheme not in caps.uri_schemes:
-                refuse(field, uri, f"{scheme or 'a scheme-less'}:// URIs are not supported",
-                       f"use a URI starting with one of {sorted(s + '://' for s in caps.uri_schemes)}")
+                refuse(
+                    field,
+                    uri,
+                    f"{scheme or 'a scheme-less'}:// URIs are not supported",
+                    f"use a URI starting with one of {sorted(s + '://' for s in caps.uri_schemes)}",
+                )
         if spec.EnableManagedSpotTraining and not caps.spot:
             refuse("use_spot_instances", True, "spot training not supported", "drop use_spot_instances")
         if spec.VpcConfig is not None and not caps.vpc:
-            refuse("subnets", spec.VpcConfig.Subnets, "VPC configuration not supported",
-                   "drop subnets and security_group_ids")
+            refuse(
+                "subnets",
+                spec.VpcConfig.Subnets,
+                "VPC configuration not supported",
+                "drop subnets and security_group_ids",
+            )
         if spec.EnableNetworkIsolation and not caps.network_isolation:
-            refuse("enable_network_isolation", True, "network isolation not supported",
-                   "drop enable_network_isolation")
+            refuse(
+                "enable_network_isolation",
+                True,
+                "network isolation not supported",
+                "drop enable_network_isolation",
+            )
         if spec.RetryStrategy is not None and not caps.retry_strategy:
-            refuse("retry_strategy", spec.RetryStrategy.MaximumRetryAttempts, "retry strategy not supported",
-                   "drop retry_strategy")
+            refuse(
+                "retry_strategy",
+                spec.RetryStrategy.MaximumRetryAttempts,
+                "retry strategy not supported",
+                "drop retry_strategy",
+            )
 
     def reserve(self, spec: TrainingJobSpec) -> None:
         """Claim ``spec.TrainingJobName`` before anything is staged, or raise

@@ -55,11 +55,19 @@ METRICS_PERIOD_SECONDS = 60
 """Aggregation period of the datapoints read, the SDK's ``METRICS_PERIOD_DEFAULT``."""
 
 
-THROTTLING_CODES = frozenset({
-    "ThrottlingException", "Throttling", "ThrottledException", "TooManyRequestsException",
-    "RequestLimitExceeded", "RequestThrottled", "RequestThrottledException", "SlowDown",
-    "ProvisionedThroughputExceededException",
-})
+THROTTLING_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "SlowDown",
+        "ProvisionedThroughputExceededException",
+    }
+)
 
 
 def _error_code(error: ClientError) -> str:
@@ -79,7 +87,7 @@ def _claim_location(spec: TrainingJobSpec) -> tuple[str, str] | None:
     uri = json.loads(raw)
     if not isinstance(uri, str) or not uri.startswith("s3://"):
         return None
-    bucket, _, key = uri[len("s3://"):].partition("/")
+    bucket, _, key = uri[len("s3://") :].partition("/")
     source = posixpath.dirname(key)
     job_dir = posixpath.dirname(source)
     if posixpath.basename(source) != "source" or posixpath.basename(job_dir) != spec.TrainingJobName:
@@ -168,25 +176,34 @@ class SageMakerBackend(Backend):
                 raise
         else:
             raise JobNameTakenError(
-                "job_name", name,
+                "job_name",
+                name,
                 f"a training job with this name already exists in {self.session.region_name}",
-                "pass another job_name, or leave it unset for a timestamped one")
+                "pass another job_name, or leave it unset for a timestamped one",
+            )
         claim = _claim_location(spec)
         if claim is None:
             return
         bucket, key = claim
         try:
             with aws_errors(f"claim the job name {name} at s3://{bucket}/{key}"):
-                self.session.s3_client().put_object(Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*",
-                                                    ServerSideEncryption="aws:kms",
-                                                    **self.session.bucket_owner_args(bucket))
+                self.session.s3_client().put_object(
+                    Bucket=bucket,
+                    Key=key,
+                    Body=b"",
+                    IfNoneMatch="*",
+                    ServerSideEncryption="aws:kms",
+                    **self.session.bucket_owner_args(bucket),
+                )
         except ClientError as error:
             if _error_code(error) not in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise
             raise JobNameTakenError(
-                "job_name", name,
+                "job_name",
+                name,
                 f"another submitter is starting a job of this name (s3://{bucket}/{key} exists)",
-                "pass another job_name, or leave it unset for a timestamped one") from None
+                "pass another job_name, or leave it unset for a timestamped one",
+            ) from None
 
     def release(self, spec: TrainingJobSpec) -> None:
         """Remove the claim :meth:`reserve` wrote, when the job was not submitted after all."""
@@ -205,7 +222,9 @@ class SageMakerBackend(Backend):
         except ClientError as error:
             if _error_code(error) == "ResourceInUse":
                 raise JobNameTakenError(
-                    "job_name", spec.TrainingJobName, "a training job with this name already exists",
+                    "job_name",
+                    spec.TrainingJobName,
+                    "a training job with this name already exists",
                     "pass another job_name, or leave it unset for a timestamped one",
                 ) from None
             raise
@@ -227,7 +246,8 @@ class SageMakerBackend(Backend):
                     continue
                 if _job_not_found(error):
                     raise ConfigurationError(
-                        "job_name", job_name,
+                        "job_name",
+                        job_name,
                         f"no training job with this name in {self.session.region_name}",
                         "check the name (Session().list_training_jobs() lists recent jobs) and the region",
                     ) from None
@@ -237,9 +257,12 @@ class SageMakerBackend(Backend):
 
     def stop(self, job_name: str, reason: str | None = None) -> None:
         if reason is not None:
-            raise ConfigurationError("reason", reason, "SageMaker interrupts spot instances itself; a job "
-                                     "on it cannot be interrupted on request",
-                                     "call stop() without a reason, or rehearse the interruption locally")
+            raise ConfigurationError(
+                "reason",
+                reason,
+                "SageMaker interrupts spot instances itself; a job on it cannot be interrupted on request",
+                "call stop() without a reason, or rehearse the interruption locally",
+            )
         try:
             with aws_errors(f"stop the training job {job_name}"):
                 self.session.sagemaker_client().stop_training_job(TrainingJobName=job_name)
@@ -266,9 +289,13 @@ class SageMakerBackend(Backend):
         with aws_errors(f"read the CloudWatch metrics of {job_name}"):
             for name in names:
                 points = self.session.cloudwatch_client().get_metric_statistics(
-                    Namespace=METRICS_NAMESPACE, MetricName=name,
+                    Namespace=METRICS_NAMESPACE,
+                    MetricName=name,
                     Dimensions=[{"Name": "TrainingJobName", "Value": job_name}],
-                    StartTime=start, EndTime=end, Period=METRICS_PERIOD_SECONDS, Statistics=["Average"],
+                    StartTime=start,
+                    EndTime=end,
+                    Period=METRICS_PERIOD_SECONDS,
+                    Statistics=["Average"],
                 )["Datapoints"]
                 if not points:
                     missing.append(name)
@@ -278,9 +305,14 @@ class SageMakerBackend(Backend):
             parser = MetricParser([d for d in definitions if d["Name"] in missing])
             events = self._events(job_name, follow=False)
             records += [
-                MetricRecord(sample.name, sample.value,
-                             datetime.fromtimestamp(event.timestamp / 1000, tz=timezone.utc), sample.host)
-                for event in events for sample in parser.parse_line(event.line())
+                MetricRecord(
+                    sample.name,
+                    sample.value,
+                    datetime.fromtimestamp(event.timestamp / 1000, tz=timezone.utc),
+                    sample.host,
+                )
+                for event in events
+                for sample in parser.parse_line(event.line())
             ]
         return records
 
@@ -301,8 +333,10 @@ class SageMakerBackend(Backend):
         Returns the final description when the job was terminal at the last read, else None.
         """
         merger = LogStreamMerger(
-            self.session.logs_client(), job_name,
-            streams_page_size=self.streams_page_size, events_page_size=self.events_page_size,
+            self.session.logs_client(),
+            job_name,
+            streams_page_size=self.streams_page_size,
+            events_page_size=self.events_page_size,
         )
         statuses = StatusTracker()
         description = self.describe(job_name)

@@ -66,8 +66,9 @@ _MPI_STRATEGIES = frozenset({"mpi", "modelparallel"})
 """Strategies whose ranks ``mpirun`` starts over ssh: not across Slurm nodes."""
 
 
-def sbatch_arguments(spec: TrainingJobSpec, session: SlurmSession, partition: Partition | None,
-                     job: JobDir, grace: float) -> list[str]:
+def sbatch_arguments(
+    spec: TrainingJobSpec, session: SlurmSession, partition: Partition | None, job: JobDir, grace: float
+) -> list[str]:
     """The ``sbatch`` options of ``spec``'s job (see the module docstring). Pure."""
     seconds = spec.StoppingCondition.MaxRuntimeInSeconds + grace + TIME_MARGIN_SECONDS
     args = [
@@ -123,8 +124,12 @@ class SlurmBackend(LocalBackend):
     )
 
     def __init__(self, session: SlurmSession) -> None:
-        executor = SlurmExecutor(client=session.slurm_client(), python=session.python,
-                                 container_image=session.container_image, shared_dir=str(session.shared_dir))
+        executor = SlurmExecutor(
+            client=session.slurm_client(),
+            python=session.python,
+            container_image=session.container_image,
+            shared_dir=str(session.shared_dir),
+        )
         super().__init__(session, executor=executor)
         self.capabilities = SlurmBackend.capabilities  # not the local ones the base narrows by executor
         self.session: SlurmSession = session
@@ -142,8 +147,12 @@ class SlurmBackend(LocalBackend):
         name = self.session.partition or self.client.default_partition()
         partition = self.client.partition(name)
         if partition is None:
-            raise ConfigurationError("partition", name, "the cluster has no such partition",
-                                     "pass SlurmSession(partition=...) one that `sinfo --summarize` lists")
+            raise ConfigurationError(
+                "partition",
+                name,
+                "the cluster has no such partition",
+                "pass SlurmSession(partition=...) one that `sinfo --summarize` lists",
+            )
         return partition
 
     def check(self, spec: TrainingJobSpec) -> None:
@@ -152,13 +161,20 @@ class SlurmBackend(LocalBackend):
         super().check(spec)
         partition = self.partition()
         if partition.available != "up":
-            raise ConfigurationError("partition", partition.name, f"the partition is {partition.available}",
-                                     "pass SlurmSession(partition=...) a partition that is up")
+            raise ConfigurationError(
+                "partition",
+                partition.name,
+                f"the partition is {partition.available}",
+                "pass SlurmSession(partition=...) a partition that is up",
+            )
         count = spec.ResourceConfig.InstanceCount
         if count > partition.nodes:
             raise UnsupportedByBackendError(
-                "instance_count", count, f"partition {partition.name} has {partition.nodes} node(s)",
-                f"use instance_count <= {partition.nodes} or a larger partition")
+                "instance_count",
+                count,
+                f"partition {partition.name} has {partition.nodes} node(s)",
+                f"use instance_count <= {partition.nodes} or a larger partition",
+            )
         self._warn_about_unshared_paths(spec)
 
     def _warn_about_unshared_paths(self, spec: TrainingJobSpec) -> None:
@@ -169,8 +185,11 @@ class SlurmBackend(LocalBackend):
         submit = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
         if submit:
             uris.append(("source_dir", str(json.loads(submit))))
-        uris += [(f"inputs[{c.ChannelName!r}]", c.DataSource.S3DataSource.S3Uri)
-                 for c in spec.InputDataConfig or [] if c.DataSource.S3DataSource is not None]
+        uris += [
+            (f"inputs[{c.ChannelName!r}]", c.DataSource.S3DataSource.S3Uri)
+            for c in spec.InputDataConfig or []
+            if c.DataSource.S3DataSource is not None
+        ]
         if spec.CheckpointConfig is not None:
             uris.append(("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri))
         for field, uri in uris:
@@ -181,7 +200,9 @@ class SlurmBackend(LocalBackend):
                 warnings.warn(
                     f"{field}={uri}: {path} is outside SlurmSession.shared_dir ({self.session.shared_dir}); "
                     "the job's nodes must see it at the same path. Fix: put it on a filesystem every "
-                    "node mounts (e.g. under shared_dir), or use s3://", stacklevel=4)
+                    "node mounts (e.g. under shared_dir), or use s3://",
+                    stacklevel=4,
+                )
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """The local settings (the executor's included), with GPUs counted on the nodes, not here."""
@@ -246,14 +267,16 @@ class SlurmBackend(LocalBackend):
             reason = f"InternalServerError: {where} before its agent recorded an outcome. See {job.agent_log}"
         state = dict(state)
         ended = time.time()
-        state.update(TrainingJobStatus=status, SecondaryStatus=secondary, FailureReason=reason,
-                     LastModifiedTime=ended)
+        state.update(
+            TrainingJobStatus=status, SecondaryStatus=secondary, FailureReason=reason, LastModifiedTime=ended
+        )
         state.setdefault("TrainingEndTime", ended)
         transitions = state.setdefault("SecondaryStatusTransitions", [])
         if transitions and "EndTime" not in transitions[-1]:
             transitions[-1]["EndTime"] = ended
         transitions.append(
-            {"Status": secondary, "StartTime": ended, "EndTime": ended, "StatusMessage": reason})
+            {"Status": secondary, "StartTime": ended, "EndTime": ended, "StatusMessage": reason}
+        )
         if not JobState.of(job.read_state()).is_terminal:  # the agent may have written it meanwhile
             write_json_atomic(job.state_file, state)
         return job.read_state()
@@ -276,8 +299,12 @@ class SlurmBackend(LocalBackend):
         SIGKILL after the grace) and ends the job Stopped."""
         if reason is not None:
             raise ConfigurationError(
-                "reason", reason, "the Slurm backend does not emulate spot interruptions (Slurm "
-                "requeues preempted --requeue jobs itself)", "call stop() without a reason")
+                "reason",
+                reason,
+                "the Slurm backend does not emulate spot interruptions (Slurm "
+                "requeues preempted --requeue jobs itself)",
+                "call stop() without a reason",
+            )
         job = self._existing(job_name)
         if JobState.of(job.read_state()).is_terminal:
             return
@@ -296,4 +323,3 @@ class SlurmBackend(LocalBackend):
             if self._agent_alive(job):
                 raise
         self._states.pop(job_id, None)
-

@@ -88,12 +88,18 @@ class Partition(BaseModel):
         return any(g == "gpu" or g.startswith("gpu:") for g in self.gres)
 
 
-def run_command(argv: Sequence[str], stdin: str | None,
-                env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_command(
+    argv: Sequence[str], stdin: str | None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The default runner: the real command, its output captured as text, bounded in time."""
     return subprocess.run(
-        list(argv), input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS,
-        check=False, stdin=None if stdin is not None else subprocess.DEVNULL,
+        list(argv),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        check=False,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
         env=None if env is None else dict(env),
     )
 
@@ -126,8 +132,9 @@ class SlurmClient:
         self._commands = dict(commands or {})
         self._accounting: bool | None = None
 
-    def run(self, name: str, *args: str, stdin: str | None = None,
-            env: Mapping[str, str] | None = None) -> str:
+    def run(
+        self, name: str, *args: str, stdin: str | None = None, env: Mapping[str, str] | None = None
+    ) -> str:
         """Run Slurm command ``name`` with ``args`` (in ``env``, default this process's environment);
         its stdout. Raises when it is missing or exits non-zero."""
         out = self._call(name, args, stdin, env, unknown_job_ok=False)
@@ -139,26 +146,35 @@ class SlurmClient:
         has forgotten it) or has ended."""
         return self._call(name, args, None, None, unknown_job_ok=True)
 
-    def _call(self, name: str, args: Sequence[str], stdin: str | None, env: Mapping[str, str] | None,
-              unknown_job_ok: bool) -> str | None:
+    def _call(
+        self,
+        name: str,
+        args: Sequence[str],
+        stdin: str | None,
+        env: Mapping[str, str] | None,
+        unknown_job_ok: bool,
+    ) -> str | None:
         argv = [self._commands.get(name, name), *args]
         try:
             done = self._runner(argv, stdin, env)
         except FileNotFoundError:
             raise ConfigurationError(
-                "sagemaker_session", "SlurmSession",
+                "sagemaker_session",
+                "SlurmSession",
                 f"the Slurm command {name!r} is not installed here (not on PATH)",
                 "run on a login node of the cluster, or install Slurm's client commands (Debian/Ubuntu: "
                 "apt-get install slurm-client; with the configuration and MUNGE key of the cluster)",
             ) from None
         except subprocess.TimeoutExpired:
-            raise SlurmCommandError(argv, f"did not answer within {COMMAND_TIMEOUT_SECONDS:g} s "
-                                          "(is slurmctld reachable?)") from None
+            raise SlurmCommandError(
+                argv, f"did not answer within {COMMAND_TIMEOUT_SECONDS:g} s (is slurmctld reachable?)"
+            ) from None
         if done.returncode != 0:
             if unknown_job_ok and any(text in (done.stderr or "") for text in _GONE_JOB):
                 return None
-            raise SlurmCommandError(argv, f"failed with exit code {done.returncode}: "
-                                          f"{(done.stderr or done.stdout or '').strip()}")
+            raise SlurmCommandError(
+                argv, f"failed with exit code {done.returncode}: {(done.stderr or done.stdout or '').strip()}"
+            )
         return done.stdout
 
     # --- submission and control -----------------------------------------------------------------
@@ -213,16 +229,26 @@ class SlurmClient:
     def _accounted(self, job_id: str) -> SlurmJob | None:
         if not self.accounting_enabled():
             return None
-        args = ["--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
-                "--format=JobID,State,Reason,NodeList,ExitCode"]
+        args = [
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            f"--jobs={job_id}",
+            "--format=JobID,State,Reason,NodeList,ExitCode",
+        ]
         argv = ["sacct", *args]
         for line in self.run("sacct", *args).splitlines():
             if not line.strip():
                 continue
             jid, state, reason, nodes, exit_code = _fields(argv, line, 5)
             if jid == job_id:
-                return SlurmJob(job_id=jid, state=_state(argv, state), reason=reason or "None",
-                                nodes="" if nodes == "None assigned" else nodes, exit_code=exit_code)
+                return SlurmJob(
+                    job_id=jid,
+                    state=_state(argv, state),
+                    reason=reason or "None",
+                    nodes="" if nodes == "None assigned" else nodes,
+                    exit_code=exit_code,
+                )
         return None
 
     def steps(self, job_id: str) -> dict[str, str]:
@@ -287,4 +313,3 @@ class SlurmClient:
             if line.strip().endswith("*"):
                 return line.strip().rstrip("*")
         raise SlurmCommandError(argv, "listed no default partition (marked '*')")
-

@@ -45,8 +45,12 @@ def instance_count(description: Mapping[str, Any]) -> int:
     return int(resources.get("InstanceCount") or 1)
 
 
-def summary_lines(description: Mapping[str, Any], source: str = SERVICE_SOURCE,
-                  billable_seconds: bool = True, artifact: bool = True) -> list[str]:
+def summary_lines(
+    description: Mapping[str, Any],
+    source: str = SERVICE_SOURCE,
+    billable_seconds: bool = True,
+    artifact: bool = True,
+) -> list[str]:
     """Where the model artifact is (with ``artifact``), the training and (with ``billable_seconds``)
     billable seconds of a Completed job (times instance count, as the SDK prints them), and the Managed
     Spot Training saving. Empty for any other status; a figure the service did not report is left out

@@ -38,8 +38,10 @@ class PooledHead(nn.Module):
 
 def build_model(dim: int = 32, heads: int = 4, layers: int = 2, dropout: float = 0.1) -> nn.Sequential:
     blocks: list[nn.Module] = [RowEmbedding(dim)]
-    blocks += [nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=dropout, batch_first=True)
-               for _ in range(layers)]
+    blocks += [
+        nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=dropout, batch_first=True)
+        for _ in range(layers)
+    ]
     blocks.append(PooledHead(dim))
     return nn.Sequential(*blocks)
 

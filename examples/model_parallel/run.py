@@ -29,8 +29,12 @@ MP_PARAMETERS = {
 }
 
 
-def main(epochs: int = 4, instance_type: str = "ml.p3.8xlarge", instance_count: int = 1,
-         processes_per_host: int = 4) -> float:
+def main(
+    epochs: int = 4,
+    instance_type: str = "ml.p3.8xlarge",
+    instance_count: int = 1,
+    processes_per_host: int = 4,
+) -> float:
     """Train, then check the saved model in this process; returns its test accuracy."""
     estimator = PyTorch(
         entry_point="train_smp.py",

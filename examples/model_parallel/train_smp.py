@@ -62,17 +62,27 @@ def main():
 
     train_x, train_y = digits("train")
     test_x, test_y = digits("test")
-    sampler = DistributedSampler(TensorDataset(train_x, train_y), num_replicas=smp.dp_size(),
-                                 rank=smp.dp_rank(), shuffle=True, seed=args.seed, drop_last=True)
-    train_loader = DataLoader(TensorDataset(train_x, train_y), batch_size=args.batch_size, sampler=sampler,
-                              drop_last=True)
+    sampler = DistributedSampler(
+        TensorDataset(train_x, train_y),
+        num_replicas=smp.dp_size(),
+        rank=smp.dp_rank(),
+        shuffle=True,
+        seed=args.seed,
+        drop_last=True,
+    )
+    train_loader = DataLoader(
+        TensorDataset(train_x, train_y), batch_size=args.batch_size, sampler=sampler, drop_last=True
+    )
     test_loader = DataLoader(TensorDataset(test_x, test_y), batch_size=40)
 
     model = smp.DistributedModel(build_model())
     optimizer = smp.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=args.lr))
     if smp.rank() == 0:
-        print(f"smp: world={smp.size()} pp={smp.pp_size()} dp={smp.dp_size()} "
-              f"microbatches={smp.num_microbatches()}", flush=True)
+        print(
+            f"smp: world={smp.size()} pp={smp.pp_size()} dp={smp.dp_size()} "
+            f"microbatches={smp.num_microbatches()}",
+            flush=True,
+        )
 
     for epoch in range(1, args.epochs + 1):
         sampler.set_epoch(epoch)
@@ -86,8 +96,11 @@ def main():
         train_loss = sum(smp.allgather(sum(losses) / len(losses), smp.DP_GROUP)) / smp.dp_size()
         test_loss, accuracy, _ = evaluate(model, test_loader, device)
         if smp.rank() == 0:
-            print(f"epoch={epoch} train_loss={train_loss:.4f} test_loss={test_loss:.4f} "
-                  f"test_accuracy={accuracy:.4f}", flush=True)
+            print(
+                f"epoch={epoch} train_loss={train_loss:.4f} test_loss={test_loss:.4f} "
+                f"test_accuracy={accuracy:.4f}",
+                flush=True,
+            )
 
     _, _, logits = evaluate(model, test_loader, device)
     if smp.dp_rank() == 0:

@@ -28,8 +28,10 @@ def main() -> str:
         py_version="py310",
         distribution={"torch_distributed": {"enabled": True}},
         hyperparameters={"epochs": 30, "batch-size": 32, "lr": 3e-3},
-        metric_definitions=[{"Name": "train:loss", "Regex": r"loss ([0-9.]+)"},
-                            {"Name": "validation:accuracy", "Regex": r"val accuracy ([0-9.]+)"}],
+        metric_definitions=[
+            {"Name": "train:loss", "Regex": r"loss ([0-9.]+)"},
+            {"Name": "validation:accuracy", "Regex": r"val accuracy ([0-9.]+)"},
+        ],
         base_job_name="quickstart",
         sagemaker_session=LocalSession(processes_per_host=2),
     )

@@ -36,8 +36,9 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def held_out_accuracy(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, rank: int, world: int,
-                      distributed: bool) -> tuple[float, torch.Tensor]:
+def held_out_accuracy(
+    model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, rank: int, world: int, distributed: bool
+) -> tuple[float, torch.Tensor]:
     """Each rank scores its slice of the test set; the counts are summed over the ranks."""
     model.eval()
     with torch.no_grad():
@@ -74,7 +75,10 @@ def main() -> None:
 
     torch.manual_seed(args.seed)  # same initial weights on every rank
     model: nn.Module = nn.Sequential(
-        nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        nn.Linear(64, args.hidden),
+        nn.ReLU(),
+        nn.Linear(args.hidden, args.hidden),
+        nn.ReLU(),
         nn.Linear(args.hidden, 10),
     )
     if distributed:
@@ -107,8 +111,15 @@ def main() -> None:
         torch.save(plain.state_dict(), os.path.join(args.model_dir, "model.pt"))
         os.makedirs(args.output_data_dir, exist_ok=True)
         with open(os.path.join(args.output_data_dir, "metrics.json"), "w") as handle:
-            json.dump({"test_accuracy": accuracy, "world_size": world, "host": host,
-                       "seconds": round(time.time() - started, 2)}, handle)
+            json.dump(
+                {
+                    "test_accuracy": accuracy,
+                    "world_size": world,
+                    "host": host,
+                    "seconds": round(time.time() - started, 2),
+                },
+                handle,
+            )
     if distributed:
         # Leave together: a rank that tears gloo down while rank 0 is still saving can abort
         # (SIGABRT, "terminate called without an active exception"), seen in the Docker tests.

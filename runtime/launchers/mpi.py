@@ -152,7 +152,8 @@ class MpiLauncher(Launcher):
         raw = self.env.environ.get(contract.SMLAUNCH_MPI_DIR, "")
         if not raw:
             raise HostConfigurationError(
-                contract.SMLAUNCH_MPI_DIR, raw,
+                contract.SMLAUNCH_MPI_DIR,
+                raw,
                 "emulated MPI hosts meet in a private directory they share, and none was given",
                 "set it to a directory only you can read (mkdtemp), the same for every host; the local "
                 "backend does this for you",

@@ -35,8 +35,10 @@ class SmddpLauncher(TorchrunLauncher):
         """The SMDATAPARALLEL-style variables every rank of this host gets."""
         env = self.env
         instance_type = env.framework_params.get(contract.HP_INSTANCE_TYPE) or env.current_instance_type
-        layout = "SMDATAPARALLEL_USE_SINGLENODE" if len(env.distribution_hosts) == 1 else (
-            "SMDATAPARALLEL_USE_HOMOGENEOUS"
+        layout = (
+            "SMDATAPARALLEL_USE_SINGLENODE"
+            if len(env.distribution_hosts) == 1
+            else ("SMDATAPARALLEL_USE_HOMOGENEOUS")
         )
         return {layout: "1", "SAGEMAKER_INSTANCE_TYPE": str(instance_type)}
 

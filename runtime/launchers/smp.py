@@ -35,15 +35,25 @@ class SmpLauncher(TorchrunLauncher):
         processes = []
         for spec in base.processes:
             rank_env = dict(spec.env)
-            rank_env.update({
-                "OMPI_COMM_WORLD_RANK": rank_env[contract.RANK],
-                "OMPI_COMM_WORLD_SIZE": str(world),
-                "OMPI_COMM_WORLD_LOCAL_RANK": rank_env[contract.LOCAL_RANK],
-                "OMPI_COMM_WORLD_LOCAL_SIZE": str(nproc),
-                "OMPI_COMM_WORLD_NODE_RANK": str(env.host_rank),
-            })
-            processes.append(ProcessSpec(label=spec.label, argv=spec.argv, env=rank_env, cwd=spec.cwd,
-                                         rank=spec.rank, split_line=spec.split_line))
+            rank_env.update(
+                {
+                    "OMPI_COMM_WORLD_RANK": rank_env[contract.RANK],
+                    "OMPI_COMM_WORLD_SIZE": str(world),
+                    "OMPI_COMM_WORLD_LOCAL_RANK": rank_env[contract.LOCAL_RANK],
+                    "OMPI_COMM_WORLD_LOCAL_SIZE": str(nproc),
+                    "OMPI_COMM_WORLD_NODE_RANK": str(env.host_rank),
+                }
+            )
+            processes.append(
+                ProcessSpec(
+                    label=spec.label,
+                    argv=spec.argv,
+                    env=rank_env,
+                    cwd=spec.cwd,
+                    rank=spec.rank,
+                    split_line=spec.split_line,
+                )
+            )
         topology = dict(base.topology)
         topology["mp_parameters"] = env.to_env_vars().get("SM_HP_MP_PARAMETERS", "{}")
         custom = env.framework_params.get(contract.HP_MPI_CUSTOM_OPTIONS)

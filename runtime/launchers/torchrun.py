@@ -74,8 +74,11 @@ class TorchrunLauncher(Launcher):
             "world size": world_size,
             "master": f"{env.master_hostname} at {env.master_addr}:{env.master_port}",
             "backend": (
-                "gloo (CUDA emulated on CPU: NCCL requests use gloo)" if env.cuda_emulated
-                else "nccl (GPUs)" if env.num_gpus > 0 else "gloo (CPU; no GPU on this host)"
+                "gloo (CUDA emulated on CPU: NCCL requests use gloo)"
+                if env.cuda_emulated
+                else "nccl (GPUs)"
+                if env.num_gpus > 0
+                else "gloo (CPU; no GPU on this host)"
             ),
         }
         return LaunchPlan(launcher=self.name, processes=processes, topology=topology)

@@ -160,6 +160,7 @@ def get_world_process_group() -> Any:
 
 # -- communication ----------------------------------------------------------------------------
 
+
 def barrier(group: CommGroup = CommGroup.WORLD) -> None:
     dist.barrier(group=STATE.process_group(group.value))
 
@@ -218,6 +219,7 @@ def gather(obj: Any, group: CommGroup = CommGroup.WORLD, rank: int = 0) -> list[
 
 # -- utilities ----------------------------------------------------------------------------------
 
+
 def _checkpointed(forward: Callable[..., Any], preserve_rng_state: bool) -> Callable[..., Any]:
     from torch.utils.checkpoint import checkpoint
 
@@ -225,8 +227,9 @@ def _checkpointed(forward: Callable[..., Any], preserve_rng_state: bool) -> Call
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return forward(*args, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=preserve_rng_state,
-                          **kwargs)
+        return checkpoint(
+            forward, *args, use_reentrant=False, preserve_rng_state=preserve_rng_state, **kwargs
+        )
 
     return wrapper
 
@@ -239,12 +242,16 @@ def _checkpoint_groups(children: list[nn.Module], strategy: str) -> list[list[nn
         return [children]
     if strategy.startswith("group_") and strategy[6:].isdigit() and int(strategy[6:]) > 0:
         n = int(strategy[6:])
-        return [children[i:i + n] for i in range(0, len(children), n)]
+        return [children[i : i + n] for i in range(0, len(children), n)]
     raise SMPValidationError(f"strategy={strategy!r}: must be 'each', 'contiguous' or 'group_N' with N >= 1.")
 
 
-def set_activation_checkpointing(module: nn.Module, preserve_rng_state: bool = True,
-                                 pack_args_as_tuple: bool = False, strategy: str = "each") -> None:
+def set_activation_checkpointing(
+    module: nn.Module,
+    preserve_rng_state: bool = True,
+    pack_args_as_tuple: bool = False,
+    strategy: str = "each",
+) -> None:
     """Recompute ``module``'s activations in backward (torch.utils.checkpoint, non-reentrant).
 
     For an ``nn.Sequential``: ``each`` checkpoints every child, ``contiguous`` the whole sequence,
@@ -279,8 +286,13 @@ def checkpoint(module: nn.Module, *args: Any, preserve_rng_state: bool = True) -
     return _checkpointed(module, preserve_rng_state)(*args)
 
 
-def checkpoint_sequential(sequential_module: nn.Sequential, input: Any, strategy: str = "each",
-                          preserve_rng_state: bool = True, pack_args_as_tuple: bool = False) -> Any:
+def checkpoint_sequential(
+    sequential_module: nn.Sequential,
+    input: Any,
+    strategy: str = "each",
+    preserve_rng_state: bool = True,
+    pack_args_as_tuple: bool = False,
+) -> Any:
     """``smp.checkpoint_sequential``: run an ``nn.Sequential`` on ``input``, checkpointing its
     children by ``strategy`` (``each``, ``contiguous``, ``group_N``)."""
     x = input
@@ -303,11 +315,15 @@ def delay_param_initialization(enabled: bool = True) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def model_creation(tensor_parallelism: bool = False, dtype: torch.dtype | None = None,
-                   **tp_config: Any) -> Iterator[None]:
+def model_creation(
+    tensor_parallelism: bool = False, dtype: torch.dtype | None = None, **tp_config: Any
+) -> Iterator[None]:
     if tensor_parallelism:
-        raise SMPUnsupportedError("model_creation(tensor_parallelism=True)", True,
-                                  "tensor parallelism is not supported; pipeline only")
+        raise SMPUnsupportedError(
+            "model_creation(tensor_parallelism=True)",
+            True,
+            "tensor parallelism is not supported; pipeline only",
+        )
     old = torch.get_default_dtype()
     if dtype is not None:
         torch.set_default_dtype(dtype)
@@ -317,14 +333,20 @@ def model_creation(tensor_parallelism: bool = False, dtype: torch.dtype | None =
         torch.set_default_dtype(old)
 
 
-def tp_register(dist_module: Any, init_hook: Any = None, forward_hook: Any = None,
-                return_hook: Any = None) -> Any:
+def tp_register(
+    dist_module: Any, init_hook: Any = None, forward_hook: Any = None, return_hook: Any = None
+) -> Any:
     """Unsupported (tensor parallelism): raises naming the alternative."""
     raise SMPUnsupportedAPIError("smp.tp_register", _NO_TP)
 
 
-def tp_register_with_module(module_cls: Any, dist_module: Any, init_hook: Any = None,
-                            forward_hook: Any = None, return_hook: Any = None) -> None:
+def tp_register_with_module(
+    module_cls: Any,
+    dist_module: Any,
+    init_hook: Any = None,
+    forward_hook: Any = None,
+    return_hook: Any = None,
+) -> None:
     """Unsupported (tensor parallelism): raises naming the alternative."""
     raise SMPUnsupportedAPIError("smp.tp_register_with_module", _NO_TP)
 
@@ -359,17 +381,78 @@ def unknown_name(module: str, name: str) -> AttributeError:
 
 
 __all__ = [
-    "DP_GROUP", "MP_GROUP", "PP_GROUP", "RDP_GROUP", "TP_GROUP", "WORLD", "CommGroup", "DistributedModel",
-    "DistributedOptimizer", "RankType", "SMPUnsupportedAPIError", "SMPUnsupportedError",
-    "SMPValidationError", "StepFunction", "StepOutput", "TensorSplitError", "allgather", "barrier",
-    "broadcast", "checkpoint", "checkpoint_sequential", "delay_param_initialization", "dp_barrier",
-    "dp_rank", "dp_size", "gather", "get_dp_group", "get_dp_process_group", "get_mp_group",
-    "get_mp_process_group", "get_pp_group", "get_pp_process_group", "get_rdp_group",
-    "get_rdp_process_group", "get_tp_group", "get_tp_process_group", "get_world_process_group", "init",
-    "is_initialized", "is_tracing", "load", "local_rank", "local_size", "merge_partial_checkpoint",
-    "model_creation", "mp_barrier", "mp_rank", "mp_size", "num_microbatches", "partition", "pp_barrier",
-    "pp_rank", "pp_size", "rank", "rdp_barrier", "rdp_rank", "rdp_size", "recv_from",
-    "resume_from_checkpoint", "save", "save_checkpoint", "send", "set_activation_checkpointing",
-    "set_partition", "set_tensor_parallelism", "size", "state", "step", "tensor_parallelism", "tp_barrier",
-    "tp_rank", "tp_register", "tp_register_with_module", "tp_size",
+    "DP_GROUP",
+    "MP_GROUP",
+    "PP_GROUP",
+    "RDP_GROUP",
+    "TP_GROUP",
+    "WORLD",
+    "CommGroup",
+    "DistributedModel",
+    "DistributedOptimizer",
+    "RankType",
+    "SMPUnsupportedAPIError",
+    "SMPUnsupportedError",
+    "SMPValidationError",
+    "StepFunction",
+    "StepOutput",
+    "TensorSplitError",
+    "allgather",
+    "barrier",
+    "broadcast",
+    "checkpoint",
+    "checkpoint_sequential",
+    "delay_param_initialization",
+    "dp_barrier",
+    "dp_rank",
+    "dp_size",
+    "gather",
+    "get_dp_group",
+    "get_dp_process_group",
+    "get_mp_group",
+    "get_mp_process_group",
+    "get_pp_group",
+    "get_pp_process_group",
+    "get_rdp_group",
+    "get_rdp_process_group",
+    "get_tp_group",
+    "get_tp_process_group",
+    "get_world_process_group",
+    "init",
+    "is_initialized",
+    "is_tracing",
+    "load",
+    "local_rank",
+    "local_size",
+    "merge_partial_checkpoint",
+    "model_creation",
+    "mp_barrier",
+    "mp_rank",
+    "mp_size",
+    "num_microbatches",
+    "partition",
+    "pp_barrier",
+    "pp_rank",
+    "pp_size",
+    "rank",
+    "rdp_barrier",
+    "rdp_rank",
+    "rdp_size",
+    "recv_from",
+    "resume_from_checkpoint",
+    "save",
+    "save_checkpoint",
+    "send",
+    "set_activation_checkpointing",
+    "set_partition",
+    "set_tensor_parallelism",
+    "size",
+    "state",
+    "step",
+    "tensor_parallelism",
+    "tp_barrier",
+    "tp_rank",
+    "tp_register",
+    "tp_register_with_module",
+    "tp_size",
 ]

@@ -69,16 +69,30 @@ def _unsafe_opt_in(requested: bool) -> bool:
         warnings.warn(
             "smp checkpoints are loaded with full pickle (SMLAUNCH_UNSAFE_CHECKPOINT_LOAD=1 or "
             "weights_only=False): a checkpoint file can run any code in this job; use this only for "
-            "checkpoints you trust", UserWarning, stacklevel=3)
+            "checkpoints you trust",
+            UserWarning,
+            stacklevel=3,
+        )
     return unsafe
 
 
-def _load(path: str | os.PathLike[str], map_location: Any = None, *, unsafe: bool = False,
-          pickle_module: Any = pickle, **pickle_load_args: Any) -> Any:
+def _load(
+    path: str | os.PathLike[str],
+    map_location: Any = None,
+    *,
+    unsafe: bool = False,
+    pickle_module: Any = pickle,
+    **pickle_load_args: Any,
+) -> Any:
     """``torch.load`` with ``weights_only=True`` and :func:`safe_globals`, unless opted out."""
     if _unsafe_opt_in(unsafe or pickle_module is not pickle):
-        return torch.load(path, map_location=map_location, pickle_module=pickle_module, weights_only=False,
-                          **pickle_load_args)
+        return torch.load(
+            path,
+            map_location=map_location,
+            pickle_module=pickle_module,
+            weights_only=False,
+            **pickle_load_args,
+        )
     allowing = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5; 2.4: process-wide
     if allowing is None:
         torch.serialization.add_safe_globals(safe_globals())
@@ -86,8 +100,10 @@ def _load(path: str | os.PathLike[str], map_location: Any = None, *, unsafe: boo
         with allowing(safe_globals()) if allowing is not None else contextlib.nullcontext():
             return torch.load(path, map_location=map_location, weights_only=True, **pickle_load_args)
     except pickle.UnpicklingError as error:
-        blocked = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line),
-                       str(error).splitlines()[0] if str(error) else "")
+        blocked = next(
+            (line.strip() for line in str(error).splitlines() if "GLOBAL" in line),
+            str(error).splitlines()[0] if str(error) else "",
+        )
         raise UnsafeCheckpointError(
             f"refusing to load checkpoint {os.fspath(path)}: it holds a type that is not a tensor or "
             f"plain data, and unpickling it could run code ({blocked}). If you trust this file, allow "
@@ -101,19 +117,33 @@ def _rank_suffix() -> str:
     return f"{c['P']}_{c['T']}"
 
 
-def save(obj: Any, f: str | os.PathLike[str], partial: bool = True, pickle_module: Any = pickle,
-         pickle_protocol: int = 2) -> None:
+def save(
+    obj: Any,
+    f: str | os.PathLike[str],
+    partial: bool = True,
+    pickle_module: Any = pickle,
+    pickle_protocol: int = 2,
+) -> None:
     """smp.save."""
     STATE.require()
     if partial:
-        torch.save(obj, f"{os.fspath(f)}_{_rank_suffix()}.pt", pickle_module=pickle_module,
-                   pickle_protocol=pickle_protocol)
+        torch.save(
+            obj,
+            f"{os.fspath(f)}_{_rank_suffix()}.pt",
+            pickle_module=pickle_module,
+            pickle_protocol=pickle_protocol,
+        )
     elif STATE.rank == 0:
         torch.save(obj, f, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
 
 
-def load(f: str | os.PathLike[str], map_location: Any = None, pickle_module: Any = pickle,
-         partial: bool = True, **pickle_load_args: Any) -> Any:
+def load(
+    f: str | os.PathLike[str],
+    map_location: Any = None,
+    pickle_module: Any = pickle,
+    partial: bool = True,
+    **pickle_load_args: Any,
+) -> Any:
     """smp.load (also reads the older ``f"{f}_{mp_rank}"`` naming).
 
     Loads with ``weights_only=True`` (see the module docstring); ``weights_only=False`` or another
@@ -137,9 +167,16 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_checkpoint(path: str | os.PathLike[str], tag: str, partial: bool = True, model: Any = None,
-                    optimizer: Any = None, user_content: Any = None, translate_if_full: bool = True,
-                    num_kept_partial_checkpoints: int | None = None) -> None:
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    tag: str,
+    partial: bool = True,
+    model: Any = None,
+    optimizer: Any = None,
+    user_content: Any = None,
+    translate_if_full: bool = True,
+    num_kept_partial_checkpoints: int | None = None,
+) -> None:
     """smp.save_checkpoint; call it on every rank (the full form gathers over the pipeline)."""
     STATE.require()
     root = Path(path)
@@ -171,9 +208,15 @@ def save_checkpoint(path: str | os.PathLike[str], tag: str, partial: bool = True
     _barrier()
 
 
-def resume_from_checkpoint(path: str | os.PathLike[str], tag: str | None = None, partial: bool = True,
-                           strict: bool = True, load_optimizer: bool = True,
-                           load_sharded_optimizer_state: bool = True, translate_function: Any = None) -> Any:
+def resume_from_checkpoint(
+    path: str | os.PathLike[str],
+    tag: str | None = None,
+    partial: bool = True,
+    strict: bool = True,
+    load_optimizer: bool = True,
+    load_sharded_optimizer_state: bool = True,
+    translate_function: Any = None,
+) -> Any:
     """smp.resume_from_checkpoint: load into the DistributedModel/Optimizer; returns user_content."""
     STATE.require()
     root = Path(path)

@@ -153,8 +153,8 @@ ALIASES = {"partitions": "pipeline_parallel_degree"}
 # Parameters that must keep their default here, with the alternative named in the error.
 UNSUPPORTED: dict[str, str] = {
     "tensor_parallel_degree": "use pipeline_parallel_degree (and ddp) only; tensor parallelism "
-                              "(smp.nn.Distributed*) is not reproduced. For TP use "
-                              "torch.distributed.tensor.parallel directly",
+    "(smp.nn.Distributed*) is not reproduced. For TP use "
+    "torch.distributed.tensor.parallel directly",
     "horovod": "use 'ddp': True for data parallelism across pipeline replicas",
     "fp16": "keep fp16=False; cast the model yourself (model.half()/model.to(torch.bfloat16)) before "
     "smp.DistributedModel, or train in fp32",

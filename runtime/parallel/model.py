@@ -57,7 +57,6 @@ class _StepContext:
     backward_calls: int = 0
 
 
-
 def _surrogate(tensors: Any, grad_tensors: Any) -> torch.Tensor:
     """A scalar whose gradient equals ``backward(tensors, grad_tensors)``."""
     ts = list(tensors) if isinstance(tensors, list | tuple) else [tensors]
@@ -105,15 +104,22 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return value if isinstance(value, tuple) else (value,)
 
 
-
 class DistributedModel(nn.Module):
     """smp.DistributedModel: wraps the full model; partitions at the first ``@smp.step`` call."""
 
-    def __init__(self, module: nn.Module, trace_device: str = "gpu", trace_execution_times: bool = False,
-                 overlapping_allreduce: bool = True, backward_passes_per_step: int = 1,
-                 average_grads_across_microbatches: bool = True, bucket_cap_mb: int = 25,
-                 trace_memory_usage: bool = False, broadcast_buffers: bool = True,
-                 gradient_as_bucket_view: bool = False) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        trace_device: str = "gpu",
+        trace_execution_times: bool = False,
+        overlapping_allreduce: bool = True,
+        backward_passes_per_step: int = 1,
+        average_grads_across_microbatches: bool = True,
+        bucket_cap_mb: int = 25,
+        trace_memory_usage: bool = False,
+        broadcast_buffers: bool = True,
+        gradient_as_bucket_view: bool = False,
+    ) -> None:
         st = STATE.require()
         if st.model is not None:
             raise SMPValidationError("Only one smp.DistributedModel can exist per process.")
@@ -374,7 +380,7 @@ class DistributedModel(nn.Module):
             flat.div_(world)
             offset = 0
             for g in bucket:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
                 offset += g.numel()
             bucket.clear()
 
@@ -439,14 +445,21 @@ class DistributedModel(nn.Module):
             if sid < num - 1:
                 payload = (tuple(o.detach().cpu() for o in outputs), out_flags)
                 dist.send_object_list([payload], dst=st.global_rank((sid + 1) % pp, "P"), group=group)
-            stages.append(PipelineStage(
-                stage_module, sid, num, st.device,
-                input_args=tuple(t.detach().requires_grad_(f)
-                                 for t, f in zip(inputs, flags, strict=True)),
-                output_args=tuple(o.detach().requires_grad_(f)
-                                  for o, f in zip(outputs, out_flags, strict=True)),
-                group=group,
-            ))
+            stages.append(
+                PipelineStage(
+                    stage_module,
+                    sid,
+                    num,
+                    st.device,
+                    input_args=tuple(
+                        t.detach().requires_grad_(f) for t, f in zip(inputs, flags, strict=True)
+                    ),
+                    output_args=tuple(
+                        o.detach().requires_grad_(f) for o, f in zip(outputs, out_flags, strict=True)
+                    ),
+                    group=group,
+                )
+            )
         holder = _Pipeline(stages=stages, schedule=None)
 
         def trampoline(output: Any, target: torch.Tensor) -> torch.Tensor:
@@ -499,7 +512,8 @@ class DistributedModel(nn.Module):
 
     def register_comm_hook(self, state: Any, hook: Callable[..., Any]) -> None:
         raise SMPUnsupportedError(
-            "DistributedModel.register_comm_hook", hook,
+            "DistributedModel.register_comm_hook",
+            hook,
             "gradients are averaged with a bucketed all-reduce after each step; remove the hook",
         )
 

@@ -19,8 +19,10 @@ from torch import nn
 
 from runtime.parallel.config import SMPUnsupportedAPIError
 
-_TRANSFORMER = ("torch.nn.TransformerEncoderLayer / torch.nn.TransformerEncoder (or your own block) "
-                "in an nn.Sequential the pipeline can split; tensor parallelism is not supported")
+_TRANSFORMER = (
+    "torch.nn.TransformerEncoderLayer / torch.nn.TransformerEncoder (or your own block) "
+    "in an nn.Sequential the pipeline can split; tensor parallelism is not supported"
+)
 
 
 class DistributedLinear(nn.Linear):
@@ -33,11 +35,27 @@ class DistributedLinear(nn.Linear):
 class DistributedEmbedding(nn.Embedding):
     """``smp.nn.DistributedEmbedding``: ``torch.nn.Embedding`` (tp=1); smp-only arguments accepted."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                 sparse: bool = False, initializer_range: float | None = 0.02, **_: Any) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx, max_norm=max_norm,
-                         norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        initializer_range: float | None = 0.02,
+        **_: Any,
+    ) -> None:
+        super().__init__(
+            num_embeddings,
+            embedding_dim,
+            padding_idx=padding_idx,
+            max_norm=max_norm,
+            norm_type=norm_type,
+            scale_grad_by_freq=scale_grad_by_freq,
+            sparse=sparse,
+        )
         if initializer_range is not None:
             with torch.no_grad():
                 self.weight.normal_(0.0, initializer_range)
@@ -48,8 +66,9 @@ class DistributedEmbedding(nn.Embedding):
 class FusedLayerNorm(nn.LayerNorm):
     """``smp.nn.FusedLayerNorm(normalized_shape, eps, elementwise_affine)``: ``torch.nn.LayerNorm``."""
 
-    def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
-                 **_: Any) -> None:
+    def __init__(
+        self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True, **_: Any
+    ) -> None:
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine)
 
 
@@ -63,13 +82,20 @@ def _unsupported(name: str, alternative: str) -> type[nn.Module]:
 DistributedTransformerLMHead = _unsupported("DistributedTransformerLMHead", _TRANSFORMER)
 DistributedTransformer = _unsupported("DistributedTransformer", _TRANSFORMER)
 DistributedTransformerLayer = _unsupported("DistributedTransformerLayer", _TRANSFORMER)
-DistributedAttentionLayer = _unsupported("DistributedAttentionLayer",
-                                         "torch.nn.MultiheadAttention; tensor parallelism is not supported")
+DistributedAttentionLayer = _unsupported(
+    "DistributedAttentionLayer", "torch.nn.MultiheadAttention; tensor parallelism is not supported"
+)
 DistributedTransformerOutputLayer = _unsupported("DistributedTransformerOutputLayer", _TRANSFORMER)
 FlashAttentionLayer = _unsupported("FlashAttentionLayer", "torch.nn.functional.scaled_dot_product_attention")
 
 __all__ = [
-    "DistributedAttentionLayer", "DistributedEmbedding", "DistributedLinear", "DistributedTransformer",
-    "DistributedTransformerLMHead", "DistributedTransformerLayer", "DistributedTransformerOutputLayer",
-    "FlashAttentionLayer", "FusedLayerNorm",
+    "DistributedAttentionLayer",
+    "DistributedEmbedding",
+    "DistributedLinear",
+    "DistributedTransformer",
+    "DistributedTransformerLMHead",
+    "DistributedTransformerLayer",
+    "DistributedTransformerOutputLayer",
+    "FlashAttentionLayer",
+    "FusedLayerNorm",
 ]

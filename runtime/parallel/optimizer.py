@@ -17,8 +17,9 @@ from runtime.parallel.state import STATE
 
 def _delegated(name: str) -> property:
     """An attribute that is the wrapped optimizer's own (read and written through)."""
-    return property(lambda self: getattr(self.optimizer, name),
-                    lambda self, value: setattr(self.optimizer, name, value))
+    return property(
+        lambda self: getattr(self.optimizer, name), lambda self, value: setattr(self.optimizer, name, value)
+    )
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -38,8 +39,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
     param_groups = _delegated("param_groups")
     state = _delegated("state")
 
-    def __init__(self, optimizer: torch.optim.Optimizer, static_loss_scale: float = 1.0,
-                 dynamic_loss_scale: bool = False, **dynamic_loss_args: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        static_loss_scale: float = 1.0,
+        dynamic_loss_scale: bool = False,
+        **dynamic_loss_args: Any,
+    ) -> None:
         STATE.require()
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise SMPValidationError(
@@ -48,9 +54,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             )
         self.optimizer = optimizer
         # What torch.optim.Optimizer.__init__ sets up, without building param_groups of our own.
-        for hooks in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
-                      "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
-                      "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"):
+        for hooks in (
+            "_optimizer_step_pre_hooks",
+            "_optimizer_step_post_hooks",
+            "_optimizer_state_dict_pre_hooks",
+            "_optimizer_state_dict_post_hooks",
+            "_optimizer_load_state_dict_pre_hooks",
+            "_optimizer_load_state_dict_post_hooks",
+        ):
             setattr(self, hooks, OrderedDict())
         self._patch_step_function()
         STATE.optimizer = self

@@ -89,8 +89,9 @@ def _not_a_chain(model: nn.Module, why: str) -> SMPValidationError:
     )
 
 
-def blocks_of(model: nn.Module,
-              example: tuple[torch.Tensor, ...] | None = None) -> list[tuple[str, nn.Module]]:
+def blocks_of(
+    model: nn.Module, example: tuple[torch.Tensor, ...] | None = None
+) -> list[tuple[str, nn.Module]]:
     """The block sequence of a pipelinable model, or a clear error for any other model.
 
     An ``nn.Sequential`` is its children. Any other module is probed with ``example`` (without
@@ -142,16 +143,19 @@ def _probe_chain(model: nn.Module, example: tuple[torch.Tensor, ...], training: 
         raise _not_a_chain(model, f"children are called more than once ({order})")
     first_args = calls[0][1]
     if len(first_args) != len(example) or any(a is not e for a, e in zip(first_args, example, strict=False)):
-        raise _not_a_chain(model, f"child {order[0]!r} does not receive the model's input unchanged "
-                                  f"(in {mode} mode)")
+        raise _not_a_chain(
+            model, f"child {order[0]!r} does not receive the model's input unchanged (in {mode} mode)"
+        )
     for (prev, _, _, out), (name, args, kwargs, _) in itertools.pairwise(calls):
         passed = args[0] if len(args) == 1 else args
         if kwargs or passed is not out:
-            raise _not_a_chain(model, f"child {name!r} does not receive exactly the output of {prev!r} "
-                                      f"(in {mode} mode)")
+            raise _not_a_chain(
+                model, f"child {name!r} does not receive exactly the output of {prev!r} (in {mode} mode)"
+            )
     if result is not calls[-1][3]:
-        raise _not_a_chain(model, f"forward does not return the output of its last child {order[-1]!r} "
-                                  f"(in {mode} mode)")
+        raise _not_a_chain(
+            model, f"forward does not return the output of its last child {order[-1]!r} (in {mode} mode)"
+        )
     unused = [n for n, m in model.named_children() if n not in order and any(True for _ in m.parameters())]
     if unused:
         raise _not_a_chain(model, f"children {unused} with parameters are never called (in {mode} mode)")

@@ -50,8 +50,9 @@ def _calls_backward(code: types.CodeType) -> bool:
     return any(isinstance(c, types.CodeType) and _calls_backward(c) for c in code.co_consts)
 
 
-def _run_direct(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[str, Any]]],
-                scale: float) -> list[Any]:
+def _run_direct(
+    func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[str, Any]]], scale: float
+) -> list[Any]:
     results = []
     for args, kwargs in mbs:
         STATE.step_context = _StepContext(_Mode.DIRECT, scale)
@@ -90,13 +91,26 @@ def _capture(func: Callable[..., Any], mbs: Microbatches) -> list[tuple[torch.Te
     return captured
 
 
-_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
+_DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+]
 _KEY_SLOTS = 64
 
 
-def _broadcast_shape_key(captured: list[tuple[torch.Tensor, ...]] | None, num_mb: int, src: int,
-                         group: Any) -> tuple[Any, ...]:
+def _broadcast_shape_key(
+    captured: list[tuple[torch.Tensor, ...]] | None, num_mb: int, src: int, group: Any
+) -> tuple[Any, ...]:
     """The input-shape key of this step, from pipeline rank 0, in one small tensor broadcast.
 
     Layout: ``[length, num_mb, nargs, (dtype, ndim, *dims) per arg]``; keys that do not fit (or use
@@ -114,7 +128,7 @@ def _broadcast_shape_key(captured: list[tuple[torch.Tensor, ...]] | None, num_mb
         key = tuple(int(f) for f in fields)
         if known and len(key) < _KEY_SLOTS:
             buf[0] = len(key)
-            buf[1:len(key) + 1] = torch.tensor(key, dtype=torch.int64)
+            buf[1 : len(key) + 1] = torch.tensor(key, dtype=torch.int64)
         else:
             key = (*key, tuple(str(t.dtype) for t in first))
             buf[0] = -1
@@ -123,7 +137,7 @@ def _broadcast_shape_key(captured: list[tuple[torch.Tensor, ...]] | None, num_mb
     dist.broadcast(buf, src=src, group=group)
     length = int(buf[0])
     if length >= 0:
-        return tuple(int(v) for v in buf[1:length + 1].tolist())
+        return tuple(int(v) for v in buf[1 : length + 1].tolist())
     box: list[Any] = [key]
     dist.broadcast_object_list(box, src=src, group=group)
     return box[0]
@@ -144,13 +158,13 @@ def _broadcast_object(obj: Any, src: int, group: Any) -> Any:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         buf[:8] = torch.frombuffer(bytearray(len(data).to_bytes(8, "little")), dtype=torch.uint8)
         if len(data) <= _INLINE_BYTES - 8:
-            buf[8:8 + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            buf[8 : 8 + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     buf = buf.to(STATE.device)
     dist.broadcast(buf, src=src, group=group)
     head = buf[:8].cpu()
     length = int.from_bytes(bytes(head.tolist()), "little")
     if length <= _INLINE_BYTES - 8:
-        body = buf[8:8 + length].cpu()
+        body = buf[8 : 8 + length].cpu()
     else:
         big = torch.zeros(length, dtype=torch.uint8)
         if STATE.rank == src:
@@ -163,8 +177,13 @@ def _broadcast_object(obj: Any, src: int, group: Any) -> Any:
     return pickle.loads(body.numpy().tobytes())
 
 
-def _run_pipeline(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dict[str, Any]]], train: bool,
-                  scale: float, detach_outputs: bool) -> list[Any]:
+def _run_pipeline(
+    func: Callable[..., Any],
+    mbs: list[tuple[tuple[Any, ...], dict[str, Any]]],
+    train: bool,
+    scale: float,
+    detach_outputs: bool,
+) -> list[Any]:
     st = STATE.require()
     model: DistributedModel = st.model
     num_mb = len(mbs)
@@ -221,8 +240,13 @@ def _run_pipeline(func: Callable[..., Any], mbs: list[tuple[tuple[Any, ...], dic
 class StepFunction:
     """The callable that ``@smp.step`` returns."""
 
-    def __init__(self, func: Callable[..., Any], non_split_inputs: Sequence[str] | None = None,
-                 input_split_axes: dict[str, int] | None = None, detach_outputs: bool = True) -> None:
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        non_split_inputs: Sequence[str] | None = None,
+        input_split_axes: dict[str, int] | None = None,
+        detach_outputs: bool = True,
+    ) -> None:
         self.func = func
         self.non_split_inputs = non_split_inputs
         self.input_split_axes = input_split_axes
@@ -256,8 +280,13 @@ class StepFunction:
         return to_step_outputs(results)
 
 
-def step(func: Callable[..., Any] | None = None, *, non_split_inputs: Sequence[str] | None = None,
-         input_split_axes: dict[str, int] | None = None, detach_outputs: bool = True) -> Any:
+def step(
+    func: Callable[..., Any] | None = None,
+    *,
+    non_split_inputs: Sequence[str] | None = None,
+    input_split_axes: dict[str, int] | None = None,
+    detach_outputs: bool = True,
+) -> Any:
     """smp.step, usable bare (``@smp.step``) or with arguments (``@smp.step(non_split_inputs=[...])``)."""
     if func is None:
         return lambda f: StepFunction(f, non_split_inputs, input_split_axes, detach_outputs)

@@ -44,18 +44,34 @@ ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/{ROLE_NAME}"
 DEFAULT_BUCKET = f"sagemaker-{REGION}-{ACCOUNT}"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
-TRUST_POLICY = json.dumps({
-    "Version": "2012-10-17",
-    "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
-                   "Action": "sts:AssumeRole"}],
-})
+TRUST_POLICY = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "sagemaker.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+)
 
 
 def aws_test_env(monkeypatch: pytest.MonkeyPatch, credentials: bool = True) -> None:
     """Environment with fake credentials (or none), no config files, and no metadata-service probe."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "MOTO_ACCOUNT_ID", "AWS_REGION"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "MOTO_ACCOUNT_ID",
+        "AWS_REGION",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/smlaunch-test-config")
@@ -80,15 +96,18 @@ def _stop_training_job(self: SageMakerResponse) -> Any:
     if job.training_job_status != "InProgress":
         raise sm_models.ValidationError(
             message=f"The request was rejected because the training job is in status "
-                    f"{job.training_job_status}."
+            f"{job.training_job_status}."
         )
     job.training_job_status = "Stopping"
     job.secondary_status = "Stopping"
     job.last_modified_time = datetime.now(timezone.utc)
-    job.secondary_status_transitions.append({
-        "Status": "Stopping", "StartTime": job.last_modified_time,
-        "StatusMessage": "Stopping the training job",
-    })
+    job.secondary_status_transitions.append(
+        {
+            "Status": "Stopping",
+            "StartTime": job.last_modified_time,
+            "StatusMessage": "Stopping the training job",
+        }
+    )
     return EmptyResult()
 
 
@@ -126,9 +145,13 @@ def install_moto_fidelity(monkeypatch: pytest.MonkeyPatch) -> None:
         job.training_start_time = None
         job.training_end_time = None
         job.last_modified_time = now
-        job.secondary_status_transitions = [{
-            "Status": "Starting", "StartTime": now, "StatusMessage": "Launching requested ML instances",
-        }]
+        job.secondary_status_transitions = [
+            {
+                "Status": "Starting",
+                "StartTime": now,
+                "StatusMessage": "Launching requested ML instances",
+            }
+        ]
         job.final_metric_data_list = []
         job.environment = kwargs.get("environment")
         return job
@@ -166,8 +189,9 @@ class FakeSageMaker:
     def job(self, name: str) -> Any:
         return sagemaker_backends[ACCOUNT][REGION].training_jobs[name]
 
-    def transition(self, name: str, secondary: str, message: str, status: str | None = None,
-                   **fields: Any) -> None:
+    def transition(
+        self, name: str, secondary: str, message: str, status: str | None = None, **fields: Any
+    ) -> None:
         """Move the job to ``secondary`` (and ``status``); set other describe fields (snake_case)."""
         job = self.job(name)
         now = datetime.fromtimestamp(self._now_ms() / 1000, tz=timezone.utc)
@@ -245,8 +269,10 @@ class FakeSageMaker:
                 self.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
             except self.logs.exceptions.ResourceAlreadyExistsException:
                 pass
-            events = [{"timestamp": base + i * len(hosts) + h, "message": f"step {i} from {host}"}
-                      for i in range(lines_per_host)]
+            events = [
+                {"timestamp": base + i * len(hosts) + h, "message": f"step {i} from {host}"}
+                for i in range(lines_per_host)
+            ]
             self.logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=events)
         self._log_clock = base + lines_per_host * len(hosts)
         return [line for _, line in sorted(expected)]

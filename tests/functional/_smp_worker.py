@@ -74,8 +74,15 @@ def build_model(kind: str, seed: int) -> nn.Module:
         layers.append(nn.Linear(12, 3))
         return nn.Sequential(*layers)
     if kind == "bn":
-        return nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 16),
-                             nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+        return nn.Sequential(
+            nn.Linear(12, 16),
+            nn.BatchNorm1d(16),
+            nn.ReLU(),
+            nn.Linear(16, 16),
+            nn.BatchNorm1d(16),
+            nn.ReLU(),
+            nn.Linear(16, 3),
+        )
     if kind == "transformer":
         return nn.Sequential(
             TokenEmbedding(11, 16, 6),
@@ -180,10 +187,21 @@ def run_scenario(sc: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                 res["checked"] += 1
             save = sc.get("save")
             if save and step == save["at_step"]:
-                smp.save_checkpoint(str(out_dir / "ckpt"), tag=save["tag"], partial=True, model=model,
-                                    optimizer=opt, user_content={"step": step})
-                smp.save_checkpoint(str(out_dir / "ckpt"), tag=save["tag"] + "_full", partial=False,
-                                    model=model, user_content={"step": step})
+                smp.save_checkpoint(
+                    str(out_dir / "ckpt"),
+                    tag=save["tag"],
+                    partial=True,
+                    model=model,
+                    optimizer=opt,
+                    user_content={"step": step},
+                )
+                smp.save_checkpoint(
+                    str(out_dir / "ckpt"),
+                    tag=save["tag"] + "_full",
+                    partial=False,
+                    model=model,
+                    user_content={"step": step},
+                )
         model.eval()
         with torch.no_grad():
             x, _ = batch(sc["model"], 99, 0, sc["batches"][0])

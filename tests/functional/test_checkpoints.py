@@ -24,8 +24,11 @@ from tests.functional._local_helpers import kill_leftover_jobs, make_spec, moto_
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(var, value)
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
@@ -48,20 +51,21 @@ def test_restore_into_every_host_then_sync_new_and_changed(s3: Any, tmp_path: Pa
     s3.put_object(Bucket="ckpt", Key="run/sub/state.json", Body=b"{}")
     hosts = {"algo-1": tmp_path / "h1" / "checkpoints", "algo-2": tmp_path / "h2" / "checkpoints"}
     logs: list[str] = []
-    sync = DirectorySync(TransferEngine(s3, progress=False), "s3://ckpt/run", hosts, logs.append, settle=5.0,
-                         deletions=True)
+    sync = DirectorySync(
+        TransferEngine(s3, progress=False), "s3://ckpt/run", hosts, logs.append, settle=5.0, deletions=True
+    )
     assert sync.restore() == 2
     for directory in hosts.values():
         assert (directory / "epoch-1.pt").read_bytes() == b"one"
         assert (directory / "sub" / "state.json").read_bytes() == b"{}"
 
     h1 = hosts["algo-1"]
-    (h1 / "epoch-2.pt").write_bytes(b"two")          # new, settled
+    (h1 / "epoch-2.pt").write_bytes(b"two")  # new, settled
     _age(h1 / "epoch-2.pt", 10)
     (h1 / "sub" / "state.json").write_bytes(b'{"e": 2}')  # changed, settled
     _age(h1 / "sub" / "state.json", 10)
     (h1 / "epoch-3.pt").write_bytes(b"being written")  # too fresh: debounced
-    (h1 / "epoch-1.pt").unlink()                      # deleted on one host
+    (h1 / "epoch-1.pt").unlink()  # deleted on one host
     s3.put_object(Bucket="ckpt", Key="run/late.pt", Body=b"late")  # added after the start
     summary = sync.sync()
     assert sorted(summary.transferred) == ["s3://ckpt/run/epoch-2.pt", "s3://ckpt/run/sub/state.json"]
@@ -70,9 +74,9 @@ def test_restore_into_every_host_then_sync_new_and_changed(s3: Any, tmp_path: Pa
     assert "run/epoch-1.pt" not in _keys(s3)
 
     sync.stop()  # the final sync sends everything, settled or not
-    assert _keys(s3) == {                  # deleted in a container, so deleted in S3, as SageMaker does
+    assert _keys(s3) == {  # deleted in a container, so deleted in S3, as SageMaker does
         "run/epoch-2.pt": b"two",
-        "run/late.pt": b"late",            # no host ever had it: never deleted by this job
+        "run/late.pt": b"late",  # no host ever had it: never deleted by this job
         "run/epoch-3.pt": b"being written",
         "run/sub/state.json": b'{"e": 2}',
     }
@@ -81,8 +85,14 @@ def test_restore_into_every_host_then_sync_new_and_changed(s3: Any, tmp_path: Pa
 def test_background_sync_uploads_while_running(s3: Any, tmp_path: Path) -> None:
     directory = tmp_path / "checkpoints"
     directory.mkdir()
-    sync = DirectorySync(TransferEngine(s3, progress=False), "s3://ckpt/run/", {"algo-1": directory},
-                         lambda m: None, interval=0.05, settle=0.05)
+    sync = DirectorySync(
+        TransferEngine(s3, progress=False),
+        "s3://ckpt/run/",
+        {"algo-1": directory},
+        lambda m: None,
+        interval=0.05,
+        settle=0.05,
+    )
     sync.start()
     try:
         (directory / "model.pt").write_bytes(b"weights")
@@ -100,14 +110,15 @@ def test_deletions_after_upload_and_on_a_file_uri(tmp_path: Path) -> None:
     (store / "a").mkdir(parents=True)
     (store / "a" / "x.bin").write_bytes(b"x")
     local = tmp_path / "host" / "checkpoints"
-    sync = DirectorySync(TransferEngine(progress=False), store.as_uri(), {"algo-1": local}, lambda m: None,
-                         deletions=True)
+    sync = DirectorySync(
+        TransferEngine(progress=False), store.as_uri(), {"algo-1": local}, lambda m: None, deletions=True
+    )
     sync.restore()
     assert (local / "a" / "x.bin").read_bytes() == b"x"
     (local / "y.bin").write_bytes(b"y")
     sync.sync(final=True)
     assert (store / "y.bin").read_bytes() == b"y"
-    (local / "y.bin").unlink()       # uploaded by this job, then deleted
+    (local / "y.bin").unlink()  # uploaded by this job, then deleted
     (local / "a" / "x.bin").unlink()  # restored, then deleted
     sync.stop()
     assert not (store / "y.bin").exists()
@@ -126,15 +137,19 @@ print("LocalPath", local.relative_to(base), flush=True)
 
 
 @pytest.mark.timeout(120)
-def test_a_custom_local_path_under_opt_ml_is_restored_and_synced(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_custom_local_path_under_opt_ml_is_restored_and_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``checkpoint_local_path="/opt/ml/ckpt/run-1"``: each process host has it in its own tree."""
     with moto_s3_server(monkeypatch, "ckpt") as client:
         client.put_object(Bucket="ckpt", Key="custom/seed.txt", Body=b"seed")
         backend = LocalSession(tmp_path / "jobs", s3_client=client).backend()
         assert isinstance(backend, LocalBackend)
-        spec = make_spec(tmp_path, "custom-ckpt", CUSTOM_PATH_SCRIPT, instance_count=2).model_copy(update={
-            "CheckpointConfig": CheckpointConfig(S3Uri="s3://ckpt/custom", LocalPath="/opt/ml/ckpt/run-1")})
+        spec = make_spec(tmp_path, "custom-ckpt", CUSTOM_PATH_SCRIPT, instance_count=2).model_copy(
+            update={
+                "CheckpointConfig": CheckpointConfig(S3Uri="s3://ckpt/custom", LocalPath="/opt/ml/ckpt/run-1")
+            }
+        )
         try:
             backend.submit(spec)
             description = wait_terminal(backend, "custom-ckpt", timeout=90)
@@ -145,5 +160,8 @@ def test_a_custom_local_path_under_opt_ml_is_restored_and_synced(tmp_path: Path,
         assert log.count("LocalPath ckpt/run-1") == 2
         keys = client.list_objects_v2(Bucket="ckpt", Prefix="custom/")["Contents"]
         bodies = {o["Key"]: client.get_object(Bucket="ckpt", Key=o["Key"])["Body"].read() for o in keys}
-    assert bodies == {"custom/seed.txt": b"seed", "custom/algo-1.txt": b"seed and more",
-                      "custom/algo-2.txt": b"seed and more"}
+    assert bodies == {
+        "custom/seed.txt": b"seed",
+        "custom/algo-1.txt": b"seed and more",
+        "custom/algo-2.txt": b"seed and more",
+    }

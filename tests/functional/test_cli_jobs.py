@@ -63,12 +63,19 @@ class Cli:
         return [sys.executable, "-m", "estimator.cli", *args]
 
     def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.command(*args), cwd=self.cwd, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            self.command(*args), cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.command(*args), cwd=self.cwd, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.cwd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +91,19 @@ def cli(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def done(cli: Cli) -> tuple[str, subprocess.CompletedProcess[str]]:
     """A finished two-host job with metrics, run by ``smlaunch run``."""
-    result = cli("run", "train.py", "--source-dir", "src", "--instance-count", "2", "--hp", f"steps={STEPS}",
-                 *METRICS, "--job-name", "cli-done")
+    result = cli(
+        "run",
+        "train.py",
+        "--source-dir",
+        "src",
+        "--instance-count",
+        "2",
+        "--hp",
+        f"steps={STEPS}",
+        *METRICS,
+        "--job-name",
+        "cli-done",
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return "cli-done", result
 
@@ -94,8 +112,11 @@ def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedP
     name, run = done
     assert "Creating training-job with name: cli-done" in run.stdout
     assert "[algo-2/rank 0] step 3 loss=0.200000" in run.stdout
-    statuses = [line.split(" ", 3)[3].split(" - ")[0] for line in run.stdout.splitlines()
-                if line.startswith("[smlaunch] 20")]  # each transition as it happened, SageMaker's words
+    statuses = [
+        line.split(" ", 3)[3].split(" - ")[0]
+        for line in run.stdout.splitlines()
+        if line.startswith("[smlaunch] 20")
+    ]  # each transition as it happened, SageMaker's words
     assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
     assert "[smlaunch] Training seconds: " in run.stdout.splitlines()[-1]
     model = f"{(cli.home / 'jobs' / name).as_uri()}/output/model.tar.gz"
@@ -122,11 +143,13 @@ def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedP
     assert "[algo-2/rank 0] step 0 loss=0.500000" in host2
     rank0 = cli("logs", name, "--host", "algo-1", "--rank", "0").stdout.splitlines()
     assert [line for line in rank0 if "accuracy=" in line] == [
-        f"[algo-1/rank 0] step {s} accuracy={s / 10:.2f}" for s in range(STEPS)]
+        f"[algo-1/rank 0] step {s} accuracy={s / 10:.2f}" for s in range(STEPS)
+    ]
 
 
-def test_metrics_table_json_and_plot(cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]],
-                                     tmp_path: Path) -> None:
+def test_metrics_table_json_and_plot(
+    cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     pandas = pytest.importorskip("pandas")
     image = pytest.importorskip("matplotlib.image")
     name, _ = done
@@ -167,12 +190,27 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
     assert "Training job cli-failed ended Failed" in failed.stderr
     assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
     assert " Failed - Training job failed" in failed.stdout
-    stopped = cli("run", "train.py", "--source-dir", "src", "--hp", "forever=true", "--max-run", "1",
-                  "--job-name", "cli-stopped")
+    stopped = cli(
+        "run",
+        "train.py",
+        "--source-dir",
+        "src",
+        "--hp",
+        "forever=true",
+        "--max-run",
+        "1",
+        "--job-name",
+        "cli-stopped",
+    )
     assert stopped.returncode == 1, stopped.stdout[-2000:]
     assert "Training job cli-stopped ended Stopped: MaxRuntimeExceeded" in stopped.stderr
-    for args in (["describe", "no-such-job"], ["run", "train.py", "--hp", "novalue"],
-                 ["gc", "--older-than", "soon"], ["rm", "no-such-job"], ["logs"]):
+    for args in (
+        ["describe", "no-such-job"],
+        ["run", "train.py", "--hp", "novalue"],
+        ["gc", "--older-than", "soon"],
+        ["rm", "no-such-job"],
+        ["logs"],
+    ):
         result = cli(*args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert result.stderr.strip(), args
@@ -181,8 +219,17 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
 @pytest.mark.slow
 def test_follow_stop_rm_and_gc_of_a_running_job(cli: Cli) -> None:
     cli = Cli(cli.home.with_name("home-running"), cli.cwd)  # gc below must not see the other tests' jobs
-    started = cli("run", "train.py", "--source-dir", "src", "--hp", "forever=true", "--no-wait",
-                  "--job-name", "cli-running")
+    started = cli(
+        "run",
+        "train.py",
+        "--source-dir",
+        "src",
+        "--hp",
+        "forever=true",
+        "--no-wait",
+        "--job-name",
+        "cli-running",
+    )
     assert started.returncode == 0, started.stderr
     assert started.stdout.splitlines()[-1] == "cli-running"
     follower = cli.popen("logs", "cli-running", "-f")

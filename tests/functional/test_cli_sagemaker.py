@@ -40,25 +40,48 @@ def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str
     endpoint = f"http://127.0.0.1:{port}"
     try:
         boto3.client("iam", endpoint_url=endpoint).create_role(
-            RoleName=ROLE_NAME, AssumeRolePolicyDocument=TRUST_POLICY)
+            RoleName=ROLE_NAME, AssumeRolePolicyDocument=TRUST_POLICY
+        )
         yield dict(os.environ, AWS_ENDPOINT_URL=endpoint, SMLAUNCH_HOME=str(tmp_path / "home"))
     finally:
         moto.stop()
 
 
 def smlaunch(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "estimator.cli", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "estimator.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
 def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text("print('loss=0.5')\n")
-    started = smlaunch(server, "run", "train.py", "--source-dir", "src", "--sagemaker",
-                       "--instance-type", "ml.m5.xlarge", "--instance-count", "2", "--hp", "epochs=3",
-                       "--metric", "train:loss=loss=([0-9.]+)", "--job-name", "cli-sm", "--no-wait",
-                       cwd=tmp_path)
+    started = smlaunch(
+        server,
+        "run",
+        "train.py",
+        "--source-dir",
+        "src",
+        "--sagemaker",
+        "--instance-type",
+        "ml.m5.xlarge",
+        "--instance-count",
+        "2",
+        "--hp",
+        "epochs=3",
+        "--metric",
+        "train:loss=loss=([0-9.]+)",
+        "--job-name",
+        "cli-sm",
+        "--no-wait",
+        cwd=tmp_path,
+    )
     assert started.returncode == 0, started.stderr
     assert started.stdout.splitlines()[-1] == "cli-sm"
     assert "Creating training-job with name: cli-sm" in started.stdout
@@ -67,25 +90,34 @@ def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path
     logs = boto3.client("logs", endpoint_url=endpoint, region_name=REGION)
     logs.create_log_group(logGroupName=LOG_GROUP)
     now_ms = int(time.time()) * 1000  # CloudWatch drops events older than 14 days
-    for host, lines in {"algo-1": ["epoch 1 loss=0.9", "epoch 2 loss=0.4"],
-                        "algo-2": ["epoch 1 loss=0.8"]}.items():
+    for host, lines in {
+        "algo-1": ["epoch 1 loss=0.9", "epoch 2 loss=0.4"],
+        "algo-2": ["epoch 1 loss=0.8"],
+    }.items():
         stream = f"cli-sm/{host}-1700000000"
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-        logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[
-            {"timestamp": now_ms + i * 1000 + (host == "algo-2") * 500, "message": line}
-            for i, line in enumerate(lines)])
+        logs.put_log_events(
+            logGroupName=LOG_GROUP,
+            logStreamName=stream,
+            logEvents=[
+                {"timestamp": now_ms + i * 1000 + (host == "algo-2") * 500, "message": line}
+                for i, line in enumerate(lines)
+            ],
+        )
 
     listed = smlaunch(server, "list", "--sagemaker", "--json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert [(r["name"], r["status"], r["instance"]) for r in json.loads(listed.stdout)] == [
-        ("cli-sm", "InProgress", "ml.m5.xlarge x 2")]
+        ("cli-sm", "InProgress", "ml.m5.xlarge x 2")
+    ]
 
     described = smlaunch(server, "describe", "cli-sm", cwd=tmp_path)  # not local: found on SageMaker
     assert described.returncode == 0, described.stderr
     request = json.loads(described.stdout)
     assert request["HyperParameters"]["epochs"] == "3"
     assert request["AlgorithmSpecification"]["MetricDefinitions"] == [
-        {"Name": "train:loss", "Regex": "loss=([0-9.]+)"}]
+        {"Name": "train:loss", "Regex": "loss=([0-9.]+)"}
+    ]
 
     host2 = smlaunch(server, "logs", "cli-sm", "--host", "algo-2", cwd=tmp_path)
     assert host2.stdout.splitlines() == ["[algo-2] epoch 1 loss=0.8"]
@@ -100,8 +132,10 @@ def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path
 
     stopped = smlaunch(server, "stop", "cli-sm", "--sagemaker", cwd=tmp_path)
     assert stopped.returncode == 0 and "Stopping cli-sm" in stopped.stdout
-    assert json.loads(smlaunch(server, "describe", "cli-sm", cwd=tmp_path).stdout)["TrainingJobStatus"] == \
-        "Stopping"
+    assert (
+        json.loads(smlaunch(server, "describe", "cli-sm", cwd=tmp_path).stdout)["TrainingJobStatus"]
+        == "Stopping"
+    )
     refused = smlaunch(server, "rm", "cli-sm", cwd=tmp_path)
     assert refused.returncode == 2 and "SageMaker keeps its jobs' records" in refused.stderr
     unknown = smlaunch(server, "describe", "nope", cwd=tmp_path)

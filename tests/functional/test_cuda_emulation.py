@@ -263,14 +263,14 @@ if __name__ == "__main__":
     main()
 '''
 
-CUDA_EXTENSION = '''
+CUDA_EXTENSION = """
 import torch
 from torch.utils.cpp_extension import load
 
 if not torch.cuda.is_available():
     raise SystemExit("This script requires a GPU")
 fused_adam = load(name="fused_adam", sources=["fused_adam.cpp", "fused_adam_kernel.cu"], verbose=True)
-'''
+"""
 
 
 def _weights(run: JobRun) -> dict[str, object]:
@@ -301,9 +301,13 @@ def test_smddp_mnist_script_runs_on_emulated_gpus_with_cpu_numbers(tmp_path: Pat
     generator = torch.Generator().manual_seed(7)
     images = torch.randint(0, 256, (192, 28, 28), dtype=torch.uint8, generator=generator)
     torch.save((images, torch.randint(0, 10, (192,), generator=generator)), data / "mnist.pt")
-    common = dict(instance_count=2, instance_type=GPU_TYPE, processes_per_host=1,
-                  distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
-                  inputs={"training": data.as_uri()})
+    common = dict(
+        instance_count=2,
+        instance_type=GPU_TYPE,
+        processes_per_host=1,
+        distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+        inputs={"training": data.as_uri()},
+    )
     emulated = run_job(tmp_path, SMDDP_MNIST, base_name="smddp-emulated", **common)  # type: ignore[arg-type]
     _completed(emulated)
     assert "CUDA emulated on CPU: 8 V100 GPU(s) per host" in emulated.log
@@ -319,8 +323,12 @@ def test_smddp_mnist_script_runs_on_emulated_gpus_with_cpu_numbers(tmp_path: Pat
 
 @pytest.mark.slow
 def test_torchrun_ddp_script_sets_devices_and_matches_a_cpu_run(tmp_path: Path) -> None:
-    common = dict(instance_count=2, instance_type=GPU_TYPE, processes_per_host=2,
-                  distribution={"torch_distributed": {"enabled": True}})
+    common = dict(
+        instance_count=2,
+        instance_type=GPU_TYPE,
+        processes_per_host=2,
+        distribution={"torch_distributed": {"enabled": True}},
+    )
     emulated = run_job(tmp_path, TORCHRUN_DDP, base_name="ddp-emulated", **common)  # type: ignore[arg-type]
     _completed(emulated)
     members = emulated.tar_members()
@@ -342,10 +350,14 @@ def test_smp_script_with_amp_and_a_scheduler_matches_a_cpu_run(tmp_path: Path) -
     if (why := PrivateOptMl().unavailable(tmp_path)) is not None:
         pytest.skip(f"the script writes /opt/ml literally and mount namespaces are unavailable: {why}")
     parameters = {"partitions": 2, "microbatches": 2}
-    common = dict(instance_count=2, instance_type=GPU_TYPE, distribution={
-        "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},
-        "mpi": {"enabled": True, "processes_per_host": 1},
-    })
+    common = dict(
+        instance_count=2,
+        instance_type=GPU_TYPE,
+        distribution={
+            "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},
+            "mpi": {"enabled": True, "processes_per_host": 1},
+        },
+    )
     emulated = run_job(tmp_path, SMP_STEPLR, base_name="smp-emulated", **common)  # type: ignore[arg-type]
     _completed(emulated)
     assert "device_count=8 cuda=True scale=1.0" in emulated.log

@@ -47,10 +47,12 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
 def test_uncompressed_model_and_live_intermediate_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
     intermediate = out / "raw-job" / "output" / "intermediate"
-    spec = make_spec(tmp_path, "raw-job", SCRIPT, instance_count=2,
-                     hyperparameters={"synced-to": str(intermediate)})
-    spec = spec.model_copy(update={"OutputDataConfig": OutputDataConfig(S3OutputPath=out.as_uri(),
-                                                                        CompressionType="NONE")})
+    spec = make_spec(
+        tmp_path, "raw-job", SCRIPT, instance_count=2, hyperparameters={"synced-to": str(intermediate)}
+    )
+    spec = spec.model_copy(
+        update={"OutputDataConfig": OutputDataConfig(S3OutputPath=out.as_uri(), CompressionType="NONE")}
+    )
     backend = LocalSession(tmp_path / "jobs", stop_grace_seconds=2).backend()
     backend.submit(spec)
     description = wait_terminal(backend, "raw-job")
@@ -61,8 +63,11 @@ def test_uncompressed_model_and_live_intermediate_output(tmp_path: Path) -> None
     assert model_uri == (out / "raw-job" / "output").as_uri() + "/model/"
     model = out / "raw-job" / "output" / "model"
     files = {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
-    assert files == {"weights-algo-1.bin": b"algo-1", "weights-algo-2.bin": b"algo-2",
-                     "sub/config.json": b"{}"}
+    assert files == {
+        "weights-algo-1.bin": b"algo-1",
+        "weights-algo-2.bin": b"algo-2",
+        "sub/config.json": b"{}",
+    }
     assert not any(p.is_symlink() for p in model.rglob("*")), "uploaded files must be real copies"
     assert not (out / "raw-job" / "output" / "model.tar.gz").exists()
     assert (intermediate / "progress.txt").read_text() == "epoch 1"
@@ -98,20 +103,32 @@ def _tensorboard_objects(client: Any) -> dict[str, bytes]:
 
 
 @pytest.mark.timeout(150)
-def test_tensorboard_output_reaches_s3_while_the_job_runs(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensorboard_output_reaches_s3_while_the_job_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     release = tmp_path / "release"
     with moto_s3_server(monkeypatch, "tb-bucket") as s3:
-        spec = make_spec(tmp_path, "tb-job", TENSORBOARD_SCRIPT, instance_count=2,
-                         hyperparameters={"release": str(release)})
-        spec = spec.model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
-            S3OutputPath="s3://tb-bucket/runs/tb-job", LocalPath="/opt/ml/output/tb-logs")})
+        spec = make_spec(
+            tmp_path,
+            "tb-job",
+            TENSORBOARD_SCRIPT,
+            instance_count=2,
+            hyperparameters={"release": str(release)},
+        )
+        spec = spec.model_copy(
+            update={
+                "TensorBoardOutputConfig": TensorBoardOutputConfig(
+                    S3OutputPath="s3://tb-bucket/runs/tb-job", LocalPath="/opt/ml/output/tb-logs"
+                )
+            }
+        )
         backend = LocalSession(tmp_path / "jobs", s3_client=s3, stop_grace_seconds=2).backend()
         backend.submit(spec)
         deadline = time.monotonic() + 90
         while len(_tensorboard_objects(s3)) < 2:  # one event file per host
-            assert backend.describe("tb-job")["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS, \
-                "\n".join(backend.log_lines("tb-job"))
+            assert backend.describe("tb-job")["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS, "\n".join(
+                backend.log_lines("tb-job")
+            )
             assert time.monotonic() < deadline, "event files never reached S3"
             time.sleep(0.1)
         during = _tensorboard_objects(s3)

@@ -33,8 +33,11 @@ N_OBJECTS = 12
 
 @pytest.fixture(autouse=True)
 def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(var, value)
 
 
@@ -49,19 +52,24 @@ def s3() -> Iterator[Any]:
 
 
 def _spec(channel: dict[str, Any], mode: str = "File", hosts: int = 1) -> TrainingJobSpec:
-    return TrainingJobSpec.model_validate({
-        "TrainingJobName": "job",
-        "AlgorithmSpecification": {"TrainingInputMode": mode},
-        "RoleArn": "arn:aws:iam::000000000000:role/x",
-        "OutputDataConfig": {"S3OutputPath": "file:///tmp/out"},
-        "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": hosts},
-        "InputDataConfig": [channel],
-    })
+    return TrainingJobSpec.model_validate(
+        {
+            "TrainingJobName": "job",
+            "AlgorithmSpecification": {"TrainingInputMode": mode},
+            "RoleArn": "arn:aws:iam::000000000000:role/x",
+            "OutputDataConfig": {"S3OutputPath": "file:///tmp/out"},
+            "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": hosts},
+            "InputDataConfig": [channel],
+        }
+    )
 
 
 def _channel(uri: str, **extra: Any) -> dict[str, Any]:
-    source = {"S3DataType": extra.pop("S3DataType", "S3Prefix"), "S3Uri": uri,
-              "S3DataDistributionType": extra.pop("distribution", "FullyReplicated")}
+    source = {
+        "S3DataType": extra.pop("S3DataType", "S3Prefix"),
+        "S3Uri": uri,
+        "S3DataDistributionType": extra.pop("distribution", "FullyReplicated"),
+    }
     return {"ChannelName": "train", "DataSource": {"S3DataSource": source}, **extra}
 
 
@@ -94,8 +102,11 @@ def test_manifest_channel_expands_to_its_objects(s3: Any, tmp_path: Path) -> Non
     channel_dir = hosts[0][1].channel_dir("train")
     assert sorted(p.name for p in channel_dir.iterdir()) == ["part-03.txt", "part-07.txt"]
     assert (channel_dir / "part-07.txt").read_bytes() == _expected(7)
-    s3.put_object(Bucket="data", Key="manifests/bad.json",
-                  Body=json.dumps([{"prefix": "s3://data/train/"}, "missing.txt"]).encode())
+    s3.put_object(
+        Bucket="data",
+        Key="manifests/bad.json",
+        Body=json.dumps([{"prefix": "s3://data/train/"}, "missing.txt"]).encode(),
+    )
     spec = _spec(_channel("s3://data/manifests/bad.json", S3DataType="ManifestFile"))
     with pytest.raises(rules.ChannelError, match="does not exist"):
         JobData(spec, host_trees(tmp_path / "b", 1), tmp_path / "c2", TransferEngine(s3), print).stage()
@@ -128,16 +139,24 @@ def test_pipe_mode_read_by_a_real_script(s3: Any, tmp_path: Path, source: str) -
     else:
         uri = "s3://data/train/"
     hosts = host_trees(tmp_path, 2)
-    spec = _spec(_channel(uri, distribution="ShardedByS3Key", InputMode="Pipe",
-                          ShuffleConfig={"Seed": 7}), mode="File", hosts=2)
+    spec = _spec(
+        _channel(uri, distribution="ShardedByS3Key", InputMode="Pipe", ShuffleConfig={"Seed": 7}),
+        mode="File",
+        hosts=2,
+    )
     data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
     data.stage()
     try:
         for index, paths in hosts:
             fifo = paths.pipe_path("train", 0)
             assert fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
-            result = subprocess.run([sys.executable, "-c", PIPE_READER, str(paths.input_data_dir), "3"],
-                                    capture_output=True, text=True, timeout=30, check=False)
+            result = subprocess.run(
+                [sys.executable, "-c", PIPE_READER, str(paths.input_data_dir), "3"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             assert result.returncode == 0, result.stderr
             digests = json.loads(result.stdout)
             share = list(range(N_OBJECTS))[index::2]
@@ -165,8 +184,11 @@ def _first_epoch(s3: Any, tmp_path: Path, channel: dict[str, Any]) -> bytes:
 
 
 def test_pipe_recordio_framing(s3: Any, tmp_path: Path) -> None:
-    records = rules.read_recordio(_first_epoch(s3, tmp_path, _channel(
-        "s3://data/train/", InputMode="Pipe", RecordWrapperType="RecordIO")))
+    records = rules.read_recordio(
+        _first_epoch(
+            s3, tmp_path, _channel("s3://data/train/", InputMode="Pipe", RecordWrapperType="RecordIO")
+        )
+    )
     assert records == [_expected(i) for i in range(N_OBJECTS)]
 
 
@@ -187,8 +209,13 @@ def test_pipe_mode_gzip_channel_is_decompressed_for_a_real_script(s3: Any, tmp_p
     data = JobData(spec, hosts, tmp_path / "cache", TransferEngine(s3, progress=False), lambda m: None)
     data.stage()
     try:
-        result = subprocess.run([sys.executable, "-c", PIPE_READER, str(hosts[0][1].input_data_dir), "2"],
-                                capture_output=True, text=True, timeout=30, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", PIPE_READER, str(hosts[0][1].input_data_dir), "2"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     finally:
         data.close(timeout=5)
     assert result.returncode == 0, result.stderr
@@ -199,8 +226,13 @@ def test_pipe_mode_gzip_channel_is_decompressed_for_a_real_script(s3: Any, tmp_p
 
 def test_pipe_gzip_with_recordio_frames_each_decompressed_object(s3: Any, tmp_path: Path) -> None:
     plain = _gzip_objects(s3)
-    records = rules.read_recordio(_first_epoch(s3, tmp_path, _channel(
-        "s3://data/gz/", InputMode="Pipe", CompressionType="Gzip", RecordWrapperType="RecordIO")))
+    records = rules.read_recordio(
+        _first_epoch(
+            s3,
+            tmp_path,
+            _channel("s3://data/gz/", InputMode="Pipe", CompressionType="Gzip", RecordWrapperType="RecordIO"),
+        )
+    )
     assert records == plain
 
 
@@ -220,5 +252,3 @@ def test_pipe_gzip_object_that_is_not_gzip_fails_the_channel(s3: Any, tmp_path: 
         data.close(timeout=5)
     assert len(data.errors) == 1
     assert "s3://data/notgz/part-00.txt.gz: not valid gzip data" in data.errors[0]
-
-

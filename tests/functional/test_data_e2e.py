@@ -55,16 +55,22 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
     kill_leftover_jobs(tmp_path / "jobs")
 
 
-def _estimator(tmp_path: Path, session: LocalSession, script: str = SCRIPT,
-               instance_count: int = 2) -> PyTorch:
+def _estimator(
+    tmp_path: Path, session: LocalSession, script: str = SCRIPT, instance_count: int = 2
+) -> PyTorch:
     source = tmp_path / "src"
     source.mkdir(exist_ok=True)
     (source / "train.py").write_text(script)
     return PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=instance_count, framework_version="2.1.0",
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge",
+        instance_count=instance_count,
+        framework_version="2.1.0",
         py_version="py310",
-        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+        output_path=(tmp_path / "out").as_uri(),
+        sagemaker_session=session,
     )
 
 
@@ -72,18 +78,25 @@ def _estimator(tmp_path: Path, session: LocalSession, script: str = SCRIPT,
 def test_pipe_sharded_and_manifest_channels_through_fit(tmp_path: Path, moto_s3: Any) -> None:
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=5)
     estimator = _estimator(tmp_path, session)
-    estimator.fit({
-        "train": TrainingInput("s3://data/train/", distribution="ShardedByS3Key", input_mode="Pipe"),
-        "val": TrainingInput("s3://data/val.manifest", s3_data_type="ManifestFile"),
-    }, logs=False, job_name="pipe-e2e")
+    estimator.fit(
+        {
+            "train": TrainingInput("s3://data/train/", distribution="ShardedByS3Key", input_mode="Pipe"),
+            "val": TrainingInput("s3://data/val.manifest", s3_data_type="ManifestFile"),
+        },
+        logs=False,
+        job_name="pipe-e2e",
+    )
     job = estimator.latest_training_job
     assert job is not None
     description = job.describe()
     log = "\n".join(session.backend().log_lines("pipe-e2e"))
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
     with tarfile.open(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
-        reports = {m.name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers()  # type: ignore[union-attr]
-                   if m.isfile()}
+        reports = {
+            m.name: json.loads(tar.extractfile(m).read())
+            for m in tar.getmembers()  # type: ignore[union-attr]
+            if m.isfile()
+        }
     keys = sorted(f"part-{i}.txt" for i in range(N_OBJECTS))
     for index, host in enumerate(["algo-1", "algo-2"]):
         report = reports[f"{host}.json"]
@@ -97,14 +110,22 @@ def test_pipe_sharded_and_manifest_channels_through_fit(tmp_path: Path, moto_s3:
 @pytest.mark.parametrize(
     ("body", "problem", "fix"),
     [
-        (b'{"prefix": "s3://data/train/"}',
-         "not a valid manifest: manifest {uri} must be a JSON list",
-         "write it as a JSON list"),
-        (b"[{\"prefix\": \"s3://data/train/\"}, \"part-1.txt\"", "not a valid manifest: manifest "
-         "{uri} is not JSON", "write it as a JSON list"),
-        (json.dumps([{"prefix": "s3://data/train/"}, "part-1.txt", "part-77.txt", "gone/x.txt"]).encode(),
-         "manifest {uri} names s3://data/train/part-77.txt, which does not exist "
-         "(and 1 more missing: s3://data/train/gone/x.txt)", "upload the missing object(s), or remove them"),
+        (
+            b'{"prefix": "s3://data/train/"}',
+            "not a valid manifest: manifest {uri} must be a JSON list",
+            "write it as a JSON list",
+        ),
+        (
+            b'[{"prefix": "s3://data/train/"}, "part-1.txt"',
+            "not a valid manifest: manifest {uri} is not JSON",
+            "write it as a JSON list",
+        ),
+        (
+            json.dumps([{"prefix": "s3://data/train/"}, "part-1.txt", "part-77.txt", "gone/x.txt"]).encode(),
+            "manifest {uri} names s3://data/train/part-77.txt, which does not exist "
+            "(and 1 more missing: s3://data/train/gone/x.txt)",
+            "upload the missing object(s), or remove them",
+        ),
         (None, "the manifest cannot be read (NoSuchKey: ", "check the manifest's URI"),
     ],
     ids=["not-a-list", "not-json", "missing-objects", "no-manifest"],
@@ -118,8 +139,10 @@ def test_bad_manifest_fails_fit_before_anything_of_the_job_exists(
         moto_s3.put_object(Bucket="data", Key=key, Body=body)
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3)
     estimator = _estimator(tmp_path, session)
-    inputs = {"train": TrainingInput("s3://data/train/"),  # a good channel first: nothing is downloaded
-              "val": TrainingInput(uri, s3_data_type="ManifestFile")}
+    inputs = {
+        "train": TrainingInput("s3://data/train/"),  # a good channel first: nothing is downloaded
+        "val": TrainingInput(uri, s3_data_type="ManifestFile"),
+    }
     with pytest.raises(ConfigurationError) as caught:
         estimator.fit(inputs, logs=False, job_name="bad-manifest")
     error = caught.value
@@ -138,9 +161,18 @@ def test_augmented_manifest_is_refused_before_anything_starts(tmp_path: Path, mo
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3)
     estimator = _estimator(tmp_path, session)
     with pytest.raises(ConfigurationError) as caught:
-        estimator.fit({"val": TrainingInput("s3://data/val.manifest", s3_data_type="AugmentedManifestFile",
-                                            attribute_names=["source-ref"], input_mode="Pipe")},
-                      logs=False, job_name="augmented")
+        estimator.fit(
+            {
+                "val": TrainingInput(
+                    "s3://data/val.manifest",
+                    s3_data_type="AugmentedManifestFile",
+                    attribute_names=["source-ref"],
+                    input_mode="Pipe",
+                )
+            },
+            logs=False,
+            job_name="augmented",
+        )
     assert caught.value.field == "inputs['val'].s3_data_type"
     assert caught.value.value == "AugmentedManifestFile" and "not emulated locally" in caught.value.problem
     assert not (tmp_path / "jobs" / "augmented").exists()
@@ -161,8 +193,11 @@ def test_a_failing_pipe_channel_fails_the_job_promptly(tmp_path: Path, moto_s3: 
     moto_s3.put_object(Bucket="data", Key="notgz/part-0.gz", Body=b"plain text, not gzip")
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=30)
     estimator = _estimator(tmp_path, session, WAITING_READER, instance_count=1)
-    estimator.fit({"train": TrainingInput("s3://data/notgz/", input_mode="Pipe", compression="Gzip")},
-                  wait=False, job_name="bad-pipe")
+    estimator.fit(
+        {"train": TrainingInput("s3://data/notgz/", input_mode="Pipe", compression="Gzip")},
+        wait=False,
+        job_name="bad-pipe",
+    )
     job = estimator.latest_training_job
     assert job is not None
     with pytest.raises(JobFailedError):

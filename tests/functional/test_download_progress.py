@@ -33,7 +33,8 @@ def test_channel_download_bar_in_a_notebook(tmp_path: Path, monkeypatch: pytest.
     pytest.importorskip("ipykernel")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text(
-        "import os\nprint('read', os.path.getsize(os.environ['SM_CHANNEL_TRAIN'] + '/weights.bin'))\n")
+        "import os\nprint('read', os.path.getsize(os.environ['SM_CHANNEL_TRAIN'] + '/weights.bin'))\n"
+    )
     (tmp_path / "notebook.py").write_text(NOTEBOOK)
     with moto_s3_server(monkeypatch, "data") as s3:
         s3.put_object(Bucket="data", Key="big/weights.bin", Body=bytes(65 * MiB))
@@ -41,8 +42,12 @@ def test_channel_download_bar_in_a_notebook(tmp_path: Path, monkeypatch: pytest.
         try:
             done = subprocess.run(
                 [sys.executable, "notebook.py", str(tmp_path / "jobs"), str(tmp_path / "src"), endpoint],
-                cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=240,
+                env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+            )
         finally:
             kill_leftover_jobs(tmp_path / "jobs")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -57,4 +57,5 @@ def test_a_traceback_longer_than_1024_characters_is_kept_whole(tmp_path: Path) -
     wire = (backend.job_dir("deep-failure").path / "hosts" / "algo-1" / "output" / "failure").read_text()
     assert len(wire) <= contract.FAILURE_REASON_MAX_CHARS
     assert set(wire.splitlines()) - set(reason.splitlines()) == {
-        next(line for line in wire.splitlines() if line.startswith("... ("))}
+        next(line for line in wire.splitlines() if line.startswith("... ("))
+    }

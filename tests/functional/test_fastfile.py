@@ -55,16 +55,21 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
 
 
 def _spec(hosts: int, distribution: str) -> TrainingJobSpec:
-    source = {"S3DataType": "S3Prefix", "S3Uri": "s3://fastfile/train/",
-              "S3DataDistributionType": distribution}
-    return TrainingJobSpec.model_validate({
-        "TrainingJobName": "job",
-        "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
-        "RoleArn": "arn:aws:iam::000000000000:role/x",
-        "OutputDataConfig": {"S3OutputPath": "file:///tmp/out"},
-        "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": hosts},
-        "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": source}}],
-    })
+    source = {
+        "S3DataType": "S3Prefix",
+        "S3Uri": "s3://fastfile/train/",
+        "S3DataDistributionType": distribution,
+    }
+    return TrainingJobSpec.model_validate(
+        {
+            "TrainingJobName": "job",
+            "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
+            "RoleArn": "arn:aws:iam::000000000000:role/x",
+            "OutputDataConfig": {"S3OutputPath": "file:///tmp/out"},
+            "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": hosts},
+            "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": source}}],
+        }
+    )
 
 
 def _tree(root: Path) -> dict[str, int]:
@@ -82,8 +87,13 @@ def _tree(root: Path) -> dict[str, int]:
 def test_each_host_lists_its_whole_share_at_once_and_reads_on_demand(tmp_path: Path, moto_s3: Any) -> None:
     hosts = host_trees(tmp_path, 2)
     logged: list[str] = []
-    data = JobData(_spec(2, "ShardedByS3Key"), hosts, tmp_path / "cache",
-                   TransferEngine(moto_s3, progress=False), logged.append)
+    data = JobData(
+        _spec(2, "ShardedByS3Key"),
+        hosts,
+        tmp_path / "cache",
+        TransferEngine(moto_s3, progress=False),
+        logged.append,
+    )
     data.stage()
     rels = [key.removeprefix("train/") for key in KEYS]
     try:
@@ -116,8 +126,13 @@ def test_each_host_lists_its_whole_share_at_once_and_reads_on_demand(tmp_path: P
 @pytest.mark.timeout(120)
 def test_an_object_that_vanished_fails_the_read_and_the_channel(tmp_path: Path, moto_s3: Any) -> None:
     hosts = host_trees(tmp_path, 1)
-    data = JobData(_spec(1, "FullyReplicated"), hosts, tmp_path / "cache",
-                   TransferEngine(moto_s3, progress=False), lambda _: None)
+    data = JobData(
+        _spec(1, "FullyReplicated"),
+        hosts,
+        tmp_path / "cache",
+        TransferEngine(moto_s3, progress=False),
+        lambda _: None,
+    )
     data.stage()
     try:
         moto_s3.delete_object(Bucket="fastfile", Key=KEYS[0])
@@ -129,21 +144,35 @@ def test_an_object_that_vanished_fails_the_read_and_the_channel(tmp_path: Path, 
     assert len(data.errors) == 1 and f"s3://fastfile/{KEYS[0]}" in data.errors[0], data.errors
 
 
-@pytest.mark.parametrize(("unavailable", "server", "reason"), [
-    ("/dev/fuse does not exist", None, "/dev/fuse does not exist"),
-    (None, "/bin/false", "the FUSE server exited with code 1: no output"),  # a server that cannot start
-], ids=["no-fuse", "mount-fails"])
+@pytest.mark.parametrize(
+    ("unavailable", "server", "reason"),
+    [
+        ("/dev/fuse does not exist", None, "/dev/fuse does not exist"),
+        (None, "/bin/false", "the FUSE server exited with code 1: no output"),  # a server that cannot start
+    ],
+    ids=["no-fuse", "mount-fails"],
+)
 @pytest.mark.timeout(120)
 def test_without_a_mount_fastfile_has_file_semantics_and_says_why(
-        tmp_path: Path, moto_s3: Any, monkeypatch: pytest.MonkeyPatch, unavailable: str | None,
-        server: str | None, reason: str) -> None:
+    tmp_path: Path,
+    moto_s3: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    unavailable: str | None,
+    server: str | None,
+    reason: str,
+) -> None:
     monkeypatch.setattr(local_data.fastfile, "unavailable", lambda: unavailable)
     if server is not None:
         monkeypatch.setattr(local_data.sys, "executable", server)
     hosts = host_trees(tmp_path, 2)
     logged: list[str] = []
-    data = JobData(_spec(2, "ShardedByS3Key"), hosts, tmp_path / "cache",
-                   TransferEngine(moto_s3, progress=False), logged.append)
+    data = JobData(
+        _spec(2, "ShardedByS3Key"),
+        hosts,
+        tmp_path / "cache",
+        TransferEngine(moto_s3, progress=False),
+        logged.append,
+    )
     data.stage()
     data.close()
     rels = sorted(key.removeprefix("train/") for key in KEYS)
@@ -152,8 +181,10 @@ def test_without_a_mount_fastfile_has_file_semantics_and_says_why(
         assert not os.path.ismount(channel)
         assert _tree(channel) == {rel: len(_body(f"train/{rel}")) for rel in rels[index::2]}
         assert all((channel / rel).read_bytes() == _body(f"train/{rel}") for rel in rels[index::2])
-    assert any(f"FastFile cannot be mounted here ({reason}); delivering it with File semantics" in line
-               for line in logged), logged
+    assert any(
+        f"FastFile cannot be mounted here ({reason}); delivering it with File semantics" in line
+        for line in logged
+    ), logged
 
 
 SCRIPT = """
@@ -170,16 +201,24 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], host + ".json"), "w") as out:
 """
 
 
-def _fit(tmp_path: Path, moto_s3: Any, script: str, job_name: str, hosts: int,
-         distribution: str) -> tuple[dict[str, Any], str]:
+def _fit(
+    tmp_path: Path, moto_s3: Any, script: str, job_name: str, hosts: int, distribution: str
+) -> tuple[dict[str, Any], str]:
     source = tmp_path / "src"
     source.mkdir()
     (source / "train.py").write_text(script)
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=5)
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=hosts, framework_version="2.1.0", py_version="py310",
-        hyperparameters={"epochs": 1}, output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge",
+        instance_count=hosts,
+        framework_version="2.1.0",
+        py_version="py310",
+        hyperparameters={"epochs": 1},
+        output_path=(tmp_path / "out").as_uri(),
+        sagemaker_session=session,
     )
     channel = TrainingInput("s3://fastfile/train/", distribution=distribution, input_mode="FastFile")
     with contextlib.suppress(JobFailedError):
@@ -197,15 +236,19 @@ def test_fit_with_a_sharded_fastfile_channel(tmp_path: Path, moto_s3: Any) -> No
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
     assert "FastFile mounted on 2 host(s)" in log
     with tarfile.open(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
-        reports = {m.name: json.loads(tar.extractfile(m).read())  # type: ignore[union-attr]
-                   for m in tar.getmembers() if m.isfile()}
+        reports = {
+            m.name: json.loads(tar.extractfile(m).read())  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile()
+        }
     rels = sorted(key.removeprefix("train/") for key in KEYS)
     for index, host in enumerate(["algo-1", "algo-2"]):
         report = reports[f"{host}.json"]
         assert report["mounted"] is True
         assert report["listed"] == rels[index::2]  # the whole share at the script's first look
-        assert report["digests"] == {rel: hashlib.sha256(_body(f"train/{rel}")).hexdigest()
-                                     for rel in rels[index::2]}
+        assert report["digests"] == {
+            rel: hashlib.sha256(_body(f"train/{rel}")).hexdigest() for rel in rels[index::2]
+        }
     job_dir = tmp_path / "jobs" / "fastfile-e2e"
     assert_no_job_processes("fastfile-e2e", job_dir)
     assert not any(os.path.ismount(job_dir / "hosts" / h / "input/data/train") for h in ("algo-1", "algo-2"))

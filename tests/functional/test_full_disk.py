@@ -57,8 +57,12 @@ def small_store(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("mounting a small tmpfs job store needs root on Linux")
     store = tmp_path / "store"
     store.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={STORE_SIZE}", "tmpfs", str(store)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={STORE_SIZE}", "tmpfs", str(store)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -113,9 +117,16 @@ def test_fit_on_a_full_disk_leaves_nothing_and_the_name_stays_free(tmp_path: Pat
     src.mkdir()
     (src / "train.py").write_text("print('trained', flush=True)\n")
     session = LocalSession(small_store / "jobs")
-    estimator = PyTorch(entry_point="train.py", source_dir=str(src), role="arn:aws:iam::000000000000:role/x",
-                        instance_type="ml.c5.xlarge", instance_count=1, framework_version="2.1.0",
-                        py_version="py310", sagemaker_session=session)
+    estimator = PyTorch(
+        entry_point="train.py",
+        source_dir=str(src),
+        role="arn:aws:iam::000000000000:role/x",
+        instance_type="ml.c5.xlarge",
+        instance_count=1,
+        framework_version="2.1.0",
+        py_version="py310",
+        sagemaker_session=session,
+    )
     filler = _fill(small_store)
     with pytest.raises(NoSpaceLeftError) as info:
         estimator.fit(job_name="full-submit", wait=False)
@@ -125,8 +136,10 @@ def test_fit_on_a_full_disk_leaves_nothing_and_the_name_stays_free(tmp_path: Pat
     assert not (small_store / "jobs" / "full-submit").exists()  # no half-made job directory
     # The backend's own writes (spec, state) on a full store: the same clean error, nothing left.
     backend = session.backend()
-    with pytest.warns(UserWarning, match="full-submit-2"), \
-            pytest.raises(NoSpaceLeftError, match=str(small_store / "jobs" / "full-submit-2")):
+    with (
+        pytest.warns(UserWarning, match="full-submit-2"),
+        pytest.raises(NoSpaceLeftError, match=str(small_store / "jobs" / "full-submit-2")),
+    ):
         backend.submit(make_spec(tmp_path, "full-submit-2", "print('x')", instance_count=1))
     assert sorted(p.name for p in (small_store / "jobs").iterdir()) == []
     filler.unlink()
@@ -157,8 +170,9 @@ def test_s3_inputs_larger_than_the_store_warn_and_fail_the_download_saying_so(
     with moto_s3_server(monkeypatch, "data") as s3:
         s3.put_object(Bucket="data", Key="train/part-0.bin", Body=os.urandom(20 << 20))  # > the store
         backend = LocalSession(small_store / "jobs", s3_client=s3).backend()
-        spec = make_spec(tmp_path, "big-input", "print('ran')", instance_count=1,
-                         inputs={"train": "s3://data/train/"})
+        spec = make_spec(
+            tmp_path, "big-input", "print('ran')", instance_count=1, inputs={"train": "s3://data/train/"}
+        )
         with pytest.warns(UserWarning, match=r"s3:// inputs 20\.0 MiB"):
             backend.submit(spec)
         description = wait_terminal(backend, "big-input")

@@ -13,8 +13,10 @@ import pytest
 from runtime import contract
 from tests.functional._dist_helpers import read_tar_json, run_job
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs OpenMPI's mpirun")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs OpenMPI's mpirun"),
+]
 
 COMMON = """
 import argparse, json, os, socket
@@ -71,7 +73,9 @@ def train_epoch(model, train_loader, optimizer):
     return loss
 """
 
-HOROVOD = COMMON + """
+HOROVOD = (
+    COMMON
+    + """
 import horovod.torch as hvd
 
 hvd.init()
@@ -116,8 +120,11 @@ for epoch in range(1, args.epochs + 1):
 if hvd.rank() == 0:
     save(model)
 """
+)
 
-DDP = COMMON + """
+DDP = (
+    COMMON
+    + """
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -138,6 +145,7 @@ if dist.get_rank() == 0:
     save(model.module)
 dist.destroy_process_group()
 """
+)
 
 HPS = {"epochs": 2, "batch-size": 8, "lr": 0.01}
 
@@ -145,8 +153,14 @@ HPS = {"epochs": 2, "batch-size": 8, "lr": 0.01}
 def test_horovod_script_on_two_hosts_matches_ddp(tmp_path: Path) -> None:
     # A GPU type this machine lacks: CUDA is emulated on the CPU, so the script's CUDA calls
     # (set_device(hvd.local_rank()), .cuda()) run unchanged.
-    hvd = run_job(tmp_path, HOROVOD, base_name="horovod", instance_type="ml.g4dn.12xlarge",
-                  distribution={"mpi": {"enabled": True, "processes_per_host": 2}}, hyperparameters=HPS)
+    hvd = run_job(
+        tmp_path,
+        HOROVOD,
+        base_name="horovod",
+        instance_type="ml.g4dn.12xlarge",
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+        hyperparameters=HPS,
+    )
     assert hvd.status == contract.STATUS_COMPLETED, hvd.reason + hvd.log[-3000:]
     for rank in range(4):
         host = f"algo-{rank // 2 + 1}"
@@ -156,8 +170,14 @@ def test_horovod_script_on_two_hosts_matches_ddp(tmp_path: Path) -> None:
     # lr 0.01 x 4 ranks, x 0.7 per epoch: the scheduler drove the wrapped optimizer
     assert "[algo-1/rank 0] epoch 2 avg_loss" in hvd.log and "lr 0.019600" in hvd.log, hvd.log[-3000:]
 
-    ddp = run_job(tmp_path, DDP, base_name="ddp", distribution={"torch_distributed": {"enabled": True}},
-                  processes_per_host=2, hyperparameters=HPS)
+    ddp = run_job(
+        tmp_path,
+        DDP,
+        base_name="ddp",
+        distribution={"torch_distributed": {"enabled": True}},
+        processes_per_host=2,
+        hyperparameters=HPS,
+    )
     assert ddp.status == contract.STATUS_COMPLETED, ddp.reason + ddp.log[-3000:]
 
     hvd_weights = read_tar_json(hvd.tar_members(), "weights.json")

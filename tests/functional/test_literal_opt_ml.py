@@ -43,8 +43,13 @@ def test_literal_opt_ml_paths_are_each_hosts_own_tree(tmp_path: Path) -> None:
     (data / "data.csv").write_text("1,2\n3,4\n5,6\n")
     root = tmp_path / "jobs"
     backend = LocalSession(root).backend()
-    spec = make_spec(tmp_path, "literal-opt-ml", LITERAL_PATHS, hyperparameters={"epochs": 3},
-                     inputs={"train": data.as_uri()})
+    spec = make_spec(
+        tmp_path,
+        "literal-opt-ml",
+        LITERAL_PATHS,
+        hyperparameters={"epochs": 3},
+        inputs={"train": data.as_uri()},
+    )
     try:
         backend.submit(spec)
         description = wait_terminal(backend, "literal-opt-ml")
@@ -54,8 +59,13 @@ def test_literal_opt_ml_paths_are_each_hosts_own_tree(tmp_path: Path) -> None:
     for host in ("algo-1", "algo-2"):
         tree = root / "literal-opt-ml" / "hosts" / host
         written = json.loads((tree / "model" / "weights" / f"{host}.json").read_text())
-        assert written == {"host": host, "env_host": host, "rows": 3, "epochs": 3,
-                           "model_dir": str(tree / "model")}
+        assert written == {
+            "host": host,
+            "env_host": host,
+            "rows": 3,
+            "epochs": 3,
+            "model_dir": str(tree / "model"),
+        }
         assert (tree / "output" / "data" / "metrics.txt").read_text() == host
     log = "\n".join(backend.log_lines("literal-opt-ml"))
     assert "No private /opt/ml" not in log

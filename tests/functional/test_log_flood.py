@@ -56,7 +56,7 @@ def _expected(rank: int) -> list[str]:
 
 def _of_rank(lines: list[str], rank: int) -> list[str]:
     prefix = f"[algo-1/rank {rank}] "
-    return [line[len(prefix):] for line in lines if line.startswith(prefix) and " stderr " not in line]
+    return [line[len(prefix) :] for line in lines if line.startswith(prefix) and " stderr " not in line]
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +83,8 @@ def test_flood_of_two_ranks_arrives_whole_in_order_exactly_once(tmp_path: Path) 
         stderr = [line for line in host_lines if line.startswith(f"[algo-1/rank {rank}] rank {rank} stderr ")]
         assert len(stderr) == LINES // 5000
     # No line was cut or merged: every line of the host's log is one printed line with its prefix.
-    assert all(line.startswith(("[algo-1/rank 0] rank 0 ", "[algo-1/rank 1] rank 1 ", "[algo-1]"))
-               for line in host_lines)
+    assert all(
+        line.startswith(("[algo-1/rank 0] rank 0 ", "[algo-1/rank 1] rank 1 ", "[algo-1]"))
+        for line in host_lines
+    )
     assert_no_job_processes(spec.TrainingJobName, backend.job_dir(spec.TrainingJobName).path)

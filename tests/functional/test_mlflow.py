@@ -39,13 +39,22 @@ def test_job_becomes_an_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (tmp_path / "src" / "train.py").write_text(SCRIPT)
     store = (tmp_path / "mlruns").as_uri()
     session = LocalSession(root=tmp_path / "jobs", mlflow=store)
-    est = PyTorch(entry_point="train.py", source_dir=str(tmp_path / "src"), role="r",
-                  instance_type="ml.c5.xlarge", instance_count=2,
-                  framework_version="2.1.0", py_version="py310",
-                  hyperparameters={"epochs": 3, "lr": 0.1}, base_job_name="mlflow",
-                  metric_definitions=[{"Name": "train:loss", "Regex": r"loss=([0-9.]+)"},
-                                      {"Name": "accuracy", "Regex": r"accuracy=([0-9.]+)"}],
-                  sagemaker_session=session)
+    est = PyTorch(
+        entry_point="train.py",
+        source_dir=str(tmp_path / "src"),
+        role="r",
+        instance_type="ml.c5.xlarge",
+        instance_count=2,
+        framework_version="2.1.0",
+        py_version="py310",
+        hyperparameters={"epochs": 3, "lr": 0.1},
+        base_job_name="mlflow",
+        metric_definitions=[
+            {"Name": "train:loss", "Regex": r"loss=([0-9.]+)"},
+            {"Name": "accuracy", "Regex": r"accuracy=([0-9.]+)"},
+        ],
+        sagemaker_session=session,
+    )
     try:
         est.fit()
     finally:
@@ -61,14 +70,30 @@ def test_job_becomes_an_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert run["tags.mlflow.runName"] == job.name
     assert (run["params.epochs"], run["params.lr"]) == ("3", "0.1")
     assert not any(column.startswith("params.sagemaker_") for column in runs.columns)
-    assert {key: run[f"tags.smlaunch.{key}"] for key in
-            ("job_name", "backend", "instance_type", "instance_count", "distribution", "model_artifact")} == {
-        "job_name": job.name, "backend": "local", "instance_type": "ml.c5.xlarge", "instance_count": "2",
-        "distribution": "none", "model_artifact": est.model_data}
+    assert {
+        key: run[f"tags.smlaunch.{key}"]
+        for key in (
+            "job_name",
+            "backend",
+            "instance_type",
+            "instance_count",
+            "distribution",
+            "model_artifact",
+        )
+    } == {
+        "job_name": job.name,
+        "backend": "local",
+        "instance_type": "ml.c5.xlarge",
+        "instance_count": "2",
+        "distribution": "none",
+        "model_artifact": est.model_data,
+    }
 
     client = mlflow.MlflowClient(tracking_uri=store)
-    history = {key: client.get_metric_history(run["run_id"], key)
-               for key in ("train:loss/algo-1", "train:loss/algo-2", "accuracy")}
+    history = {
+        key: client.get_metric_history(run["run_id"], key)
+        for key in ("train:loss/algo-1", "train:loss/algo-2", "accuracy")
+    }
     assert [m.value for m in history["train:loss/algo-1"]] == [0.1, 0.05, 0.0333]
     assert [m.value for m in history["train:loss/algo-2"]] == [0.2, 0.1, 0.0667]
     assert [m.value for m in history["accuracy"]] == [0.5, 0.6, 0.7]
@@ -86,6 +111,7 @@ def test_job_becomes_an_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     other = (tmp_path / "other").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
     PyTorch.attach(job.name, sagemaker_session=LocalSession(root=tmp_path / "jobs")).latest_training_job.wait(
-        logs=False)
+        logs=False
+    )
     mlflow.set_tracking_uri(other)
     assert list(mlflow.search_runs(experiment_names=["smlaunch"])["tags.smlaunch.job_name"]) == [job.name]

@@ -44,7 +44,7 @@ def _write_tree(root: Path) -> None:
         directory = root / f"shard{index // 50}"
         directory.mkdir(parents=True, exist_ok=True)
         header = f"file {index}\n".encode()
-        (directory / f"part{index:03d}.bin").write_bytes(header + block[len(header):])
+        (directory / f"part{index:03d}.bin").write_bytes(header + block[len(header) :])
     (root / "train.py").write_text("print('train')\n")
 
 
@@ -55,7 +55,11 @@ def test_packaging_200_mib_keeps_memory_flat_and_warns(tmp_path: Path) -> None:
     (tmp_path / "small" / "train.py").write_text("print('train')\n")
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "big"), str(tmp_path / "small"), str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=600, check=False, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=dict(os.environ),
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])

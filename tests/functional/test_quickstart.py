@@ -24,7 +24,11 @@ def test_quickstart_trains_to_95_percent_and_prints_the_model_artifact(tmp_path:
     try:
         result = subprocess.run(
             [sys.executable, str(REPO / "examples" / "quickstart" / "run.py")],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=280,
         )
     finally:
         kill_leftover_jobs(tmp_path / "jobs")

@@ -47,9 +47,7 @@ def _run_rank(tmp_path: Path, script: str, *, with_rank_dir: bool) -> subprocess
         env[RANK_DIR_ENV] = str(rank_dir)
     path = tmp_path / "train.py"
     path.write_text(script)
-    return subprocess.run(
-        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_group_left_open_is_destroyed_at_exit(tmp_path: Path) -> None:

@@ -43,24 +43,38 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
 
 
 def _freeze() -> str:
-    return subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"], capture_output=True, text=True,
-                          check=True, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}).stdout
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--all"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    ).stdout
 
 
 def _fit(tmp_path: Path, session: LocalSession, job_name: str, instance_count: int) -> tuple[dict, str]:
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(tmp_path / "src"), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=instance_count, framework_version="2.1.0",
-        py_version="py310", hyperparameters={"epochs": 1},
-        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+        entry_point="train.py",
+        source_dir=str(tmp_path / "src"),
+        role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge",
+        instance_count=instance_count,
+        framework_version="2.1.0",
+        py_version="py310",
+        hyperparameters={"epochs": 1},
+        output_path=(tmp_path / "out").as_uri(),
+        sagemaker_session=session,
     )
     estimator.fit(logs=False, job_name=job_name)
     description = session.backend().describe(job_name)
     log = "\n".join(session.backend().log_lines(job_name))
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
     with tarfile.open(description["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://")) as tar:
-        reports = {m.name: json.loads(tar.extractfile(m).read())  # type: ignore[union-attr]
-                   for m in tar.getmembers() if m.isfile()}
+        reports = {
+            m.name: json.loads(tar.extractfile(m).read())  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile()
+        }
     assert_no_job_processes(job_name, tmp_path / "jobs" / job_name)
     return reports, log
 

@@ -112,8 +112,11 @@ def test_fit_stages_submits_follows_and_completes(
         expected.extend(["[algo-1] loss=0.5", "[algo-3] loss=0.25"])
         aws.complete(job, training_time_in_seconds=200, billable_time_in_seconds=200)
 
-    aws.then(lambda: aws.transition(job, "Downloading", "Downloading input data"), training,
-             last_lines_and_complete)
+    aws.then(
+        lambda: aws.transition(job, "Downloading", "Downloading input data"),
+        training,
+        last_lines_and_complete,
+    )
     est.fit(inputs, job_name=job)
     out = capsys.readouterr().out
 

@@ -31,9 +31,15 @@ def test_every_host_of_a_32_host_job_completes(tmp_path: Path) -> None:
     (source / "train.py").write_text(SCRIPT)
     session = LocalSession(tmp_path / "jobs", instance_count_quota=HOSTS)
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/r",
-        instance_type="ml.c5.xlarge", instance_count=HOSTS, framework_version="2.1.0", py_version="py310",
-        output_path=(tmp_path / "out").as_uri(), sagemaker_session=session,
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/r",
+        instance_type="ml.c5.xlarge",
+        instance_count=HOSTS,
+        framework_version="2.1.0",
+        py_version="py310",
+        output_path=(tmp_path / "out").as_uri(),
+        sagemaker_session=session,
     )
     estimator.fit(logs=False, job_name="thirty-two")
     job = estimator.latest_training_job

@@ -35,9 +35,16 @@ def _estimator(tmp_path: Path, **kwargs: object) -> PyTorch:
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
     (src / "train.py").write_text(TRAIN)
-    return PyTorch(entry_point="train.py", source_dir=str(src), framework_version="2.1.0", py_version="py310",
-                   instance_type="ml.m5.large", instance_count=1,
-                   sagemaker_session=LocalSession(tmp_path / "jobs", stop_grace_seconds=2), **kwargs)
+    return PyTorch(
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="ml.m5.large",
+        instance_count=1,
+        sagemaker_session=LocalSession(tmp_path / "jobs", stop_grace_seconds=2),
+        **kwargs,
+    )
 
 
 def test_max_run_stops_the_job_and_fit_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -25,8 +25,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def one_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SM_HP_MP_PARAMETERS",
-                 "OMPI_COMM_WORLD_RANK", "SMP_TORCH_VIRTUAL_STAGES"):
+    for name in (
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SM_HP_MP_PARAMETERS",
+        "OMPI_COMM_WORLD_RANK",
+        "SMP_TORCH_VIRTUAL_STAGES",
+    ):
         monkeypatch.delenv(name, raising=False)
     try:
         yield
@@ -114,17 +121,20 @@ def test_shim_imports_and_auto_inits_under_the_smp_launcher_variables(tmp_path: 
         "print(smp.is_initialized(), smp.pp_size(), smp.num_microbatches())\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "OMPI_", "SMP_"))}
-    env.update({
-        "PYTHONPATH": os.pathsep.join([str(compat), str(REPO)]),
-        "SM_HP_MP_PARAMETERS": '{"partitions": 1, "microbatches": 3}',
-        "OMPI_COMM_WORLD_RANK": "0",
-        "OMPI_COMM_WORLD_SIZE": "1",
-    })
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(compat), str(REPO)]),
+            "SM_HP_MP_PARAMETERS": '{"partitions": 1, "microbatches": 3}',
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "1",
+        }
+    )
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "1", "3"]
     env["SMP_MANUAL_INIT"] = "1"
     check = "import smdistributed.modelparallel.torch as smp; print(smp.is_initialized())"
-    manual = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True,
-                            timeout=60)
+    manual = subprocess.run(
+        [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60
+    )
     assert manual.stdout.strip() == "False", manual.stderr

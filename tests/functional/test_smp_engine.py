@@ -29,10 +29,18 @@ REPO = Path(__file__).resolve().parents[2]
 TOL = 1e-5
 
 
-def _sc(name: str, model: str, seed: int, m: int, batches: list[int], config: dict[str, Any],
-        **extra: Any) -> dict[str, Any]:
-    return {"name": name, "model": model, "seed": seed, "microbatches": m, "batches": batches,
-            "config": config, **extra}
+def _sc(
+    name: str, model: str, seed: int, m: int, batches: list[int], config: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "model": model,
+        "seed": seed,
+        "microbatches": m,
+        "batches": batches,
+        "config": config,
+        **extra,
+    }
 
 
 WORLD2 = [
@@ -41,32 +49,103 @@ WORLD2 = [
     _sc("pp2_1f1b_m4_transformer", "transformer", 4, 4, [8, 8, 4], {"partitions": 2, "microbatches": 4}),
     _sc("pp2_virtual2_m4", "mlp", 5, 4, [8, 8], {"partitions": 2, "microbatches": 4}, virtual_stages=2),
     _sc("pp2_custom_module_chain", "grouped", 14, 2, [4, 4], {"partitions": 2, "microbatches": 2}),
-    _sc("pp2_manual_partition", "mlp", 13, 2, [4, 4],
+    _sc(
+        "pp2_manual_partition",
+        "mlp",
+        13,
+        2,
+        [4, 4],
         {"partitions": 2, "microbatches": 2, "auto_partition": False, "default_partition": 0},
-        manual=[0, 0, 0, 0, 0, 0, 1, 1, 1]),
-    _sc("ckpt_save", "mlp", 6, 2, [4, 4, 4], {"partitions": 2, "microbatches": 2},
-        save={"at_step": 1, "tag": "s1"}),
-    _sc("ckpt_resume", "mlp", 6, 2, [4, 4, 4], {"partitions": 2, "microbatches": 2},
-        resume={"from_step": 2, "tag": "s1"}),
+        manual=[0, 0, 0, 0, 0, 0, 1, 1, 1],
+    ),
+    _sc(
+        "ckpt_save",
+        "mlp",
+        6,
+        2,
+        [4, 4, 4],
+        {"partitions": 2, "microbatches": 2},
+        save={"at_step": 1, "tag": "s1"},
+    ),
+    _sc(
+        "ckpt_resume",
+        "mlp",
+        6,
+        2,
+        [4, 4, 4],
+        {"partitions": 2, "microbatches": 2},
+        resume={"from_step": 2, "tag": "s1"},
+    ),
 ]
 
 WORLD4 = [
     _sc("pp4_1f1b_m8", "mlp", 7, 8, [16, 16, 8], {"partitions": 4, "microbatches": 8}),
     _sc("pp4_m2_gpipe_fallback", "mlp", 8, 2, [4, 4], {"partitions": 4, "microbatches": 2}),
-    _sc("pp2_dp2_cluster_simple", "mlp", 9, 4, [8, 8, 4],
-        {"partitions": 2, "microbatches": 4, "pipeline": "simple", "placement_strategy": "cluster",
-         "ddp": True}),
-    _sc("pp2_dp2_spread_interleaved_transformer", "transformer", 10, 4, [8, 8],
-        {"partitions": 2, "microbatches": 4, "pipeline": "interleaved", "placement_strategy": "spread",
-         "ddp": True}),
-    _sc("pp2_dp2_cluster_interleaved_m8", "mlp", 15, 8, [16, 16, 8],
-        {"partitions": 2, "microbatches": 8, "pipeline": "interleaved", "placement_strategy": "cluster",
-         "ddp": True}),
-    _sc("pp2_dp2_spread_simple_m1", "mlp", 16, 1, [4, 4, 2],
-        {"partitions": 2, "microbatches": 1, "pipeline": "simple", "placement_strategy": "spread",
-         "ddp": True}),
-    _sc("pp2_virtual2_dp2_spread", "mlp", 11, 4, [8, 8],
-        {"partitions": 2, "microbatches": 4, "placement_strategy": "spread", "ddp": True}, virtual_stages=2),
+    _sc(
+        "pp2_dp2_cluster_simple",
+        "mlp",
+        9,
+        4,
+        [8, 8, 4],
+        {
+            "partitions": 2,
+            "microbatches": 4,
+            "pipeline": "simple",
+            "placement_strategy": "cluster",
+            "ddp": True,
+        },
+    ),
+    _sc(
+        "pp2_dp2_spread_interleaved_transformer",
+        "transformer",
+        10,
+        4,
+        [8, 8],
+        {
+            "partitions": 2,
+            "microbatches": 4,
+            "pipeline": "interleaved",
+            "placement_strategy": "spread",
+            "ddp": True,
+        },
+    ),
+    _sc(
+        "pp2_dp2_cluster_interleaved_m8",
+        "mlp",
+        15,
+        8,
+        [16, 16, 8],
+        {
+            "partitions": 2,
+            "microbatches": 8,
+            "pipeline": "interleaved",
+            "placement_strategy": "cluster",
+            "ddp": True,
+        },
+    ),
+    _sc(
+        "pp2_dp2_spread_simple_m1",
+        "mlp",
+        16,
+        1,
+        [4, 4, 2],
+        {
+            "partitions": 2,
+            "microbatches": 1,
+            "pipeline": "simple",
+            "placement_strategy": "spread",
+            "ddp": True,
+        },
+    ),
+    _sc(
+        "pp2_virtual2_dp2_spread",
+        "mlp",
+        11,
+        4,
+        [8, 8],
+        {"partitions": 2, "microbatches": 4, "placement_strategy": "spread", "ddp": True},
+        virtual_stages=2,
+    ),
     _sc("pp1_dp4", "mlp", 12, 2, [8, 8], {"partitions": 1, "microbatches": 2, "ddp": True}),
 ]
 
@@ -77,13 +156,22 @@ def _launch(world: int, scenarios: list[dict[str, Any]], out: Path) -> list[dict
     port = free_port()
     procs = []
     for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+        env = dict(
+            os.environ,
+            RANK=str(r),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(r),
+            LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=str(REPO),
+        )
         env.pop("SM_HP_MP_PARAMETERS", None)
         argv = [sys.executable, "-m", "tests.functional._smp_worker", str(spec), str(out)]
-        procs.append(subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
     logs = []
     try:
         for p in procs:
@@ -102,8 +190,11 @@ def _launch(world: int, scenarios: list[dict[str, Any]], out: Path) -> list[dict
 
 
 COMM2 = {"name": "comm", "kind": "comm", "config": {"partitions": 2}}
-COMM4 = {"name": "comm", "kind": "comm",
-         "config": {"partitions": 2, "ddp": True, "placement_strategy": "spread"}}
+COMM4 = {
+    "name": "comm",
+    "kind": "comm",
+    "config": {"partitions": 2, "ddp": True, "placement_strategy": "spread"},
+}
 
 
 def _check(results: list[dict[str, Any]], scenarios: list[dict[str, Any]]) -> None:
@@ -141,7 +232,12 @@ def test_two_ranks_pipeline_scenarios_and_checkpoints(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "newest").read_text() == "s1_full"
     assert sorted(p.name for p in (ckpt / "s1_partial").iterdir()) == [
-        "model_0_0_0.pt", "model_1_0_0.pt", "optimizer_0_0_0.pt", "optimizer_1_0_0.pt", "user_content.pt"]
+        "model_0_0_0.pt",
+        "model_1_0_0.pt",
+        "optimizer_0_0_0.pt",
+        "optimizer_1_0_0.pt",
+        "user_content.pt",
+    ]
     sc = next(s for s in WORLD2 if s["name"] == "ckpt_save")
     want = reference(sc, dp=1)["states"][1]
     full = torch.load(ckpt / "s1_full", weights_only=True)

@@ -17,8 +17,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_parallel"
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_train_smp_on_emulated_p3_8xlarge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_smp_on_emulated_p3_8xlarge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path))
     monkeypatch.syspath_prepend(str(EXAMPLE))
     for name in ("run", "load_check", "model"):
@@ -39,8 +40,9 @@ def test_train_smp_on_emulated_p3_8xlarge(tmp_path: Path, monkeypatch: pytest.Mo
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_pipeline_across_two_emulated_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_pipeline_across_two_emulated_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """2 hosts x 2 ranks with spread placement: each pipeline spans both hosts (ranks 0+2, 1+3)."""
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path))
     monkeypatch.syspath_prepend(str(EXAMPLE))

@@ -36,7 +36,9 @@ def step(state, epoch):
     return hashlib.sha256(f"{state}:{epoch}".encode()).hexdigest()
 """
 
-CHECKPOINTING_SCRIPT = STEP + """
+CHECKPOINTING_SCRIPT = (
+    STEP
+    + """
 import argparse, json, os, pathlib, re, sys, time
 
 parser = argparse.ArgumentParser()
@@ -64,6 +66,7 @@ for epoch in range(start, args.epochs):
 pathlib.Path(os.environ["SM_MODEL_DIR"], "result.json").write_text(
     json.dumps({"state": state, "start": start}))
 """
+)
 
 
 def _uninterrupted() -> str:
@@ -92,14 +95,22 @@ def _keys(client: Any, prefix: str) -> list[str]:
 
 
 def _spot_spec(tmp_path: Path, name: str, environment: dict[str, str] | None = None) -> Any:
-    spec = make_spec(tmp_path, name, CHECKPOINTING_SCRIPT, instance_count=1,
-                     hyperparameters={"epochs": EPOCHS}, max_run=120)
-    return spec.model_copy(update={
-        "EnableManagedSpotTraining": True,
-        "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
-        "CheckpointConfig": CheckpointConfig(S3Uri=f"s3://ckpt/{name}"),
-        "Environment": environment,
-    })
+    spec = make_spec(
+        tmp_path,
+        name,
+        CHECKPOINTING_SCRIPT,
+        instance_count=1,
+        hyperparameters={"epochs": EPOCHS},
+        max_run=120,
+    )
+    return spec.model_copy(
+        update={
+            "EnableManagedSpotTraining": True,
+            "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
+            "CheckpointConfig": CheckpointConfig(S3Uri=f"s3://ckpt/{name}"),
+            "Environment": environment,
+        }
+    )
 
 
 def _assert_resumed(tmp_path: Path, name: str, description: dict[str, Any], log: str) -> int:
@@ -175,7 +186,8 @@ def test_spot_stop_reason_needs_a_spot_job(tmp_path: Path) -> None:
     session = LocalSession(tmp_path / "jobs", stop_grace_seconds=2)
     backend = session.backend()
     faulty = make_spec(tmp_path, "spot-fault-not-spot", "pass", instance_count=1).model_copy(
-        update={"Environment": {contract.SMLAUNCH_FAULTS: '[{"kind": "spot", "after_seconds": 1}]'}})
+        update={"Environment": {contract.SMLAUNCH_FAULTS: '[{"kind": "spot", "after_seconds": 1}]'}}
+    )
     with pytest.raises(ConfigurationError, match="use_spot_instances=True"):
         backend.check(faulty)
     spec = make_spec(tmp_path, "not-spot", "import time; time.sleep(30)", instance_count=1)

@@ -22,8 +22,9 @@ from tests.functional._local_helpers import assert_no_job_processes, kill_leftov
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.tensorflow,
-    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                       reason="needs tensorflow (pip install tensorflow-cpu)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("tensorflow") is None, reason="needs tensorflow (pip install tensorflow-cpu)"
+    ),
 ]
 
 MWMS = """
@@ -90,12 +91,21 @@ def test_mwms_keras_script_trains_across_two_hosts(tmp_path: Path) -> None:
     (src / "train.py").write_text(textwrap.dedent(MWMS))
     root = tmp_path / "jobs"
     session = LocalSession(root)
-    estimator = TensorFlow(entry_point="train.py", source_dir=str(src), role=ROLE,
-                           instance_type="ml.c5.xlarge", instance_count=2, framework_version="2.16",
-                           py_version="py310", hyperparameters={"epochs": 3},
-                           distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
-                           environment={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"},
-                           base_job_name="tf-mwms", max_run=300, sagemaker_session=session)
+    estimator = TensorFlow(
+        entry_point="train.py",
+        source_dir=str(src),
+        role=ROLE,
+        instance_type="ml.c5.xlarge",
+        instance_count=2,
+        framework_version="2.16",
+        py_version="py310",
+        hyperparameters={"epochs": 3},
+        distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
+        environment={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"},
+        base_job_name="tf-mwms",
+        max_run=300,
+        sagemaker_session=session,
+    )
     try:
         estimator.fit(wait=False)
         job = estimator.latest_training_job

@@ -76,7 +76,10 @@ def image(engine: Any) -> str:
     started = time.monotonic()
     result = subprocess.run(
         [str(REPO / "container" / "build.sh"), "cpu", "--extra", "scikit-learn"],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        check=False,
     )
     if result.returncode == 2:  # a prerequisite is missing (debootstrap, root, mirror, index)
         pytest.skip(f"cannot build the test image: {result.stderr.strip()[-500:]}")
@@ -152,8 +155,12 @@ def test_image_runs_train_under_tini_as_a_non_root_user(engine: Any, image: str)
     assert config["Cmd"] == ["train"]
     assert config["Entrypoint"][0] == "tini" and config["User"] == "smlaunch"
     out = engine.containers.run(
-        image, ["sh", "-c", "ps -o comm= -p 1; id -un; command -v train sshd mpirun; echo HOME=$HOME"],
-        user="4321:4321", group_add=["0"], network_mode="none", remove=True,
+        image,
+        ["sh", "-c", "ps -o comm= -p 1; id -un; command -v train sshd mpirun; echo HOME=$HOME"],
+        user="4321:4321",
+        group_add=["0"],
+        network_mode="none",
+        remove=True,
     ).decode()
     lines = out.split()
     assert lines[0] == "tini", out  # PID 1 forwards SIGTERM
@@ -191,13 +198,22 @@ def test_cuda_image_has_torch_cuda_nccl_and_train(engine: Any) -> None:
 def _fit(example: str, root: Path, executor: str, image: str, engine: Any, **kwargs: Any) -> Any:
     from estimator import PyTorch
 
-    session = LocalSession(root=root / executor, executor=executor,  # type: ignore[arg-type]
-                           processes_per_host=2, docker_client=engine if executor == "docker" else None)
+    session = LocalSession(
+        root=root / executor,
+        executor=executor,  # type: ignore[arg-type]
+        processes_per_host=2,
+        docker_client=engine if executor == "docker" else None,
+    )
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(REPO / "examples" / example),
-        role="arn:aws:iam::111122223333:role/SageMakerRole", instance_count=2,
-        framework_version="2.1.0", py_version="py310", sagemaker_session=session,
-        image_uri=image if executor == "docker" else None, **kwargs,
+        entry_point="train.py",
+        source_dir=str(REPO / "examples" / example),
+        role="arn:aws:iam::111122223333:role/SageMakerRole",
+        instance_count=2,
+        framework_version="2.1.0",
+        py_version="py310",
+        sagemaker_session=session,
+        image_uri=image if executor == "docker" else None,
+        **kwargs,
     )
     estimator.fit(logs=False)
     return estimator
@@ -236,8 +252,12 @@ def _same_weights(models: dict[str, dict[str, bytes]]) -> None:
 def test_quickstart_on_two_containers_matches_the_process_executor(
     root: Path, engine: Any, image: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    args = {"instance_type": "ml.c5.xlarge", "distribution": {"torch_distributed": {"enabled": True}},
-            "hyperparameters": {"epochs": 30, "batch-size": 32, "lr": 3e-3}, "base_job_name": "quickstart"}
+    args = {
+        "instance_type": "ml.c5.xlarge",
+        "distribution": {"torch_distributed": {"enabled": True}},
+        "hyperparameters": {"epochs": 30, "batch-size": 32, "lr": 3e-3},
+        "base_job_name": "quickstart",
+    }
     runs = {ex: _fit("quickstart", root, ex, image, engine, **args) for ex in ("docker", "process")}
     compared = _compare_runs(runs)
     assert compared["metrics"]["docker"]["world_size"] == 4
@@ -255,9 +275,12 @@ def test_quickstart_on_two_containers_matches_the_process_executor(
 
 @pytest.mark.slow
 def test_smddp_example_matches_the_process_executor(root: Path, engine: Any, image: str) -> None:
-    args = {"instance_type": "ml.p3.16xlarge",
-            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
-            "hyperparameters": {"epochs": 5, "batch-size": 64, "lr": 3e-3}, "base_job_name": "smddp-digits"}
+    args = {
+        "instance_type": "ml.p3.16xlarge",
+        "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+        "hyperparameters": {"epochs": 5, "batch-size": 64, "lr": 3e-3},
+        "base_job_name": "smddp-digits",
+    }
     runs = {ex: _fit("smddp", root, ex, image, engine, **args) for ex in ("docker", "process")}
     compared = _compare_runs(runs)
     _same_weights(compared["models"])
@@ -437,9 +460,15 @@ def _refused_fit(
     source.mkdir(parents=True, exist_ok=True)
     (source / "train.py").write_text("print('never runs')\n")
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(source), role="arn:aws:iam::111122223333:role/SageMakerRole",
-        instance_count=2, instance_type="ml.c5.xlarge", framework_version="2.1.0", py_version="py310",
-        sagemaker_session=LocalSession(root=root, executor="docker", docker_client=engine), image_uri=image,
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/SageMakerRole",
+        instance_count=2,
+        instance_type="ml.c5.xlarge",
+        framework_version="2.1.0",
+        py_version="py310",
+        sagemaker_session=LocalSession(root=root, executor="docker", docker_client=engine),
+        image_uri=image,
     )
     name = f"refused-{uuid.uuid4().hex[:8]}"
     with pytest.raises(ConfigurationError) as caught:
@@ -542,6 +571,7 @@ def test_a_non_root_caller_owns_every_file_its_containers_write(
 ) -> None:
     """Tests run as root here, where ownership proves nothing: play a caller with uid 4321, whose
     host tree is its own, and check every path the containers left in it is the caller's."""
+
     class NonRootCallerAgent(Agent):
         def _prepare(self) -> None:
             super()._prepare()  # what a caller with uid 4321 would have written itself
@@ -568,9 +598,11 @@ def test_a_container_gets_aws_credentials_that_its_definition_never_holds(
 ) -> None:
     """The script's boto3 finds the caller's credentials (from the agent's loopback endpoint), yet
     ``docker inspect`` of the running container and every file of the job hold none of them."""
-    planted = {"AWS_ACCESS_KEY_ID": "AKIAPLANTEDDOCKER042",
-               "AWS_SECRET_ACCESS_KEY": "planted/docker/secret042",
-               "AWS_SESSION_TOKEN": "planted-docker-token-042"}
+    planted = {
+        "AWS_ACCESS_KEY_ID": "AKIAPLANTEDDOCKER042",
+        "AWS_SECRET_ACCESS_KEY": "planted/docker/secret042",
+        "AWS_SESSION_TOKEN": "planted-docker-token-042",
+    }
     for variable, value in planted.items():
         monkeypatch.setenv(variable, value)
     script = """

@@ -172,14 +172,21 @@ class Hostile:
 
     def refusal(self, outside: PurePosixPath | Path) -> str:
         """What the refusal must contain: the member's name quoted (the end of a very long one)."""
-        member = repr(self.refused.format(outside=outside, up=up(PurePosixPath(outside)),
-                                          rel=str(outside).lstrip("/"), pwned=MARKER))
+        member = repr(
+            self.refused.format(
+                outside=outside, up=up(PurePosixPath(outside)), rel=str(outside).lstrip("/"), pwned=MARKER
+            )
+        )
         return member if len(member) < 240 else member[-60:]
 
 
 CASES = [
-    Hostile("symlink-chain", symlink_chain, f"a/b/w{CLIMB // 2 - 2}/{{rel}}/{{pwned}}-chain.txt",
-            escapes_naively=True),
+    Hostile(
+        "symlink-chain",
+        symlink_chain,
+        f"a/b/w{CLIMB // 2 - 2}/{{rel}}/{{pwned}}-chain.txt",
+        escapes_naively=True,
+    ),
     Hostile("symlink-chain-left-behind", symlink_chain_left_behind, "a/b/v"),
     Hostile("path-max", path_max_escape, f"a/{LONG}", escapes_naively=True),
     Hostile("deep-link-many-dotdots", deep_link_many_dotdots, f"{DEEP}/out", escapes_naively=True),
@@ -233,6 +240,9 @@ def assert_untouched(before: Snapshot, root: Path, code_dirs: Iterable[Path]) ->
     changed = [p for p, v in before.items() if after.get(p) != v]
     assert not changed, f"changed or removed: {changed}"
     inside = [str(Path(c)) + os.sep for c in code_dirs]
-    planted = [p for p in after if p not in before and MARKER in Path(p).name
-               and not any(p.startswith(c) for c in inside)]
+    planted = [
+        p
+        for p in after
+        if p not in before and MARKER in Path(p).name and not any(p.startswith(c) for c in inside)
+    ]
     assert not planted, f"written outside the code directory: {planted}"

@@ -77,19 +77,22 @@ def _tar(path: Path, members: list[tuple[str, bytes | str | None, bytes]]) -> Pa
 
 
 def test_inner_links_hardlinks_dot_names_and_duplicates_extract(tmp_path: Path) -> None:
-    archive = _tar(tmp_path / "ok.tar.gz", [
-        (".", None, tarfile.DIRTYPE),
-        ("./pkg", None, tarfile.DIRTYPE),
-        ("./pkg/util.py", b"X = 1\n", tarfile.REGTYPE),
-        ("./pkg/alias.py", "util.py", tarfile.SYMTYPE),
-        ("./lib", "pkg", tarfile.SYMTYPE),
-        ("./up", "pkg/..", tarfile.SYMTYPE),
-        ("./train.py", b"print('v1')\n", tarfile.REGTYPE),
-        ("./copy.py", "train.py", tarfile.LNKTYPE),
-        ("./copy.py", b"print('replaced')\n", tarfile.REGTYPE),  # replaces the link, not train.py
-        ("./run.sh", b"#!/bin/sh\n", tarfile.REGTYPE),
-        ("./lib", b"now a file\n", tarfile.REGTYPE),  # a later member replaces the link itself
-    ])
+    archive = _tar(
+        tmp_path / "ok.tar.gz",
+        [
+            (".", None, tarfile.DIRTYPE),
+            ("./pkg", None, tarfile.DIRTYPE),
+            ("./pkg/util.py", b"X = 1\n", tarfile.REGTYPE),
+            ("./pkg/alias.py", "util.py", tarfile.SYMTYPE),
+            ("./lib", "pkg", tarfile.SYMTYPE),
+            ("./up", "pkg/..", tarfile.SYMTYPE),
+            ("./train.py", b"print('v1')\n", tarfile.REGTYPE),
+            ("./copy.py", "train.py", tarfile.LNKTYPE),
+            ("./copy.py", b"print('replaced')\n", tarfile.REGTYPE),  # replaces the link, not train.py
+            ("./run.sh", b"#!/bin/sh\n", tarfile.REGTYPE),
+            ("./lib", b"now a file\n", tarfile.REGTYPE),  # a later member replaces the link itself
+        ],
+    )
     code = tmp_path / "code"
     names = safe_extract(archive, code)
     assert "pkg/util.py" in names and "train.py" in names
@@ -121,8 +124,10 @@ def test_a_non_empty_destination_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_size_bomb_is_refused_at_its_header(tmp_path: Path) -> None:
-    archive = _tar(tmp_path / "bomb.tar.gz", [("train.py", b"x\n", tarfile.REGTYPE),
-                                             ("zeros.bin", bytes(2 << 20), tarfile.REGTYPE)])
+    archive = _tar(
+        tmp_path / "bomb.tar.gz",
+        [("train.py", b"x\n", tarfile.REGTYPE), ("zeros.bin", bytes(2 << 20), tarfile.REGTYPE)],
+    )
     with pytest.raises(UnsafeArchiveError, match=r"'zeros.bin'.*more than 1048576 bytes"):
         safe_extract(archive, tmp_path / "code", ArchiveLimits(max_bytes=1 << 20))
     assert not (tmp_path / "code").exists()
@@ -147,8 +152,9 @@ def test_a_member_bomb_is_refused(tmp_path: Path) -> None:
 
 
 def test_limits_come_from_the_environment_and_bad_values_are_named() -> None:
-    limits = ArchiveLimits.from_environ({contract.SMLAUNCH_ARCHIVE_MAX_BYTES: "1000",
-                                         contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS: "7"})
+    limits = ArchiveLimits.from_environ(
+        {contract.SMLAUNCH_ARCHIVE_MAX_BYTES: "1000", contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS: "7"}
+    )
     assert limits == ArchiveLimits(max_bytes=1000, max_members=7)
     assert ArchiveLimits.from_environ({}) == ArchiveLimits(20 << 30, 1_000_000)
     with pytest.raises(HostConfigurationError, match=f"{contract.SMLAUNCH_ARCHIVE_MAX_BYTES}='lots'"):
@@ -164,10 +170,16 @@ def test_the_estimator_refuses_bad_limits_at_construction(tmp_path: Path) -> Non
     (src / "train.py").write_text("print('train')\n")
     field = re.escape(f"environment['{contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS}']='-1'")
     with pytest.raises(ConfigurationError, match=field):
-        PyTorch(entry_point="train.py", source_dir=str(src), role="arn:aws:iam::111122223333:role/r",
-                instance_type="ml.c5.xlarge",
-                instance_count=1, framework_version="2.1.0", py_version="py310",
-                environment={contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS: "-1"})
+        PyTorch(
+            entry_point="train.py",
+            source_dir=str(src),
+            role="arn:aws:iam::111122223333:role/r",
+            instance_type="ml.c5.xlarge",
+            instance_count=1,
+            framework_version="2.1.0",
+            py_version="py310",
+            environment={contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS: "-1"},
+        )
 
 
 def test_a_corrupt_archive_is_a_clear_error(tmp_path: Path) -> None:
@@ -180,8 +192,9 @@ def test_an_os_error_names_the_member_and_leaves_nothing(tmp_path: Path) -> None
     """A symlink target longer than the OS allows passes every check but cannot be created; what
     the second pass wrote before it (``train.py``) is removed."""
     target = "/".join(["x" * 200] * 25)  # 5,024 characters, inside: longer than PATH_MAX
-    archive = _tar(tmp_path / "long.tar.gz", [("train.py", b"x\n", tarfile.REGTYPE),
-                                             ("far", target, tarfile.SYMTYPE)])
+    archive = _tar(
+        tmp_path / "long.tar.gz", [("train.py", b"x\n", tarfile.REGTYPE), ("far", target, tarfile.SYMTYPE)]
+    )
     with pytest.raises(OSError, match="cannot extract archive member 'far'") as error:
         safe_extract(archive, tmp_path / "code")
     assert not isinstance(error.value, UnsafeArchiveError)

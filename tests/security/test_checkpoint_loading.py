@@ -28,9 +28,16 @@ from runtime.parallel.state import shutdown
 
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SM_HP_MP_PARAMETERS",
-                 "OMPI_COMM_WORLD_RANK", "SMP_TORCH_VIRTUAL_STAGES",
-                 contract.SMLAUNCH_UNSAFE_CHECKPOINT_LOAD):
+    for name in (
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SM_HP_MP_PARAMETERS",
+        "OMPI_COMM_WORLD_RANK",
+        "SMP_TORCH_VIRTUAL_STAGES",
+        contract.SMLAUNCH_UNSAFE_CHECKPOINT_LOAD,
+    ):
         monkeypatch.delenv(name, raising=False)
     smp.init({})
     try:
@@ -65,8 +72,12 @@ def _train_one_step(model: Any) -> Any:
     return optimizer
 
 
-USER_CONTENT = {"epoch": 3, "args": argparse.Namespace(lr=0.01, name="run"), "loss": np.float64(0.25),
-                "seen": np.arange(4, dtype=np.int32)}
+USER_CONTENT = {
+    "epoch": 3,
+    "args": argparse.Namespace(lr=0.01, name="run"),
+    "loss": np.float64(0.25),
+    "seen": np.arange(4, dtype=np.int32),
+}
 
 
 @pytest.mark.parametrize("partial", [True, False], ids=["partial", "full"])
@@ -74,8 +85,9 @@ def test_checkpoints_round_trip_through_weights_only_loads(model: Any, tmp_path:
     optimizer = _train_one_step(model)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     saved_state = optimizer.state_dict()["state"]
-    smp.save_checkpoint(tmp_path, "step1", partial=partial, model=model, optimizer=optimizer,
-                        user_content=USER_CONTENT)
+    smp.save_checkpoint(
+        tmp_path, "step1", partial=partial, model=model, optimizer=optimizer, user_content=USER_CONTENT
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()

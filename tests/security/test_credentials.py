@@ -89,9 +89,15 @@ def _run(tmp_path: Path, root: Path, **kwargs: Any) -> tuple[PyTorch, dict[str, 
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
     (src / "train.py").write_text(SCRIPT)
-    estimator = PyTorch(entry_point="train.py", source_dir=str(src), framework_version="2.1.0",
-                        py_version="py310", hyperparameters={"epochs": 1},
-                        sagemaker_session=LocalSession(root=root), **kwargs)
+    estimator = PyTorch(
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        hyperparameters={"epochs": 1},
+        sagemaker_session=LocalSession(root=root),
+        **kwargs,
+    )
     plan = estimator.plan().to_request()
     estimator.fit(wait=True, logs=False)
     description = estimator.latest_training_job.describe()
@@ -116,7 +122,10 @@ def test_local_mpi_job_writes_no_credentials_and_meets_in_a_private_scratch_dir(
 ) -> None:
     before = _temp_entries()
     estimator, documents = _run(
-        tmp_path, root, instance_type="ml.c5.xlarge", instance_count=2,
+        tmp_path,
+        root,
+        instance_type="ml.c5.xlarge",
+        instance_count=2,
         distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
     )
     job_dir = root / estimator.latest_training_job.name

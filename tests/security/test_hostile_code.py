@@ -33,15 +33,20 @@ def test_python_m_runtime_refuses_every_hostile_archive(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_", "SAGEMAKER_"))}
     hosts = {}
     for case in hostile.CASES:
-        archive = hostile.write_archive(case, tmp_path / case.name / "sourcedir.tar.gz",
-                                        PurePosixPath(outside))
+        archive = hostile.write_archive(
+            case, tmp_path / case.name / "sourcedir.tar.gz", PurePosixPath(outside)
+        )
         hps = {contract.HP_PROGRAM: '"train.py"', contract.HP_SUBMIT_DIRECTORY: json.dumps(str(archive))}
         hosts[case.name] = write_host_tree(tmp_path / case.name / "ml", "algo-1", ["algo-1"], hps)
     before = hostile.snapshot(tmp_path)
     procs = {
-        name: subprocess.Popen([sys.executable, "-m", "runtime"],
-                               env={**env, contract.BASE_DIR_ENV: str(p.base)},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        name: subprocess.Popen(
+            [sys.executable, "-m", "runtime"],
+            env={**env, contract.BASE_DIR_ENV: str(p.base)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for name, p in hosts.items()
     }
     for case in hostile.CASES:
@@ -63,12 +68,20 @@ def test_a_local_fit_refuses_every_hostile_archive(tmp_path: Path) -> None:
     session = LocalSession(tmp_path / "jobs", stop_grace_seconds=5)
     estimators = {}
     for case in hostile.CASES:
-        archive = hostile.write_archive(case, tmp_path / "code" / case.name / "sourcedir.tar.gz",
-                                        PurePosixPath(outside))
+        archive = hostile.write_archive(
+            case, tmp_path / "code" / case.name / "sourcedir.tar.gz", PurePosixPath(outside)
+        )
         estimators[case.name] = PyTorch(
-            entry_point="train.py", source_dir=archive.as_uri(), role="arn:aws:iam::111122223333:role/r",
-            instance_type="ml.c5.xlarge", instance_count=1, framework_version="2.1.0", py_version="py310",
-            output_path=(tmp_path / "out").as_uri(), sagemaker_session=session)
+            entry_point="train.py",
+            source_dir=archive.as_uri(),
+            role="arn:aws:iam::111122223333:role/r",
+            instance_type="ml.c5.xlarge",
+            instance_count=1,
+            framework_version="2.1.0",
+            py_version="py310",
+            output_path=(tmp_path / "out").as_uri(),
+            sagemaker_session=session,
+        )
     before = hostile.snapshot(tmp_path)
     for name, estimator in estimators.items():
         estimator.fit(job_name=f"hostile-{name}", wait=False)

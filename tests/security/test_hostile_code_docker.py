@@ -44,9 +44,15 @@ def test_the_images_train_refuses_every_hostile_archive(tmp_path: Path, engine: 
         hps = {contract.HP_PROGRAM: '"train.py"', contract.HP_SUBMIT_DIRECTORY: json.dumps(str(submit))}
         trees[case.name] = write_host_tree(tmp_path / "cases" / case.name / "ml", "algo-1", ["algo-1"], hps)
     before = hostile.snapshot(tmp_path)
-    engine.containers.run(image, ["sh", "-c", RUN_SCRIPT], remove=True, network_mode="none",
-                          user=f"{os.getuid()}:{os.getgid()}", group_add=["0"],
-                          volumes={str(tmp_path): {"bind": str(MOUNT), "mode": "rw"}})
+    engine.containers.run(
+        image,
+        ["sh", "-c", RUN_SCRIPT],
+        remove=True,
+        network_mode="none",
+        user=f"{os.getuid()}:{os.getgid()}",
+        group_add=["0"],
+        volumes={str(tmp_path): {"bind": str(MOUNT), "mode": "rw"}},
+    )
     python = (tmp_path / "python.txt").read_text().strip()
     for case in hostile.CASES:
         paths = trees[case.name]

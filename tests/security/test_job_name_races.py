@@ -43,7 +43,8 @@ def root(tmp_path: Path) -> Iterator[Path]:
 def _source(tmp_path: Path, marker: str) -> Path:
     src = tmp_path / f"src-{marker}"
     src.mkdir()
-    (src / "train.py").write_text(textwrap.dedent(f"""
+    (src / "train.py").write_text(
+        textwrap.dedent(f"""
         import argparse, os
         parser = argparse.ArgumentParser()
         parser.add_argument("--epochs", type=int, default=1)
@@ -51,14 +52,23 @@ def _source(tmp_path: Path, marker: str) -> Path:
         print("code={marker}", flush=True)
         with open(os.path.join(os.environ["SM_MODEL_DIR"], "code.txt"), "w") as handle:
             handle.write("{marker}")
-    """))
+    """)
+    )
     return src
 
 
 def _estimator(src: Path, root: Path, **kwargs: Any) -> PyTorch:
-    return PyTorch(entry_point="train.py", source_dir=str(src), framework_version="2.1.0", py_version="py310",
-                   instance_type="local", instance_count=1, hyperparameters={"epochs": 1},
-                   sagemaker_session=LocalSession(root=root), **kwargs)
+    return PyTorch(
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="local",
+        instance_count=1,
+        hyperparameters={"epochs": 1},
+        sagemaker_session=LocalSession(root=root),
+        **kwargs,
+    )
 
 
 def _submit(estimator: PyTorch, job_name: str | None, marker: str, start: Any, results: Any) -> None:
@@ -75,8 +85,10 @@ def _submit(estimator: PyTorch, job_name: str | None, marker: str, start: Any, r
 
 def _race(submitters: list[tuple[PyTorch, str | None, str]]) -> list[tuple[str, str, str]]:
     start, results = FORK.Barrier(len(submitters)), FORK.Queue()
-    procs = [FORK.Process(target=_submit, args=(est, name, marker, start, results))
-             for est, name, marker in submitters]
+    procs = [
+        FORK.Process(target=_submit, args=(est, name, marker, start, results))
+        for est, name, marker in submitters
+    ]
     for proc in procs:
         proc.start()
     outcomes = [results.get(timeout=120) for _ in procs]
@@ -168,10 +180,16 @@ def test_earlier_artifacts_in_s3_are_never_overwritten(tmp_path: Path, monkeypat
     with moto_s3_in_process(monkeypatch, "models") as s3:
         s3.put_object(Bucket="models", Key="runs/shared-name/output/model.tar.gz", Body=b"first")
         store = tmp_path / "store"
-        estimator = PyTorch(entry_point="train.py", source_dir=str(_source(tmp_path, "A")),
-                            framework_version="2.1.0", py_version="py310", instance_type="local",
-                            instance_count=1, output_path="s3://models/runs",
-                            sagemaker_session=LocalSession(root=store, s3_client=s3))
+        estimator = PyTorch(
+            entry_point="train.py",
+            source_dir=str(_source(tmp_path, "A")),
+            framework_version="2.1.0",
+            py_version="py310",
+            instance_type="local",
+            instance_count=1,
+            output_path="s3://models/runs",
+            sagemaker_session=LocalSession(root=store, s3_client=s3),
+        )
         key = "runs/shared-name/output/model.tar.gz"
         with pytest.raises(ConfigurationError, match=re.escape(f"s3://models/{key}")):
             estimator.fit(wait=False, job_name="shared-name")
@@ -189,7 +207,13 @@ def test_artifacts_delivered_meanwhile_by_a_namesake_are_not_overwritten(tmp_pat
     theirs.parent.mkdir(parents=True)
     theirs.write_bytes(b"the other job's model")
     with pytest.raises(ArtifactExistsError, match=re.escape(theirs.as_uri())):
-        package_artifacts({"algo-1": host}, "shared-name", output.as_uri(), tmp_path / "staging",
-                          s3_client=lambda: pytest.fail("no S3"), log=lambda _: None)
+        package_artifacts(
+            {"algo-1": host},
+            "shared-name",
+            output.as_uri(),
+            tmp_path / "staging",
+            s3_client=lambda: pytest.fail("no S3"),
+            log=lambda _: None,
+        )
     assert theirs.read_bytes() == b"the other job's model"
     assert [p.name for p in theirs.parent.iterdir()] == [contract.MODEL_TARBALL]

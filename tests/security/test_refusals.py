@@ -29,8 +29,10 @@ MP_FIELD = "distribution.smdistributed.modelparallel.parameters"
 def _smp(**parameters: Any) -> dict[str, Any]:
     """A model-parallel distribution on ml.p3.16xlarge with ``parameters`` added."""
     modelparallel = {"enabled": True, "parameters": {"partitions": 2, **parameters}}
-    return {"instance_type": "ml.p3.16xlarge",
-            "distribution": {"smdistributed": {"modelparallel": modelparallel}, "mpi": {"enabled": True}}}
+    return {
+        "instance_type": "ml.p3.16xlarge",
+        "distribution": {"smdistributed": {"modelparallel": modelparallel}, "mpi": {"enabled": True}},
+    }
 
 
 @pytest.fixture
@@ -44,9 +46,14 @@ def src(tmp_path: Path) -> Path:
 
 def _estimator(src: Path, root: Path, session: Any = None, **overrides: Any) -> PyTorch:
     kwargs: dict[str, Any] = dict(
-        entry_point="train.py", source_dir=str(src), framework_version="2.1.0", py_version="py310",
-        instance_type="local", instance_count=1,
-        sagemaker_session=session if session is not None else LocalSession(root=root))
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="local",
+        instance_count=1,
+        sagemaker_session=session if session is not None else LocalSession(root=root),
+    )
     kwargs.update(overrides)
     return PyTorch(**kwargs)
 
@@ -63,16 +70,32 @@ CONSTRUCTION_REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
     ("entry point above source_dir", {"entry_point": "../outside.py"}, "entry_point", "../outside.py"),
     ("absolute entry point", {"entry_point": "/etc/passwd"}, "entry_point", "/etc/passwd"),
     ("hyperparameter keys colliding", {"hyperparameters": {1: "a", "1": "b"}}, "hyperparameters key", "1"),
-    ("launcher flag as hyperparameter", {"hyperparameters": {"sagemaker_mpi_enabled": True}},
-     "hyperparameters key", "sagemaker_mpi_enabled"),
-    ("program as hyperparameter", {"hyperparameters": {"sagemaker_program": "evil.py"}},
-     "hyperparameters key", "sagemaker_program"),
-    ("mp_parameters as hyperparameter", {"hyperparameters": {"mp_parameters": {"partitions": 2}}},
-     "hyperparameters key", "mp_parameters"),
+    (
+        "launcher flag as hyperparameter",
+        {"hyperparameters": {"sagemaker_mpi_enabled": True}},
+        "hyperparameters key",
+        "sagemaker_mpi_enabled",
+    ),
+    (
+        "program as hyperparameter",
+        {"hyperparameters": {"sagemaker_program": "evil.py"}},
+        "hyperparameters key",
+        "sagemaker_program",
+    ),
+    (
+        "mp_parameters as hyperparameter",
+        {"hyperparameters": {"mp_parameters": {"partitions": 2}}},
+        "hyperparameters key",
+        "mp_parameters",
+    ),
     ("default_partition not an index", _smp(default_partition="x"), f"{MP_FIELD}.default_partition", "x"),
     ("memory_weight not a number", _smp(memory_weight="heavy"), f"{MP_FIELD}.memory_weight", "heavy"),
-    ("instance_count above the per-job quota", {"instance_type": "ml.p4d.24xlarge", "instance_count": 21},
-     "instance_count", 21),
+    (
+        "instance_count above the per-job quota",
+        {"instance_type": "ml.p4d.24xlarge", "instance_count": 21},
+        "instance_count",
+        21,
+    ),
     ("use_spot_instances as text", {"use_spot_instances": "no"}, "use_spot_instances", "no"),
     ("dependencies as one string", {"dependencies": "lib"}, "dependencies", "lib"),
     ("role as a number", {"role": 5}, "role", 5),
@@ -80,14 +103,21 @@ CONSTRUCTION_REFUSALS: list[tuple[str, dict[str, Any], str, Any]] = [
     ("volume_kms_key as a number", {"volume_kms_key": 7}, "volume_kms_key", 7),
     ("hyperparameters as a list", {"hyperparameters": ["epochs", 3]}, "hyperparameters", ["epochs", 3]),
     ("framework_version as a float", {"framework_version": 2.1}, "framework_version", 2.1),
-    ("metric name as a number", {"metric_definitions": [{"Name": 1, "Regex": "x"}]},
-     "metric_definitions[0].Name", 1),
+    (
+        "metric name as a number",
+        {"metric_definitions": [{"Name": 1, "Regex": "x"}]},
+        "metric_definitions[0].Name",
+        1,
+    ),
     ("network isolation as text", {"enable_network_isolation": "false"}, "enable_network_isolation", "false"),
 ]
 
 
-@pytest.mark.parametrize(("overrides", "field", "value"), [c[1:] for c in CONSTRUCTION_REFUSALS],
-                         ids=[c[0] for c in CONSTRUCTION_REFUSALS])
+@pytest.mark.parametrize(
+    ("overrides", "field", "value"),
+    [c[1:] for c in CONSTRUCTION_REFUSALS],
+    ids=[c[0] for c in CONSTRUCTION_REFUSALS],
+)
 def test_construction_refuses_naming_argument_value_and_fix(
     src: Path, tmp_path: Path, overrides: dict[str, Any], field: str, value: Any
 ) -> None:
@@ -101,8 +131,10 @@ def test_construction_refuses_naming_argument_value_and_fix(
 def test_partitions_are_checked_against_the_emulated_process_count(src: Path, tmp_path: Path) -> None:
     """8 partitions divide ml.p3.16xlarge's 8 GPUs, but LocalSession(processes_per_host=3) runs 3."""
     root = tmp_path / "jobs"
-    distribution = {"smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 8}}},
-                    "mpi": {"enabled": True}}
+    distribution = {
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 8}}},
+        "mpi": {"enabled": True},
+    }
     session = LocalSession(root=root, processes_per_host=3)
     with pytest.raises(ConfigurationError) as caught:
         _estimator(src, root, session, instance_type="ml.p3.16xlarge", distribution=distribution)
@@ -115,21 +147,30 @@ def test_partitions_are_checked_against_the_emulated_process_count(src: Path, tm
 
 def test_raised_instance_quota_is_honoured(src: Path, tmp_path: Path) -> None:
     root = tmp_path / "jobs"
-    estimator = _estimator(src, root, LocalSession(root=root, instance_count_quota=40),
-                           instance_type="ml.p4d.24xlarge", instance_count=32)
+    estimator = _estimator(
+        src,
+        root,
+        LocalSession(root=root, instance_count_quota=40),
+        instance_type="ml.p4d.24xlarge",
+        instance_count=32,
+    )
     assert estimator.instance_count == 32
     with pytest.raises(ConfigurationError) as caught:
         Session(instance_count_quota=0)
     _assert_names(caught.value, "instance_count_quota", 0)
 
 
-@pytest.mark.parametrize(("kwargs", "field", "value"), [
-    ({"stop_grace_seconds": "x"}, "stop_grace_seconds", "x"),
-    ({"stop_grace_seconds": float("nan")}, "stop_grace_seconds", float("nan")),
-    ({"processes_per_host": True}, "processes_per_host", True),
-    ({"root": 5}, "root", 5),
-    ({"executor": ["docker"]}, "executor", ["docker"]),
-], ids=["grace-text", "grace-nan", "ppn-bool", "root-int", "executor-list"])
+@pytest.mark.parametrize(
+    ("kwargs", "field", "value"),
+    [
+        ({"stop_grace_seconds": "x"}, "stop_grace_seconds", "x"),
+        ({"stop_grace_seconds": float("nan")}, "stop_grace_seconds", float("nan")),
+        ({"processes_per_host": True}, "processes_per_host", True),
+        ({"root": 5}, "root", 5),
+        ({"executor": ["docker"]}, "executor", ["docker"]),
+    ],
+    ids=["grace-text", "grace-nan", "ppn-bool", "root-int", "executor-list"],
+)
 def test_local_session_arguments_are_type_checked(kwargs: dict[str, Any], field: str, value: Any) -> None:
     with pytest.raises(ConfigurationError) as caught:
         LocalSession(**kwargs)

@@ -64,8 +64,7 @@ def missing_requirements() -> str | None:
 def slurm_conf(root: Path, ports: dict[str, int], cpus: int) -> str:
     """The ``slurm.conf`` of the test cluster rooted at ``root``."""
     nodes = "\n".join(
-        f"NodeName={name} NodeAddr=127.0.0.1 Port={ports[name]} CPUs={cpus} "
-        "RealMemory=1000 State=UNKNOWN"
+        f"NodeName={name} NodeAddr=127.0.0.1 Port={ports[name]} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
         for name in NODES
     )
     return f"""\

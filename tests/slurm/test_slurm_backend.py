@@ -71,10 +71,16 @@ def test_quickstart_two_nodes_two_ranks_trains_a_model(
     from estimator import PyTorch
 
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(REPO / "examples" / "quickstart"),
-        role="arn:aws:iam::111122223333:role/SageMakerRole", instance_count=2, instance_type="ml.c5.xlarge",
-        framework_version="2.1.0", py_version="py310", sagemaker_session=session,
-        distribution={"torch_distributed": {"enabled": True}}, base_job_name="slurm-quickstart",
+        entry_point="train.py",
+        source_dir=str(REPO / "examples" / "quickstart"),
+        role="arn:aws:iam::111122223333:role/SageMakerRole",
+        instance_count=2,
+        instance_type="ml.c5.xlarge",
+        framework_version="2.1.0",
+        py_version="py310",
+        sagemaker_session=session,
+        distribution={"torch_distributed": {"enabled": True}},
+        base_job_name="slurm-quickstart",
         hyperparameters={"epochs": 30, "batch-size": 32, "lr": 3e-3},
     )
     estimator.fit()  # waits, streaming every host's lines as they come
@@ -96,8 +102,9 @@ def test_quickstart_two_nodes_two_ranks_trains_a_model(
     assert "algo-1=node1(127.0.0.1), algo-2=node2(127.0.0.1)" in log, log[:3000]
     slurm = json.loads((session.root / job / "slurm.json").read_text())
     assert "--nodes=2" in slurm["sbatch"] and "--ntasks-per-node=1" in slurm["sbatch"]
-    resources = json.loads((session.root / job / "hosts" / "algo-2" / "input" / "config" /
-                            "resourceconfig.json").read_text())
+    resources = json.loads(
+        (session.root / job / "hosts" / "algo-2" / "input" / "config" / "resourceconfig.json").read_text()
+    )
     assert resources["current_host"] == "algo-2" and resources["hosts"] == ["algo-1", "algo-2"]
 
 
@@ -144,10 +151,13 @@ def test_smddp_all_reduce_across_the_two_nodes(session: SlurmSession, tmp_path: 
     name = f"slurm-smddp-{os.getpid()}"
     spec = make_spec(tmp_path, name, SMDDP_SCRIPT, instance_type="ml.p3.16xlarge")
     assert spec.HyperParameters is not None
-    spec.HyperParameters.update({
-        contract.HP_SMDDP_ENABLED: "true", contract.HP_INSTANCE_TYPE: json.dumps("ml.p3.16xlarge"),
-        contract.HP_SMDDP_CUSTOM_MPI_OPTIONS: json.dumps(""),
-    })
+    spec.HyperParameters.update(
+        {
+            contract.HP_SMDDP_ENABLED: "true",
+            contract.HP_INSTANCE_TYPE: json.dumps("ml.p3.16xlarge"),
+            contract.HP_SMDDP_CUSTOM_MPI_OPTIONS: json.dumps(""),
+        }
+    )
     backend.submit(spec)
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
@@ -155,8 +165,10 @@ def test_smddp_all_reduce_across_the_two_nodes(session: SlurmSession, tmp_path: 
     with tarfile.open(model) as archive:
         files = {m.name: archive.extractfile(m) for m in archive.getmembers() if m.isfile()}
         results = {n: json.loads(f.read()) for n, f in files.items() if f is not None}
-    assert results == {"algo-1.json": {"world": 4, "sum": 6.0, "node": "node1"},
-                       "algo-2.json": {"world": 4, "sum": 6.0, "node": "node2"}}, results
+    assert results == {
+        "algo-1.json": {"world": 4, "sum": 6.0, "node": "node1"},
+        "algo-2.json": {"world": 4, "sum": 6.0, "node": "node2"},
+    }, results
 
 
 CRASH_SCRIPT = """
@@ -265,8 +277,14 @@ def _attach_from_another_process(session: SlurmSession, name: str) -> dict[str, 
         "print(json.dumps({'status': d['TrainingJobStatus'], 'secondary': d['SecondaryStatus']}))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code, str(session.shared_dir), name], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(session.shared_dir), name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -303,11 +321,13 @@ def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
 ) -> None:
     backend = session.backend()
     name = f"slurm-spot-{os.getpid()}"
-    spec = make_spec(tmp_path, name, SPOT_SCRIPT, hyperparameters={"steps": 24}).model_copy(update={
-        "EnableManagedSpotTraining": True,
-        "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=300, MaxWaitTimeInSeconds=600),
-        "CheckpointConfig": CheckpointConfig(S3Uri=(tmp_path / "checkpoints").as_uri()),
-    })
+    spec = make_spec(tmp_path, name, SPOT_SCRIPT, hyperparameters={"steps": 24}).model_copy(
+        update={
+            "EnableManagedSpotTraining": True,
+            "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=300, MaxWaitTimeInSeconds=600),
+            "CheckpointConfig": CheckpointConfig(S3Uri=(tmp_path / "checkpoints").as_uri()),
+        }
+    )
     backend.submit(spec)
     wait_for_line(backend, name, "algo-1 step 4", timeout=JOB_TIMEOUT)
     job_id = json.loads((session.root / name / "slurm.json").read_text())["job_id"]
@@ -322,8 +342,10 @@ def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
             break
         time.sleep(0.2)
     log = "\n".join(backend.log_lines(name))
-    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, (described.get("FailureReason"),
-                                                                         log[-4000:])
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, (
+        described.get("FailureReason"),
+        log[-4000:],
+    )
     seen = {status for status, _ in statuses}
     assert seen == {contract.STATUS_IN_PROGRESS, contract.STATUS_COMPLETED}, statuses
     assert (contract.STATUS_IN_PROGRESS, contract.SECONDARY_INTERRUPTED) in statuses, statuses
@@ -334,8 +356,11 @@ def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
     transitions = [t["Status"] for t in described["SecondaryStatusTransitions"]]
     assert contract.SECONDARY_STOPPED not in transitions and contract.SECONDARY_STOPPING not in transitions
     interrupted = transitions.index(contract.SECONDARY_INTERRUPTED)
-    assert transitions[interrupted + 1:interrupted + 4] == [
-        contract.SECONDARY_STARTING, contract.SECONDARY_DOWNLOADING, contract.SECONDARY_TRAINING], transitions
+    assert transitions[interrupted + 1 : interrupted + 4] == [
+        contract.SECONDARY_STARTING,
+        contract.SECONDARY_DOWNLOADING,
+        contract.SECONDARY_TRAINING,
+    ], transitions
     assert f"Slurm requeued job {job_id} (SLURM_RESTART_COUNT=1)" in log, log[-4000:]
     # The second attempt resumed after the last checkpoint the first one saved and synced.
     saved = json.loads((tmp_path / "checkpoints" / "step.json").read_text())
@@ -347,6 +372,8 @@ def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
     with tarfile.open(model) as archive:
         files = {m.name: archive.extractfile(m) for m in archive.getmembers() if m.isfile()}
         results = {n: json.loads(f.read()) for n, f in files.items() if f is not None}
-    assert results == {"algo-1.json": {"start": resumed_at, "node": "node1"},
-                       "algo-2.json": {"start": resumed_at, "node": "node2"}}, results
+    assert results == {
+        "algo-1.json": {"start": resumed_at, "node": "node1"},
+        "algo-2.json": {"start": resumed_at, "node": "node2"},
+    }, results
     assert f"algo-1 resuming at step {resumed_at}" in log, log[-4000:]

@@ -21,7 +21,8 @@ def run_probe(directory: Path, script: str, env: Mapping[str, str], drop: tuple[
     path.write_text(script)
     environ = {k: v for k, v in os.environ.items() if k not in drop}
     environ.update(env)
-    done = subprocess.run([sys.executable, str(path)], env=environ, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(path)], env=environ, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])

@@ -19,8 +19,10 @@ from tests.unit.test_sagemaker_backend import JOB, make_spec
 
 pandas = pytest.importorskip("pandas")
 
-METRICS = [{"Name": "train:loss", "Regex": r"loss=([0-9.]+)"},
-           {"Name": "validation:accuracy", "Regex": r"acc=([0-9.]+)"}]
+METRICS = [
+    {"Name": "train:loss", "Regex": r"loss=([0-9.]+)"},
+    {"Name": "validation:accuracy", "Regex": r"acc=([0-9.]+)"},
+]
 
 
 @pytest.fixture
@@ -47,18 +49,31 @@ def test_cloudwatch_metrics_match_the_sdk(aws: FakeSageMaker) -> None:
     minute = timedelta(minutes=1)
     for i, (loss, accuracy) in enumerate([(0.9, 0.5), (0.6, 0.7), (0.4, 0.8), (0.3, 0.85)]):
         at = start + (i + 1) * minute
-        data = [{"MetricName": "train:loss", "Value": loss, "Timestamp": at,
-                 "Dimensions": [{"Name": "TrainingJobName", "Value": JOB}]}]
+        data = [
+            {
+                "MetricName": "train:loss",
+                "Value": loss,
+                "Timestamp": at,
+                "Dimensions": [{"Name": "TrainingJobName", "Value": JOB}],
+            }
+        ]
         if i % 2 == 0 or i == 3:  # accuracy less often: the metrics have their own first datapoint
-            data.append({"MetricName": "validation:accuracy", "Value": accuracy, "Timestamp": at + minute / 2,
-                         "Dimensions": [{"Name": "TrainingJobName", "Value": JOB}]})
+            data.append(
+                {
+                    "MetricName": "validation:accuracy",
+                    "Value": accuracy,
+                    "Timestamp": at + minute / 2,
+                    "Dimensions": [{"Name": "TrainingJobName", "Value": JOB}],
+                }
+            )
         cloudwatch.put_metric_data(Namespace="/aws/sagemaker/TrainingJobs", MetricData=data)
     aws.complete(JOB)
     aws.job(JOB).training_end_time = start + 10 * minute
 
     ours = TrainingJobAnalytics(JOB, sagemaker_session=session).dataframe()
     sdk_session = sagemaker_session_module.Session(
-        boto_session=aws.boto_session, sagemaker_client=aws.boto_session.client("sagemaker"))
+        boto_session=aws.boto_session, sagemaker_client=aws.boto_session.client("sagemaker")
+    )
     oracle = sdk_analytics.TrainingJobAnalytics(JOB, sagemaker_session=sdk_session).dataframe()
     assert len(oracle) == 4 + 3
     pandas.testing.assert_frame_equal(ours[["timestamp", "metric_name", "value"]], oracle)
@@ -77,23 +92,31 @@ def test_logs_are_the_fallback_with_their_times_and_hosts(aws: FakeSageMaker) ->
     aws.complete(JOB)
     frame = TrainingJobAnalytics(JOB, sagemaker_session=session).dataframe()
     columns = ["timestamp", "metric_name", "value", "host"]
-    assert frame.to_dict("records") == [dict(zip(columns, row, strict=True)) for row in [
-        (0.0, "train:loss", 0.8, "algo-1"),
-        ((second[0] - first[0]) / 1000, "train:loss", 0.7, "algo-2"),
-        ((third[0] - first[0]) / 1000, "train:loss", 0.4, "algo-1"),
-        (0.0, "validation:accuracy", 0.5, "algo-1"),
-    ]]
+    assert frame.to_dict("records") == [
+        dict(zip(columns, row, strict=True))
+        for row in [
+            (0.0, "train:loss", 0.8, "algo-1"),
+            ((second[0] - first[0]) / 1000, "train:loss", 0.7, "algo-2"),
+            ((third[0] - first[0]) / 1000, "train:loss", 0.4, "algo-1"),
+            (0.0, "validation:accuracy", 0.5, "algo-1"),
+        ]
+    ]
 
 
 def test_rows_follow_the_sdk_rules() -> None:
     t0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
-    records = [MetricRecord("acc", 0.5, t0 + timedelta(seconds=30), "algo-1"),
-               MetricRecord("loss", 0.9, t0 + timedelta(seconds=20), "algo-2"),
-               MetricRecord("loss", 1.0, t0 + timedelta(seconds=10), "algo-1"),
-               MetricRecord("other", 7.0, t0, "algo-1")]
+    records = [
+        MetricRecord("acc", 0.5, t0 + timedelta(seconds=30), "algo-1"),
+        MetricRecord("loss", 0.9, t0 + timedelta(seconds=20), "algo-2"),
+        MetricRecord("loss", 1.0, t0 + timedelta(seconds=10), "algo-1"),
+        MetricRecord("other", 7.0, t0, "algo-1"),
+    ]
     assert metric_rows(records, ["loss", "acc"]) == {
-        "timestamp": [0.0, 10.0, 0.0], "metric_name": ["loss", "loss", "acc"], "value": [1.0, 0.9, 0.5],
-        "host": ["algo-1", "algo-2", "algo-1"]}
+        "timestamp": [0.0, 10.0, 0.0],
+        "metric_name": ["loss", "loss", "acc"],
+        "value": [1.0, 0.9, 0.5],
+        "host": ["algo-1", "algo-2", "algo-1"],
+    }
 
 
 def test_missing_pandas_or_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,14 +134,22 @@ class _Session:
 
     class _Backend:
         def describe(self, job_name: str) -> dict:
-            return {"AlgorithmSpecification": {"MetricDefinitions": [
-                {"Name": "loss", "Regex": "loss=(.*)"}, {"Name": "acc", "Regex": "acc=(.*)"}]}}
+            return {
+                "AlgorithmSpecification": {
+                    "MetricDefinitions": [
+                        {"Name": "loss", "Regex": "loss=(.*)"},
+                        {"Name": "acc", "Regex": "acc=(.*)"},
+                    ]
+                }
+            }
 
         def metric_records(self, job_name: str, metric_names: list[str]) -> list[MetricRecord]:
             t0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
-            return [MetricRecord("loss", 1.0 / (i + h), t0 + timedelta(seconds=i), f"algo-{h}")
-                    for i in range(3) for h in (1, 2)] + [
-                   MetricRecord("acc", 0.5 + i / 10, t0 + timedelta(seconds=i), "algo-1") for i in range(3)]
+            return [
+                MetricRecord("loss", 1.0 / (i + h), t0 + timedelta(seconds=i), f"algo-{h}")
+                for i in range(3)
+                for h in (1, 2)
+            ] + [MetricRecord("acc", 0.5 + i / 10, t0 + timedelta(seconds=i), "algo-1") for i in range(3)]
 
     def backend(self) -> _Backend:
         return self._Backend()

@@ -76,8 +76,13 @@ def test_conflicts_error_policy_raises_before_delivering(tmp_path: Path) -> None
     out = tmp_path / "out"
     with pytest.raises(ArtifactConflictError, match=r"'clash' differs between algo-1 and algo-2"):
         package_artifacts(
-            bases, "job-1", out.as_uri() + "/", tmp_path / "staging",
-            s3_client=lambda: pytest.fail("no S3"), log=lambda _: None, conflicts="error",
+            bases,
+            "job-1",
+            out.as_uri() + "/",
+            tmp_path / "staging",
+            s3_client=lambda: pytest.fail("no S3"),
+            log=lambda _: None,
+            conflicts="error",
         )
     assert not out.exists()  # nothing delivered
 

@@ -77,7 +77,10 @@ def make_spec(
 
 
 def s3_channel(name: str, mode: str | None = None) -> dict[str, Any]:
-    channel: dict[str, Any] = {"ChannelName": name, "DataSource": {"S3DataSource": {"S3Uri": f"s3://data/{name}/"}}}
+    channel: dict[str, Any] = {
+        "ChannelName": name,
+        "DataSource": {"S3DataSource": {"S3Uri": f"s3://data/{name}/"}},
+    }
     if mode is not None:
         channel["InputMode"] = mode
     return channel
@@ -151,10 +154,16 @@ def test_supported_modes_pass(tmp_path: Path) -> None:
 
 def _with_local_path(field: str, local_path: str | None) -> TrainingJobSpec:
     if field == "checkpoint_local_path":
-        return make_spec().model_copy(update={"CheckpointConfig": CheckpointConfig(
-            S3Uri="s3://out/ckpt", LocalPath=local_path)})
-    return make_spec().model_copy(update={"TensorBoardOutputConfig": TensorBoardOutputConfig(
-        S3OutputPath="s3://out/tb", LocalPath=local_path)})
+        return make_spec().model_copy(
+            update={"CheckpointConfig": CheckpointConfig(S3Uri="s3://out/ckpt", LocalPath=local_path)}
+        )
+    return make_spec().model_copy(
+        update={
+            "TensorBoardOutputConfig": TensorBoardOutputConfig(
+                S3OutputPath="s3://out/tb", LocalPath=local_path
+            )
+        }
+    )
 
 
 CONTAINER_DIR_FIELDS = ["checkpoint_local_path", "tensorboard_output_config.container_local_output_path"]

@@ -41,41 +41,63 @@ def test_the_data_file_is_what_the_script_generates() -> None:
 
 @pytest.mark.parametrize(
     ("name", "vcpus", "memory", "kind", "count", "model", "device_memory", "efa"),
-    [("ml.p3.2xlarge", 8, 61, "nvidia", 1, "V100", 16, False),
-     ("ml.p3.16xlarge", 64, 488, "nvidia", 8, "V100", 16, False),
-     ("ml.p4d.24xlarge", 96, 1152, "nvidia", 8, "A100", 40, True),
-     ("ml.p4de.24xlarge", 96, 1152, "nvidia", 8, "A100", 80, True),
-     ("ml.p5.48xlarge", 192, 2048, "nvidia", 8, "H100", 80, True),
-     ("ml.p5.4xlarge", 16, 256, "nvidia", 1, "H100", 80, True),
-     ("ml.p5en.48xlarge", 192, 2048, "nvidia", 8, "H200", 141, True),
-     ("ml.p6-b200.48xlarge", 192, 2048, "nvidia", 8, "B200", 180, True),
-     ("ml.g5.12xlarge", 48, 192, "nvidia", 4, "A10G", 24, True),
-     ("ml.g6.xlarge", 4, 16, "nvidia", 1, "L4", 24, False),
-     ("ml.g6e.12xlarge", 48, 384, "nvidia", 4, "L40S", 48, True),
-     ("ml.g6e.48xlarge", 192, 1536, "nvidia", 8, "L40S", 48, True),
-     ("ml.trn1.2xlarge", 8, 32, "neuron", 1, "Trainium", 32, False),
-     ("ml.trn1.32xlarge", 128, 512, "neuron", 16, "Trainium", 32, True),
-     ("ml.trn2.48xlarge", 192, 2048, "neuron", 16, "Trainium2", 96, True),
-     ("ml.c4.8xlarge", 36, 60, "none", 0, None, None, False),
-     ("ml.c5n.18xlarge", 72, 192, "none", 0, None, None, True),
-     ("ml.m6i.32xlarge", 128, 512, "none", 0, None, None, True),
-     ("ml.r5.large", 2, 16, "none", 0, None, None, False),
-     ("ml.t3.medium", 2, 4, "none", 0, None, None, False),
-     ("ml.m5.large", 2, 8, "none", 0, None, None, False)],
+    [
+        ("ml.p3.2xlarge", 8, 61, "nvidia", 1, "V100", 16, False),
+        ("ml.p3.16xlarge", 64, 488, "nvidia", 8, "V100", 16, False),
+        ("ml.p4d.24xlarge", 96, 1152, "nvidia", 8, "A100", 40, True),
+        ("ml.p4de.24xlarge", 96, 1152, "nvidia", 8, "A100", 80, True),
+        ("ml.p5.48xlarge", 192, 2048, "nvidia", 8, "H100", 80, True),
+        ("ml.p5.4xlarge", 16, 256, "nvidia", 1, "H100", 80, True),
+        ("ml.p5en.48xlarge", 192, 2048, "nvidia", 8, "H200", 141, True),
+        ("ml.p6-b200.48xlarge", 192, 2048, "nvidia", 8, "B200", 180, True),
+        ("ml.g5.12xlarge", 48, 192, "nvidia", 4, "A10G", 24, True),
+        ("ml.g6.xlarge", 4, 16, "nvidia", 1, "L4", 24, False),
+        ("ml.g6e.12xlarge", 48, 384, "nvidia", 4, "L40S", 48, True),
+        ("ml.g6e.48xlarge", 192, 1536, "nvidia", 8, "L40S", 48, True),
+        ("ml.trn1.2xlarge", 8, 32, "neuron", 1, "Trainium", 32, False),
+        ("ml.trn1.32xlarge", 128, 512, "neuron", 16, "Trainium", 32, True),
+        ("ml.trn2.48xlarge", 192, 2048, "neuron", 16, "Trainium2", 96, True),
+        ("ml.c4.8xlarge", 36, 60, "none", 0, None, None, False),
+        ("ml.c5n.18xlarge", 72, 192, "none", 0, None, None, True),
+        ("ml.m6i.32xlarge", 128, 512, "none", 0, None, None, True),
+        ("ml.r5.large", 2, 16, "none", 0, None, None, False),
+        ("ml.t3.medium", 2, 4, "none", 0, None, None, False),
+        ("ml.m5.large", 2, 8, "none", 0, None, None, False),
+    ],
 )
-def test_facts(name: str, vcpus: int, memory: float, kind: str, count: int, model: str | None,
-               device_memory: float | None, efa: bool) -> None:
+def test_facts(
+    name: str,
+    vcpus: int,
+    memory: float,
+    kind: str,
+    count: int,
+    model: str | None,
+    device_memory: float | None,
+    efa: bool,
+) -> None:
     entry = catalog.lookup(name)
     assert (entry.vcpus, entry.memory_gib, entry.accelerator, entry.accelerator_count) == (
-        vcpus, memory, kind, count)
+        vcpus,
+        memory,
+        kind,
+        count,
+    )
     assert (entry.accelerator_model, entry.accelerator_memory_gib, entry.efa) == (model, device_memory, efa)
     assert entry.processor == ("gpu" if kind == "nvidia" else "cpu")
     assert entry.gpus == (count if kind == "nvidia" else 0)
 
 
-@pytest.mark.parametrize(("name", "ranks"), [("ml.trn1.2xlarge", 2), ("ml.trn1.32xlarge", 32),
-                                             ("ml.trn1n.32xlarge", 32), ("ml.trn2.48xlarge", 64),
-                                             ("ml.p4d.24xlarge", 8), ("ml.c5.xlarge", 1)])
+@pytest.mark.parametrize(
+    ("name", "ranks"),
+    [
+        ("ml.trn1.2xlarge", 2),
+        ("ml.trn1.32xlarge", 32),
+        ("ml.trn1n.32xlarge", 32),
+        ("ml.trn2.48xlarge", 64),
+        ("ml.p4d.24xlarge", 8),
+        ("ml.c5.xlarge", 1),
+    ],
+)
 def test_ranks_per_host_are_gpus_else_neuron_cores_as_the_toolkit_counts(name: str, ranks: int) -> None:
     assert catalog.lookup(name).accelerator_ranks == ranks
 
@@ -131,10 +153,16 @@ def test_malformed_type_suggests_nearest() -> None:
     assert "did you mean 'ml.p3.2xlarge'" in str(info.value)
 
 
-@pytest.mark.parametrize(("typo", "expected"), [("local-gpu", "local_gpu"), ("p3.2xlarge", "ml.p3.2xlarge"),
-                                                ("ml.p4d.24xl", "ml.p4d.24xlarge"),
-                                                ("ml.g6e.13xlarge", "ml.g6e.12xlarge"),
-                                                ("ml.p5ee.48xlarge", "ml.p5e.48xlarge")])
+@pytest.mark.parametrize(
+    ("typo", "expected"),
+    [
+        ("local-gpu", "local_gpu"),
+        ("p3.2xlarge", "ml.p3.2xlarge"),
+        ("ml.p4d.24xl", "ml.p4d.24xlarge"),
+        ("ml.g6e.13xlarge", "ml.g6e.12xlarge"),
+        ("ml.p5ee.48xlarge", "ml.p5e.48xlarge"),
+    ],
+)
 def test_suggestions(typo: str, expected: str) -> None:
     assert catalog.suggestions(typo)[0] == expected
 

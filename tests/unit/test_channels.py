@@ -94,7 +94,7 @@ def test_recordio_round_trip() -> None:
 @pytest.mark.parametrize("chunk_size", [1, 7, 64, 1 << 20])
 def test_gunzip_any_chunking_and_several_members(chunk_size: int) -> None:
     data = gzip.compress(b"first member, ") + gzip.compress(b"") + gzip.compress(b"second" * 100)
-    chunks = [data[i:i + chunk_size] for i in range(0, len(data), chunk_size)]
+    chunks = [data[i : i + chunk_size] for i in range(0, len(data), chunk_size)]
     assert b"".join(rules.gunzip(chunks)) == b"first member, " + b"second" * 100
     assert b"".join(rules.gunzip([])) == b""  # an empty object stays empty
 

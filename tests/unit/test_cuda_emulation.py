@@ -18,7 +18,7 @@ from tests.unit._probe import run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import json, os
     import torch, torch.nn as nn, torch.distributed as dist
 
@@ -75,16 +75,20 @@ PROBE = textwrap.dedent('''
             errors[name] = f"{type(error).__name__}: {error}"
     facts["errors"] = errors
     print(json.dumps(facts))
-''')
+""")
 
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return run_probe(tmp_path_factory.mktemp("probe"), PROBE, {
-        contract.SMLAUNCH_EMULATE_CUDA: json.dumps({"gpus": 8, "model": "A100", "memory_gib": 40}),
-        "PYTHONPATH": os.pathsep.join([BOOT_DIR, str(REPO)]),
-        "PROBE_PORT": str(free_port()),
-    })
+    return run_probe(
+        tmp_path_factory.mktemp("probe"),
+        PROBE,
+        {
+            contract.SMLAUNCH_EMULATE_CUDA: json.dumps({"gpus": 8, "model": "A100", "memory_gib": 40}),
+            "PYTHONPATH": os.pathsep.join([BOOT_DIR, str(REPO)]),
+            "PROBE_PORT": str(free_port()),
+        },
+    )
 
 
 def test_cuda_queries_answer_as_the_emulated_instance(facts: dict) -> None:
@@ -142,7 +146,8 @@ def _spec():  # type: ignore[no-untyped-def]
     return TrainingJobSpec(
         TrainingJobName="emulated",
         AlgorithmSpecification={"TrainingImage": "x", "TrainingInputMode": "File"},
-        RoleArn="arn:aws:iam::000000000000:role/test", OutputDataConfig={"S3OutputPath": "file:///tmp/out"},
+        RoleArn="arn:aws:iam::000000000000:role/test",
+        OutputDataConfig={"S3OutputPath": "file:///tmp/out"},
         ResourceConfig={"InstanceType": "ml.p3.16xlarge", "InstanceCount": 1},
         StoppingCondition={"MaxRuntimeInSeconds": 60},
     )

@@ -14,13 +14,21 @@ from estimator.errors import ConfigurationError
 
 P3 = lookup("ml.p3.16xlarge")
 C5 = lookup("ml.c5.xlarge")
-MP = {"partitions": 4, "placement_strategy": "spread", "pipeline": "interleaved", "optimize": "speed",
-      "ddp": True, "microbatches": 4}
+MP = {
+    "partitions": 4,
+    "placement_strategy": "spread",
+    "pipeline": "interleaved",
+    "optimize": "speed",
+    "ddp": True,
+    "microbatches": 4,
+}
 
 
 def smp(parameters: dict[str, Any], ppn: int = 8) -> dict[str, Any]:
-    return {"smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},
-            "mpi": {"enabled": True, "processes_per_host": ppn}}
+    return {
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},
+        "mpi": {"enabled": True, "processes_per_host": ppn},
+    }
 
 
 def error(value: Any, instance: Any = P3, count: int = 1, local: bool = False) -> ConfigurationError:
@@ -44,13 +52,16 @@ def test_typo_strategy() -> None:
 def test_types_are_strict() -> None:
     assert error({"mpi": {"enabled": "yes"}}).field == "distribution.mpi.enabled"
     assert error({"mpi": True}).field == "distribution.mpi"
-    assert error({"mpi": {"enabled": True, "processes_per_host": 0}}).field == \
-        "distribution.mpi.processes_per_host"
+    assert (
+        error({"mpi": {"enabled": True, "processes_per_host": 0}}).field
+        == "distribution.mpi.processes_per_host"
+    )
     assert error([1]).field == "distribution"
 
 
-@pytest.mark.parametrize("key", ["parameter_server", "pytorchxla", "multi_worker_mirrored_strategy",
-                                 "instance_groups"])
+@pytest.mark.parametrize(
+    "key", ["parameter_server", "pytorchxla", "multi_worker_mirrored_strategy", "instance_groups"]
+)
 def test_unsupported_strategies(key: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         Distribution.parse({key: {"enabled": True}}, "pytorch")
@@ -60,15 +71,21 @@ def test_unsupported_strategies(key: str) -> None:
 @pytest.mark.parametrize(
     ("value", "needle"),
     [
-        ({"pytorchddp": {"enabled": True}, "smdistributed": {"dataparallel": {"enabled": True}}},
-         "pytorchddp and smdistributed"),
+        (
+            {"pytorchddp": {"enabled": True}, "smdistributed": {"dataparallel": {"enabled": True}}},
+            "pytorchddp and smdistributed",
+        ),
         ({"pytorchddp": {"enabled": True}, "torch_distributed": {"enabled": True}}, "pytorchddp and torch"),
-        ({"smdistributed": {"dataparallel": {"enabled": True}, "modelparallel": {"enabled": True}}},
-         "more than one smdistributed"),
+        (
+            {"smdistributed": {"dataparallel": {"enabled": True}, "modelparallel": {"enabled": True}}},
+            "more than one smdistributed",
+        ),
         ({"mpi": {"enabled": True}, "torch_distributed": {"enabled": True}}, "cannot coexist"),
         ({"mpi": {"enabled": True}, "smdistributed": {"dataparallel": {"enabled": True}}}, "drop 'mpi'"),
-        ({"smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 2}}}},
-         "needs MPI"),
+        (
+            {"smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 2}}}},
+            "needs MPI",
+        ),
     ],
 )
 def test_impossible_combinations(value: dict[str, Any], needle: str) -> None:
@@ -82,7 +99,8 @@ def test_processes_per_host_above_gpu_count() -> None:
     # CPU types have no GPU bound; local_gpu's count is the machine's.
     Distribution.parse({"mpi": {"enabled": True, "processes_per_host": 16}}).check(C5, 1, local=False)
     Distribution.parse({"mpi": {"enabled": True, "processes_per_host": 16}}).check(
-        lookup("local_gpu"), 1, local=True)
+        lookup("local_gpu"), 1, local=True
+    )
 
 
 def test_smddp_needs_gpus_even_locally() -> None:
@@ -91,7 +109,8 @@ def test_smddp_needs_gpus_even_locally() -> None:
         assert "needs GPUs" in str(err) and "ml.c5.xlarge" in str(err)
     error({"smdistributed": {"dataparallel": {"enabled": True}}}, instance=lookup("local"), local=True)
     Distribution.parse({"smdistributed": {"dataparallel": {"enabled": True}}}).check(
-        lookup("local_gpu"), 1, local=True)
+        lookup("local_gpu"), 1, local=True
+    )
 
 
 def test_torch_distributed_on_cpu_only_locally() -> None:
@@ -113,13 +132,20 @@ def test_partitions_must_divide_processes() -> None:
 
 @pytest.mark.parametrize(
     ("parameters", "key"),
-    [({"pipeline": "bogus"}, "pipeline"), ({"placement_strategy": "x"}, "placement_strategy"),
-     ({"optimize": "fast"}, "optimize"), ({"microbatches": 0}, "microbatches"),
-     ({"partitions": "2"}, "partitions"), ({"ddp": "yes"}, "ddp"),
-     ({"auto_partition": False, "partitions": 2}, "default_partition"),
-     ({"default_partition": 2, "partitions": 2}, "default_partition"),
-     ({"memory_weight": 1.5}, "memory_weight"), ({"ddp_port": 1}, "ddp_port"),
-     ({"ddp": True, "horovod": True}, "ddp"), ({"partition_file": 3}, "partition_file")],
+    [
+        ({"pipeline": "bogus"}, "pipeline"),
+        ({"placement_strategy": "x"}, "placement_strategy"),
+        ({"optimize": "fast"}, "optimize"),
+        ({"microbatches": 0}, "microbatches"),
+        ({"partitions": "2"}, "partitions"),
+        ({"ddp": "yes"}, "ddp"),
+        ({"auto_partition": False, "partitions": 2}, "default_partition"),
+        ({"default_partition": 2, "partitions": 2}, "default_partition"),
+        ({"memory_weight": 1.5}, "memory_weight"),
+        ({"ddp_port": 1}, "ddp_port"),
+        ({"ddp": True, "horovod": True}, "ddp"),
+        ({"partition_file": 3}, "partition_file"),
+    ],
 )
 def test_mp_config_rules(parameters: dict[str, Any], key: str) -> None:
     err = error(smp(parameters))
@@ -135,22 +161,42 @@ def test_mp_parameters_from_file(tmp_path: Path) -> None:
 
 
 CASES = [
-    ({"smdistributed": {"dataparallel": {"enabled": True}}},
-     {"sagemaker_distributed_dataparallel_enabled": True, "sagemaker_instance_type": "ml.p3.16xlarge",
-      "sagemaker_distributed_dataparallel_custom_mpi_options": ""}),
-    (smp(MP),
-     {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 8,
-      "sagemaker_mpi_custom_mpi_options": "", "mp_parameters": MP,
-      "sagemaker_distributed_dataparallel_enabled": False, "sagemaker_instance_type": "ml.p3.16xlarge"}),
-    ({"mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "-verbose"}},
-     {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
-      "sagemaker_mpi_custom_mpi_options": "-verbose"}),
-    ({"torch_distributed": {"enabled": True}},
-     {"sagemaker_torch_distributed_enabled": True, "sagemaker_instance_type": "ml.p3.16xlarge"}),
-    ({"pytorchddp": {"enabled": True}},
-     {"sagemaker_pytorch_ddp_enabled": True, "sagemaker_instance_type": "ml.p3.16xlarge"}),
-    ({"mpi": {"enabled": False}},
-     {"sagemaker_mpi_enabled": False, "sagemaker_mpi_custom_mpi_options": ""}),
+    (
+        {"smdistributed": {"dataparallel": {"enabled": True}}},
+        {
+            "sagemaker_distributed_dataparallel_enabled": True,
+            "sagemaker_instance_type": "ml.p3.16xlarge",
+            "sagemaker_distributed_dataparallel_custom_mpi_options": "",
+        },
+    ),
+    (
+        smp(MP),
+        {
+            "sagemaker_mpi_enabled": True,
+            "sagemaker_mpi_num_of_processes_per_host": 8,
+            "sagemaker_mpi_custom_mpi_options": "",
+            "mp_parameters": MP,
+            "sagemaker_distributed_dataparallel_enabled": False,
+            "sagemaker_instance_type": "ml.p3.16xlarge",
+        },
+    ),
+    (
+        {"mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "-verbose"}},
+        {
+            "sagemaker_mpi_enabled": True,
+            "sagemaker_mpi_num_of_processes_per_host": 2,
+            "sagemaker_mpi_custom_mpi_options": "-verbose",
+        },
+    ),
+    (
+        {"torch_distributed": {"enabled": True}},
+        {"sagemaker_torch_distributed_enabled": True, "sagemaker_instance_type": "ml.p3.16xlarge"},
+    ),
+    (
+        {"pytorchddp": {"enabled": True}},
+        {"sagemaker_pytorch_ddp_enabled": True, "sagemaker_instance_type": "ml.p3.16xlarge"},
+    ),
+    ({"mpi": {"enabled": False}}, {"sagemaker_mpi_enabled": False, "sagemaker_mpi_custom_mpi_options": ""}),
     (None, {}),
 ]
 

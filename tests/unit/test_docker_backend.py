@@ -129,8 +129,9 @@ class FakeImages:
 
 
 class FakeClient:
-    def __init__(self, images: dict[str, FakeImage] | None = None, *, alive: bool = True,
-                 has_train: bool = True) -> None:
+    def __init__(
+        self, images: dict[str, FakeImage] | None = None, *, alive: bool = True, has_train: bool = True
+    ) -> None:
         self.alive = alive
         self.has_train = has_train
         default = {"smlaunch-cpu:test": FakeImage("sha256:a")}
@@ -319,8 +320,11 @@ def test_launch_mounts_each_host_tree_at_opt_ml_and_streams_prefixed_logs(tmp_pa
     assert "[algo-1] hello from the container" in log and "[algo-2] second line" in log
 
 
-PLANTED = {"AWS_ACCESS_KEY_ID": "AKIAPLANTEDKEYID0001", "AWS_SECRET_ACCESS_KEY": "planted/secret/access/key",
-           "AWS_SESSION_TOKEN": "planted-session-token"}
+PLANTED = {
+    "AWS_ACCESS_KEY_ID": "AKIAPLANTEDKEYID0001",
+    "AWS_SECRET_ACCESS_KEY": "planted/secret/access/key",
+    "AWS_SESSION_TOKEN": "planted-session-token",
+}
 
 
 def test_inherited_environment_is_aws_configuration_and_smlaunch_knobs_only(
@@ -369,8 +373,9 @@ def test_containers_get_credentials_from_an_endpoint_never_in_their_definition(
             urllib.request.urlopen(guess, timeout=10)
         from botocore.credentials import ContainerProvider
 
-        served = ContainerProvider(environ={"AWS_CONTAINER_CREDENTIALS_FULL_URI": uri,
-                                            "AWS_CONTAINER_AUTHORIZATION_TOKEN": token}).load()
+        served = ContainerProvider(
+            environ={"AWS_CONTAINER_CREDENTIALS_FULL_URI": uri, "AWS_CONTAINER_AUTHORIZATION_TOKEN": token}
+        ).load()
         frozen = served.get_frozen_credentials()
         assert (frozen.access_key, frozen.secret_key, frozen.token) == tuple(PLANTED.values())
     finally:

@@ -39,8 +39,11 @@ def test_the_contract_page_names_every_sm_variable_the_runtime_sets(tmp_path: Pa
 
 
 def test_the_contract_page_names_every_smlaunch_variable() -> None:
-    declared = {value for name, value in vars(contract).items()
-                if name.startswith("SMLAUNCH_") and isinstance(value, str) and value == name}
+    declared = {
+        value
+        for name, value in vars(contract).items()
+        if name.startswith("SMLAUNCH_") and isinstance(value, str) and value == name
+    }
     assert declared - _documented("SMLAUNCH_") == set()
 
 

@@ -22,8 +22,9 @@ BUCKET = "sagemaker-us-west-2-123456789012"
 class RecordingBackend(Backend):
     """Records submit/stop; describes a submitted job with a settable status."""
 
-    capabilities = Capabilities(name="recording", uri_schemes=frozenset({"file", "s3"}),
-                                input_modes=frozenset({"File"}))
+    capabilities = Capabilities(
+        name="recording", uri_schemes=frozenset({"file", "s3"}), input_modes=frozenset({"File"})
+    )
 
     def __init__(self) -> None:
         self.jobs: dict[str, TrainingJobSpec] = {}
@@ -36,9 +37,16 @@ class RecordingBackend(Backend):
 
     def describe(self, job_name: str) -> dict[str, Any]:
         spec = self.jobs[job_name]
-        description = {**spec.to_request(), "TrainingJobStatus": self.status,
-                       "SecondaryStatus": self.status, "ModelArtifacts": {"S3ModelArtifacts": (
-                           f"{spec.OutputDataConfig.S3OutputPath.rstrip('/')}/{job_name}/output/model.tar.gz")}}
+        description = {
+            **spec.to_request(),
+            "TrainingJobStatus": self.status,
+            "SecondaryStatus": self.status,
+            "ModelArtifacts": {
+                "S3ModelArtifacts": (
+                    f"{spec.OutputDataConfig.S3OutputPath.rstrip('/')}/{job_name}/output/model.tar.gz"
+                )
+            },
+        }
         if self.failure_reason:
             description["FailureReason"] = self.failure_reason
         return description
@@ -108,17 +116,30 @@ def src(tmp_path: Path) -> Path:
 
 
 def local(src: Path, tmp_path: Path, **kwargs: Any) -> PyTorch:
-    args: dict[str, Any] = dict(entry_point="train.py", source_dir=str(src), framework_version="2.1.0",
-                                py_version="py310", instance_type="local", instance_count=1,
-                                sagemaker_session=TestLocalSession(tmp_path / "jobs"))
+    args: dict[str, Any] = dict(
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="local",
+        instance_count=1,
+        sagemaker_session=TestLocalSession(tmp_path / "jobs"),
+    )
     args.update(kwargs)
     return PyTorch(**args)
 
 
 def remote(src: Path, session: Any = None, **kwargs: Any) -> PyTorch:
-    args: dict[str, Any] = dict(entry_point="train.py", source_dir=str(src), framework_version="2.1.0",
-                                py_version="py310", instance_type="ml.p3.2xlarge", instance_count=1,
-                                role=ROLE, sagemaker_session=session or FakeSageMakerSession())
+    args: dict[str, Any] = dict(
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="ml.p3.2xlarge",
+        instance_count=1,
+        role=ROLE,
+        sagemaker_session=session or FakeSageMakerSession(),
+    )
     args.update(kwargs)
     return PyTorch(**args)
 
@@ -136,8 +157,14 @@ def config_error(build: Any) -> ConfigurationError:
 def test_local_fit_stages_code_and_submits(src: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    est = local(src, tmp_path, instance_type="ml.p3.16xlarge", instance_count=2,
-                hyperparameters={"epochs": 3}, distribution={"torch_distributed": {"enabled": True}})
+    est = local(
+        src,
+        tmp_path,
+        instance_type="ml.p3.16xlarge",
+        instance_count=2,
+        hyperparameters={"epochs": 3},
+        distribution={"torch_distributed": {"enabled": True}},
+    )
     est.fit({"train": str(data)}, job_name="job-1")
     session = est.sagemaker_session
     spec = session.recording.jobs["job-1"]
@@ -204,15 +231,19 @@ def test_sagemaker_shaped_fit_uploads_code_to_the_bucket_root(src: Path, tmp_pat
         assert "smlaunch-sha256" in head["Metadata"]
         assert session.staged_inputs == [(str(data.resolve()), "job-5", "train")]
         submitted = session.recording.jobs["job-5"]
-        assert json.loads(submitted.HyperParameters["sagemaker_submit_directory"]) == \
-            "s3://out-bucket/job-5/source/sourcedir.tar.gz"
+        assert (
+            json.loads(submitted.HyperParameters["sagemaker_submit_directory"])
+            == "s3://out-bucket/job-5/source/sourcedir.tar.gz"
+        )
         assert submitted.OutputDataConfig.KmsKeyId == "key-1"
 
 
 def test_plan_is_pure_and_reports_future_code_location(src: Path) -> None:
     spec = remote(src, code_location="s3://code-bucket/p").plan("s3://b-1/train", job_name="job-6")
-    assert json.loads(spec.HyperParameters["sagemaker_submit_directory"]) == \
-        "s3://code-bucket/p/job-6/source/sourcedir.tar.gz"
+    assert (
+        json.loads(spec.HyperParameters["sagemaker_submit_directory"])
+        == "s3://code-bucket/p/job-6/source/sourcedir.tar.gz"
+    )
     assert spec.InputDataConfig and spec.InputDataConfig[0].ChannelName == "training"
     assert spec.TrainingJobName == "job-6"
     generated = remote(src, base_job_name="bert").plan().TrainingJobName
@@ -225,8 +256,14 @@ def test_entry_point_relative_to_source_dir(src: Path) -> None:
 
 
 def test_generic_estimator_without_code(tmp_path: Path) -> None:
-    est = Estimator("123.dkr.ecr.us-west-2.amazonaws.com/my-algo:1", ROLE, 1, "ml.m5.large",
-                    sagemaker_session=FakeSageMakerSession(), hyperparameters={"k": 1})
+    est = Estimator(
+        "123.dkr.ecr.us-west-2.amazonaws.com/my-algo:1",
+        ROLE,
+        1,
+        "ml.m5.large",
+        sagemaker_session=FakeSageMakerSession(),
+        hyperparameters={"k": 1},
+    )
     spec = est.plan()
     assert spec.HyperParameters == {"k": "1"}
     assert spec.TrainingJobName.startswith("my-algo-")
@@ -235,8 +272,14 @@ def test_generic_estimator_without_code(tmp_path: Path) -> None:
 
 def test_default_sessions(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
-    est = PyTorch(entry_point="train.py", source_dir=str(src), framework_version="2.1.0", py_version="py310",
-                  instance_type="local_gpu", instance_count=1)
+    est = PyTorch(
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="local_gpu",
+        instance_count=1,
+    )
     assert isinstance(est.sagemaker_session, LocalSession)
     assert est.plan(job_name="j").OutputDataConfig.S3OutputPath == (tmp_path / "home" / "jobs").as_uri() + "/"
     from estimator.session import Session
@@ -256,11 +299,20 @@ def test_network_isolation_code_channel(src: Path) -> None:
 
 def test_attach_restores_distribution_and_metrics(src: Path, tmp_path: Path) -> None:
     metrics = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
-    distribution = {"smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 2}}},
-                    "mpi": {"enabled": True, "processes_per_host": 8, "custom_mpi_options": "-v"}}
-    est = local(src, tmp_path, instance_type="ml.p3.16xlarge", distribution=distribution,
-                metric_definitions=metrics, hyperparameters={"lr": 0.1, "layers": [1, 2]},
-                base_job_name="smp-run", max_run=100)
+    distribution = {
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": {"partitions": 2}}},
+        "mpi": {"enabled": True, "processes_per_host": 8, "custom_mpi_options": "-v"},
+    }
+    est = local(
+        src,
+        tmp_path,
+        instance_type="ml.p3.16xlarge",
+        distribution=distribution,
+        metric_definitions=metrics,
+        hyperparameters={"lr": 0.1, "layers": [1, 2]},
+        base_job_name="smp-run",
+        max_run=100,
+    )
     est.fit(job_name="smp-run-2026-11-22-02-27-47-316", wait=False)
     session = est.sagemaker_session
     attached = PyTorch.attach("smp-run-2026-11-22-02-27-47-316", sagemaker_session=session)
@@ -280,8 +332,13 @@ def test_attach_restores_distribution_and_metrics(src: Path, tmp_path: Path) -> 
 
 def test_attach_sagemaker_image(src: Path) -> None:
     session = FakeSageMakerSession()
-    est = remote(src, session, distribution={"torch_distributed": {"enabled": True}},
-                 instance_type="ml.p4d.24xlarge", instance_count=2)
+    est = remote(
+        src,
+        session,
+        distribution={"torch_distributed": {"enabled": True}},
+        instance_type="ml.p4d.24xlarge",
+        instance_count=2,
+    )
     spec = est.plan(job_name="td-1")
     session.recording.submit(spec)
     attached = PyTorch.attach("td-1", sagemaker_session=session)
@@ -353,29 +410,60 @@ def test_bad_channels_and_uris(src: Path) -> None:
 
 
 def test_incompatible_distributions(src: Path) -> None:
-    err = config_error(lambda: remote(src, instance_type="ml.p3.16xlarge",
-                                      distribution={"mpi": {"enabled": True, "processes_per_host": 16}}))
+    err = config_error(
+        lambda: remote(
+            src,
+            instance_type="ml.p3.16xlarge",
+            distribution={"mpi": {"enabled": True, "processes_per_host": 16}},
+        )
+    )
     assert err.field == "distribution.mpi.processes_per_host"
-    err = config_error(lambda: remote(src, instance_type="ml.c5.xlarge",
-                                      distribution={"smdistributed": {"dataparallel": {"enabled": True}}}))
+    err = config_error(
+        lambda: remote(
+            src,
+            instance_type="ml.c5.xlarge",
+            distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+        )
+    )
     assert "needs GPUs" in str(err)
-    err = config_error(lambda: remote(src, instance_type="ml.c5.xlarge",
-                                      distribution={"torch_distributed": {"enabled": True}}))
+    err = config_error(
+        lambda: remote(
+            src, instance_type="ml.c5.xlarge", distribution={"torch_distributed": {"enabled": True}}
+        )
+    )
     assert "GPU instance types" in str(err)
-    err = config_error(lambda: remote(src, framework_version="2.3.0", py_version="py311",
-                                      instance_type="ml.p4d.24xlarge",
-                                      distribution={"smdistributed": {"dataparallel": {"enabled": True}}}))
+    err = config_error(
+        lambda: remote(
+            src,
+            framework_version="2.3.0",
+            py_version="py311",
+            instance_type="ml.p4d.24xlarge",
+            distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+        )
+    )
     assert err.field == "framework_version" and "2.2.0" in str(err)
-    err = config_error(lambda: remote(src, framework_version="1.12.0", py_version="py38",
-                                      distribution={"torch_distributed": {"enabled": True}}))
+    err = config_error(
+        lambda: remote(
+            src,
+            framework_version="1.12.0",
+            py_version="py38",
+            distribution={"torch_distributed": {"enabled": True}},
+        )
+    )
     assert err.field == "framework_version"
 
 
 def test_local_relaxations(src: Path, tmp_path: Path) -> None:
     # torch_distributed on a CPU type, spot and checkpoints: for the backend to accept or refuse.
-    est = local(src, tmp_path, instance_type="ml.c5.xlarge", instance_count=2,
-                distribution={"torch_distributed": {"enabled": True}}, use_spot_instances=True,
-                checkpoint_s3_uri=(tmp_path / "ckpt").as_uri())
+    est = local(
+        src,
+        tmp_path,
+        instance_type="ml.c5.xlarge",
+        instance_count=2,
+        distribution={"torch_distributed": {"enabled": True}},
+        use_spot_instances=True,
+        checkpoint_s3_uri=(tmp_path / "ckpt").as_uri(),
+    )
     spec = est.plan(job_name="j")
     assert spec.EnableManagedSpotTraining is True and spec.CheckpointConfig is not None
     with pytest.raises(UnsupportedByBackendError, match="checkpoints not supported"):
@@ -427,8 +515,10 @@ def test_output_path_not_writable(src: Path, tmp_path: Path) -> None:
     est = local(src, tmp_path, output_path=str(tmp_path / "new" / "out"))  # created later, by the backend
     assert est.output_path == (tmp_path / "new" / "out").as_uri()
     spec = est.plan(job_name="j")
-    assert json.loads(spec.HyperParameters["sagemaker_submit_directory"]) == \
-        (tmp_path / "new" / "out").as_uri() + "/j/source/sourcedir.tar.gz"
+    assert (
+        json.loads(spec.HyperParameters["sagemaker_submit_directory"])
+        == (tmp_path / "new" / "out").as_uri() + "/j/source/sourcedir.tar.gz"
+    )
 
 
 # --- TensorBoard output ------------------------------------------------------------------------------
@@ -437,12 +527,17 @@ def test_output_path_not_writable(src: Path, tmp_path: Path) -> None:
 def test_tensorboard_output_config_is_sent_as_the_sdk_sends_it(src: Path) -> None:
     from estimator import TensorBoardOutputConfig
 
-    spec = remote(src, tensorboard_output_config=TensorBoardOutputConfig("s3://b-1/run/tb")).plan(job_name="j")
+    spec = remote(src, tensorboard_output_config=TensorBoardOutputConfig("s3://b-1/run/tb")).plan(
+        job_name="j"
+    )
     assert spec.to_request()["TensorBoardOutputConfig"] == {"S3OutputPath": "s3://b-1/run/tb"}  # no LocalPath
-    spec = remote(src, tensorboard_output_config=TensorBoardOutputConfig(
-        "s3://b-1/run/tb", "/opt/ml/output/tb")).plan(job_name="j")
-    assert spec.to_request()["TensorBoardOutputConfig"] == {"S3OutputPath": "s3://b-1/run/tb",
-                                                            "LocalPath": "/opt/ml/output/tb"}
+    spec = remote(
+        src, tensorboard_output_config=TensorBoardOutputConfig("s3://b-1/run/tb", "/opt/ml/output/tb")
+    ).plan(job_name="j")
+    assert spec.to_request()["TensorBoardOutputConfig"] == {
+        "S3OutputPath": "s3://b-1/run/tb",
+        "LocalPath": "/opt/ml/output/tb",
+    }
     assert "TensorBoardOutputConfig" not in remote(src).plan(job_name="j").to_request()
 
 
@@ -462,12 +557,18 @@ def test_tensorboard_output_config_local_paths_and_attach(src: Path, tmp_path: P
     ("build", "field", "problem"),
     [
         (lambda: "s3://b-1/tb", "tensorboard_output_config", "must be a TensorBoardOutputConfig"),
-        (lambda: _tensorboard("file:///tmp/tb"), "tensorboard_output_config.s3_output_path",
-         "only for local runs"),
+        (
+            lambda: _tensorboard("file:///tmp/tb"),
+            "tensorboard_output_config.s3_output_path",
+            "only for local runs",
+        ),
         (lambda: _tensorboard("b-1/tb"), "tensorboard_output_config.s3_output_path", "must start with s3://"),
         (lambda: _tensorboard(""), "tensorboard_output_config.s3_output_path", "must be a URI string"),
-        (lambda: _tensorboard("s3://b-1/tb", "tb"), "tensorboard_output_config.container_local_output_path",
-         "must be an absolute path"),
+        (
+            lambda: _tensorboard("s3://b-1/tb", "tb"),
+            "tensorboard_output_config.container_local_output_path",
+            "must be an absolute path",
+        ),
     ],
 )
 def test_tensorboard_output_config_errors(src: Path, build: Any, field: str, problem: str) -> None:

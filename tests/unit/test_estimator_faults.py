@@ -38,8 +38,10 @@ def faults(*entries: dict[str, Any]) -> str:
 
 
 def test_valid_faults_are_kept(tmp_path: Path) -> None:
-    value = faults({"kind": "crash", "rank": 0, "host": "algo-2", "after_seconds": 1, "exit_code": 7},
-                   {"kind": "kill_host", "host": "algo-2", "after_seconds": 3})
+    value = faults(
+        {"kind": "crash", "rank": 0, "host": "algo-2", "after_seconds": 1, "exit_code": 7},
+        {"kind": "kill_host", "host": "algo-2", "after_seconds": 3},
+    )
     estimator = make_estimator(tmp_path, {"SMLAUNCH_FAULTS": value, "NCCL_DEBUG": "INFO"})
     assert estimator.environment == {"SMLAUNCH_FAULTS": value, "NCCL_DEBUG": "INFO"}
 
@@ -74,10 +76,16 @@ def test_unknown_kind_names_the_entry_and_the_choices(tmp_path: Path) -> None:
     [
         ({"kind": "crash"}, "crash needs rank >= 0, got None", 'add "rank": 0'),
         ({"kind": "kill_host"}, "kill_host needs a host", 'add "host": "algo-2"'),
-        ({"kind": "hang", "rank": 0, "after": 3}, "has unknown field(s) ['after']",
-         "use only ['after_lines', 'after_seconds', 'attempt', 'exit_code', 'host', 'kind', 'rank']"),
-        ({"kind": "kill", "rank": 1, "exit_code": 9}, "exit_code applies to kind crash only",
-         'drop "exit_code"'),
+        (
+            {"kind": "hang", "rank": 0, "after": 3},
+            "has unknown field(s) ['after']",
+            "use only ['after_lines', 'after_seconds', 'attempt', 'exit_code', 'host', 'kind', 'rank']",
+        ),
+        (
+            {"kind": "kill", "rank": 1, "exit_code": 9},
+            "exit_code applies to kind crash only",
+            'drop "exit_code"',
+        ),
     ],
 )
 def test_bad_entry(tmp_path: Path, entry: dict[str, Any], problem: str, fix: str) -> None:
@@ -87,4 +95,3 @@ def test_bad_entry(tmp_path: Path, entry: dict[str, Any], problem: str, fix: str
     assert problem in caught.value.problem
     assert caught.value.fix == fix
     assert str(caught.value).startswith(f"{FIELD}={faults(entry)!r}: ")
-

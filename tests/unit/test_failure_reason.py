@@ -25,8 +25,13 @@ def test_short_text_is_sent_as_is() -> None:
 
 
 def test_long_text_is_cut_at_line_boundaries_keeping_who_and_why() -> None:
-    text = "\n".join(["AlgorithmError: rank 3 on host algo-2 exited with code 1",
-                      "ErrorMessage: ValueError: loss is nan", *long_traceback()])
+    text = "\n".join(
+        [
+            "AlgorithmError: rank 3 on host algo-2 exited with code 1",
+            "ErrorMessage: ValueError: loss is nan",
+            *long_traceback(),
+        ]
+    )
     assert len(text) > 2 * contract.FAILURE_REASON_MAX_CHARS
     wire = wire_failure_reason(text)
     assert len(wire) <= contract.FAILURE_REASON_MAX_CHARS
@@ -44,7 +49,8 @@ def test_a_single_line_longer_than_the_limit_is_the_only_cut_inside_a_line() -> 
 
 
 def test_report_keeps_the_whole_traceback_in_failure_json_and_the_wire_form_in_failure(
-    tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     paths = contract.Paths(tmp_path)
     failure = RankFailure("algo-2", "rank 3", 3, 1, 10.0, long_traceback())
     report_run(paths, RunResult("algo-2", first_failure=failure))

@@ -41,12 +41,15 @@ def test_the_whole_tree_is_there_before_any_fetch(tmp_path: Path) -> None:
     assert fetched == []
 
 
-@pytest.mark.parametrize(("call", "code"), [
-    (lambda ops: ops.getattr("/missing"), errno.ENOENT),
-    (lambda ops: ops.readdir("/a.txt", 0), errno.ENOTDIR),
-    (lambda ops: ops.open("/a.txt", os.O_WRONLY), errno.EROFS),
-    (lambda ops: ops.open("/nope", os.O_RDONLY), errno.ENOENT),
-])
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (lambda ops: ops.getattr("/missing"), errno.ENOENT),
+        (lambda ops: ops.readdir("/a.txt", 0), errno.ENOTDIR),
+        (lambda ops: ops.open("/a.txt", os.O_WRONLY), errno.EROFS),
+        (lambda ops: ops.open("/nope", os.O_RDONLY), errno.ENOENT),
+    ],
+)
 def test_refusals_carry_their_errno(tmp_path: Path, call: object, code: int) -> None:
     ops, _, _ = _operations(tmp_path)
     with pytest.raises(OSError) as refused:

@@ -157,15 +157,31 @@ def _run_two_ranks(tmp_path: Path) -> list[dict[str, Any]]:
     script = tmp_path / "hvd_check.py"
     script.write_text(SCRIPT)
     port = str(free_port())
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SM_", "SMLAUNCH_", "OMPI_", "RANK", "LOCAL_", "WORLD_", "MASTER_"))}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SM_", "SMLAUNCH_", "OMPI_", "RANK", "LOCAL_", "WORLD_", "MASTER_"))
+    }
     procs = []
     for rank in range(2):
-        env = dict(base, PYTHONPATH=os.pathsep.join([str(root), base.get("PYTHONPATH", "")]),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
+        env = dict(
+            base,
+            PYTHONPATH=os.pathsep.join([str(root), base.get("PYTHONPATH", "")]),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            OMP_NUM_THREADS="1",
+        )
         env.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
-        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script)],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = []
     for proc in procs:
         try:
@@ -176,7 +192,7 @@ def _run_two_ranks(tmp_path: Path) -> list[dict[str, Any]]:
                     other.kill()
         assert proc.returncode == 0, stderr[-4000:]
         line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
-        results.append(json.loads(line[len("RESULT "):]))
+        results.append(json.loads(line[len("RESULT ") :]))
         assert "AFTER false" in stdout
     return results
 
@@ -209,7 +225,7 @@ def test_distributed_optimizer_matches_ddp(torchrun_results: list[dict[str, Any]
     first, second = torchrun_results
     for out in torchrun_results:
         assert out["max_diff_vs_ddp"] < 1e-6 and out["isinstance_sgd"] is True
-        assert out["lr"] == pytest.approx(0.1 * 0.5 ** 2)  # the scheduler drove the wrapped optimizer
+        assert out["lr"] == pytest.approx(0.1 * 0.5**2)  # the scheduler drove the wrapped optimizer
         assert "were not named" in out["unnamed"]
     assert first["weights"] == second["weights"]  # broadcast_parameters + averaged gradients
     # Rank r's two passes give gradient (r+1)*2 and 0+1 summed; averaged over ranks: [3, 1].
@@ -231,8 +247,11 @@ def test_without_a_launcher_it_is_a_world_of_one_and_refusals_say_why() -> None:
     )
     root = horovod_compat_dir()
     assert root is not None
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "RANK", "LOCAL_", "WORLD_", "MASTER_", "HOROVOD_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OMPI_", "RANK", "LOCAL_", "WORLD_", "MASTER_", "HOROVOD_"))
+    }
     env["PYTHONPATH"] = str(root)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

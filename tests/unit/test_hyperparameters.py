@@ -11,11 +11,31 @@ from estimator.errors import ConfigurationError
 
 
 def test_encoding_matches_json_dumps() -> None:
-    values = {"epochs": 10, "lr": 3e-5, "gamma": 0.7, "name": "train.py", "on": True, "off": False,
-              "none": None, "list": [1, 2], "dict": {"a": 1}, "neg": -2}
+    values = {
+        "epochs": 10,
+        "lr": 3e-5,
+        "gamma": 0.7,
+        "name": "train.py",
+        "on": True,
+        "off": False,
+        "none": None,
+        "list": [1, 2],
+        "dict": {"a": 1},
+        "neg": -2,
+    }
     encoded = hp.encode(values)
-    assert encoded == {"epochs": "10", "lr": "3e-05", "gamma": "0.7", "name": '"train.py"', "on": "true",
-                       "off": "false", "none": "null", "list": "[1, 2]", "dict": '{"a": 1}', "neg": "-2"}
+    assert encoded == {
+        "epochs": "10",
+        "lr": "3e-05",
+        "gamma": "0.7",
+        "name": '"train.py"',
+        "on": "true",
+        "off": "false",
+        "none": "null",
+        "list": "[1, 2]",
+        "dict": '{"a": 1}',
+        "neg": "-2",
+    }
     assert list(encoded) == list(values)
     assert hp.decode(encoded) == values
 

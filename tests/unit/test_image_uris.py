@@ -12,14 +12,19 @@ from estimator.errors import ConfigurationError
 
 
 def test_known_uris() -> None:
-    assert image_uris.retrieve("1.8.0", "py3", lookup("ml.p3.2xlarge"), "us-west-2") == \
-        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.8.0-gpu-py3"
-    assert image_uris.retrieve("2.1.0", "py310", lookup("ml.c5.xlarge"), "us-west-2") == \
-        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
+    assert (
+        image_uris.retrieve("1.8.0", "py3", lookup("ml.p3.2xlarge"), "us-west-2")
+        == "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.8.0-gpu-py3"
+    )
+    assert (
+        image_uris.retrieve("2.1.0", "py310", lookup("ml.c5.xlarge"), "us-west-2")
+        == "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
+    )
     local_gpu = image_uris.retrieve("2.1.0", "py310", lookup("local_gpu"), "eu-west-1")
     assert local_gpu.endswith(":2.1.0-gpu-py310")
     assert image_uris.retrieve("2.1.0", "py310", lookup("ml.c5.xlarge"), "cn-north-1").startswith(
-        "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/")
+        "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/"
+    )
 
 
 def test_unknown_version_lists_valid_ones() -> None:
@@ -63,8 +68,9 @@ def test_committed_table_equals_the_installed_sdk(sdk_image_uris, framework: str
         endpoint = resolver.construct_endpoint("ecr", region)
         return endpoint["hostname"] if endpoint else f"ecr.{region}.amazonaws.com"
 
-    generated = image_uris.generate_table(sdk_image_uris.config_for_framework(framework), hostname_of,
-                                          framework)
+    generated = image_uris.generate_table(
+        sdk_image_uris.config_for_framework(framework), hostname_of, framework
+    )
     assert generated == image_uris.table(framework)
 
 
@@ -77,18 +83,22 @@ def _sdk_cases(framework: str) -> list[tuple[str, str, str, str, bool]]:
     for index, (version, row) in enumerate(table["versions"].items()):
         cases.append((version, row["py_versions"][-1], types[index % 4], "us-west-2", False))
     if framework == "tensorflow":
-        cases += [("2.16", "py310", "ml.c5.xlarge", "eu-central-1", False),
-                  ("2.3", "py37", "ml.p3.16xlarge", "us-west-2", True),
-                  ("1.15.5", "py37", "ml.p4d.24xlarge", "us-west-2", False),
-                  ("1.13.1", "py2", "ml.c5.xlarge", "us-west-2", False),
-                  ("1.13.1", "py3", "ml.c5.xlarge", "us-west-2", False)]
+        cases += [
+            ("2.16", "py310", "ml.c5.xlarge", "eu-central-1", False),
+            ("2.3", "py37", "ml.p3.16xlarge", "us-west-2", True),
+            ("1.15.5", "py37", "ml.p4d.24xlarge", "us-west-2", False),
+            ("1.13.1", "py2", "ml.c5.xlarge", "us-west-2", False),
+            ("1.13.1", "py3", "ml.c5.xlarge", "us-west-2", False),
+        ]
         return cases
-    cases += [("1.8", "py3", "ml.p3.16xlarge", "eu-central-1", False),
-              ("2.1", "py310", "ml.c5.xlarge", "cn-north-1", False),
-              ("1.6", "py3", "ml.p3.16xlarge", "us-west-2", True),
-              ("1.6.0", "py36", "ml.p4d.24xlarge", "us-west-2", False),
-              ("1.6.0", "py3", "ml.c5.xlarge", "us-west-2", True),
-              ("1.4.0", "py2", "ml.p3.2xlarge", "us-east-1", False)]
+    cases += [
+        ("1.8", "py3", "ml.p3.16xlarge", "eu-central-1", False),
+        ("2.1", "py310", "ml.c5.xlarge", "cn-north-1", False),
+        ("1.6", "py3", "ml.p3.16xlarge", "us-west-2", True),
+        ("1.6.0", "py36", "ml.p4d.24xlarge", "us-west-2", False),
+        ("1.6.0", "py3", "ml.c5.xlarge", "us-west-2", True),
+        ("1.4.0", "py2", "ml.p3.2xlarge", "us-east-1", False),
+    ]
     return cases
 
 
@@ -96,8 +106,14 @@ def _sdk_cases(framework: str) -> list[tuple[str, str, str, str, bool]]:
 def test_versions_equal_sdk_retrieve(sdk_image_uris, framework: str) -> None:
     for version, py, instance_type, region, smdistributed in _sdk_cases(framework):
         distribution = {"smdistributed": {"dataparallel": {"enabled": True}}} if smdistributed else None
-        expected = sdk_image_uris.retrieve(framework, region, version=version, py_version=py,
-                                           instance_type=instance_type, image_scope="training",
-                                           distribution=distribution)
+        expected = sdk_image_uris.retrieve(
+            framework,
+            region,
+            version=version,
+            py_version=py,
+            instance_type=instance_type,
+            image_scope="training",
+            distribution=distribution,
+        )
         ours = image_uris.retrieve(version, py, lookup(instance_type), region, smdistributed, framework)
         assert ours == expected, (version, py, instance_type, region)

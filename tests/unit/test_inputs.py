@@ -12,19 +12,43 @@ from estimator.inputs import ShuffleConfig, TrainingInput, channels
 
 def test_default_config_is_the_sdks() -> None:
     assert TrainingInput("s3://b-1/train").config == {
-        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b-1/train",
-                                        "S3DataDistributionType": "FullyReplicated"}}}
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": "s3://b-1/train",
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        }
+    }
 
 
 def test_every_field() -> None:
-    config = TrainingInput("s3://b-1/m.manifest", distribution="ShardedByS3Key", compression="Gzip",
-                           content_type="text/csv", record_wrapping="RecordIO", s3_data_type="ManifestFile",
-                           input_mode="Pipe", attribute_names=["a"], shuffle_config=ShuffleConfig(3)).config
+    config = TrainingInput(
+        "s3://b-1/m.manifest",
+        distribution="ShardedByS3Key",
+        compression="Gzip",
+        content_type="text/csv",
+        record_wrapping="RecordIO",
+        s3_data_type="ManifestFile",
+        input_mode="Pipe",
+        attribute_names=["a"],
+        shuffle_config=ShuffleConfig(3),
+    ).config
     assert config == {
-        "DataSource": {"S3DataSource": {"S3DataType": "ManifestFile", "S3Uri": "s3://b-1/m.manifest",
-                                        "S3DataDistributionType": "ShardedByS3Key", "AttributeNames": ["a"]}},
-        "CompressionType": "Gzip", "ContentType": "text/csv", "RecordWrapperType": "RecordIO",
-        "InputMode": "Pipe", "ShuffleConfig": {"Seed": 3}}
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "ManifestFile",
+                "S3Uri": "s3://b-1/m.manifest",
+                "S3DataDistributionType": "ShardedByS3Key",
+                "AttributeNames": ["a"],
+            }
+        },
+        "CompressionType": "Gzip",
+        "ContentType": "text/csv",
+        "RecordWrapperType": "RecordIO",
+        "InputMode": "Pipe",
+        "ShuffleConfig": {"Seed": 3},
+    }
 
 
 def test_target_attribute_without_distribution_omits_it_like_the_sdk() -> None:
@@ -34,8 +58,15 @@ def test_target_attribute_without_distribution_omits_it_like_the_sdk() -> None:
         channels({"train": TrainingInput("s3://b-1/x", target_attribute_name="y")}, local=False)
 
 
-@pytest.mark.parametrize(("field", "value"), [("distribution", "Sharded"), ("input_mode", "file"),
-                                               ("compression", "gzip"), ("s3_data_type", "Prefix")])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("distribution", "Sharded"),
+        ("input_mode", "file"),
+        ("compression", "gzip"),
+        ("s3_data_type", "Prefix"),
+    ],
+)
 def test_bad_enumerations(field: str, value: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         TrainingInput("s3://b-1/x", **{field: value})
@@ -60,8 +91,9 @@ def test_valid_channel_names() -> None:
     assert [c.ChannelName for c in channels({n: "s3://b-1/x" for n in names}, local=False) or []] == names
 
 
-@pytest.mark.parametrize("uri", ["s3://", "s3:///key", "s3://B/key", "s3://ab/key", "s3://bad_bucket/x",
-                                 "s3://-bucket/x"])
+@pytest.mark.parametrize(
+    "uri", ["s3://", "s3:///key", "s3://B/key", "s3://ab/key", "s3://bad_bucket/x", "s3://-bucket/x"]
+)
 def test_malformed_s3_uris(uri: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         channels({"train": uri}, local=False)

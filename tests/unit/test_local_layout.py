@@ -100,10 +100,22 @@ def test_no_checkpoint_config_without_checkpoints(tmp_path: Path) -> None:
 # kind: (spec field, its S3 key, the tree's default directory, config file, directory function,
 #        default directory below the tree)
 CONTAINER_DIRS: dict[str, tuple[str, str, str, str, Callable[..., Path | None], str]] = {
-    "checkpoints": ("CheckpointConfig", "S3Uri", "checkpoints_dir", "checkpoint_config_file",
-                    layout.checkpoint_dir, "checkpoints"),
-    "tensorboard": ("TensorBoardOutputConfig", "S3OutputPath", "tensorboard_dir", "tensorboard_config_file",
-                    layout.tensorboard_dir, "output/tensorboard"),
+    "checkpoints": (
+        "CheckpointConfig",
+        "S3Uri",
+        "checkpoints_dir",
+        "checkpoint_config_file",
+        layout.checkpoint_dir,
+        "checkpoints",
+    ),
+    "tensorboard": (
+        "TensorBoardOutputConfig",
+        "S3OutputPath",
+        "tensorboard_dir",
+        "tensorboard_config_file",
+        layout.tensorboard_dir,
+        "output/tensorboard",
+    ),
 }
 
 
@@ -122,7 +134,9 @@ def test_container_local_path_maps_into_each_host_tree(tmp_path: Path, kind: str
     default_dir = getattr(paths, default_attr)
     assert dir_of(spec(), paths) == default_dir == tmp_path / "a" / default_rel and default_dir.is_dir()
     assert json.loads(getattr(paths, config_attr).read_text()) == {
-        "LocalPath": str(default_dir), s3_key: "s3://bucket/x"}
+        "LocalPath": str(default_dir),
+        s3_key: "s3://bucket/x",
+    }
     custom = spec("/opt/ml/logs/run-1/")
     paths = layout.write_host_tree(custom, tmp_path / "b", "algo-1", ["algo-1"])
     host_dir = tmp_path / "b" / "logs" / "run-1"

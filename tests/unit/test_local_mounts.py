@@ -40,10 +40,13 @@ def test_the_host_tree_is_at_the_target_and_the_parent_keeps_its_entries(tmp_pat
     target = opt / "ml"
     mounts = PrivateOptMl(str(target))
     _skip_without_namespaces(mounts, tree)
-    script = (f"id -u; ls {opt}; cat {target}/input/data/train/x.csv {opt}/conda/python {opt}/notes.txt "
-              f"{opt}/latest/python; echo saved > {target}/model/model.pth")
-    done = subprocess.run(["sh", "-c", script], preexec_fn=mounts.hook(tree), capture_output=True, text=True,
-                          check=True)
+    script = (
+        f"id -u; ls {opt}; cat {target}/input/data/train/x.csv {opt}/conda/python {opt}/notes.txt "
+        f"{opt}/latest/python; echo saved > {target}/model/model.pth"
+    )
+    done = subprocess.run(
+        ["sh", "-c", script], preexec_fn=mounts.hook(tree), capture_output=True, text=True, check=True
+    )
     lines = done.stdout.splitlines()
     assert lines[0] == str(os.getuid())  # the script keeps its own uid
     assert lines[1:5] == ["conda", "latest", "ml", "notes.txt"]
@@ -58,8 +61,13 @@ def test_an_existing_target_is_covered_by_the_host_tree(tmp_path: Path) -> None:
     (opt / "ml" / "model" / "stale.pth").write_text("not this host's")
     mounts = PrivateOptMl(str(opt / "ml"))
     _skip_without_namespaces(mounts, tree)
-    done = subprocess.run(["ls", str(opt / "ml" / "model"), str(opt / "ml" / "input" / "data" / "train")],
-                          preexec_fn=mounts.hook(tree), capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["ls", str(opt / "ml" / "model"), str(opt / "ml" / "input" / "data" / "train")],
+        preexec_fn=mounts.hook(tree),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout.split() == [f"{opt}/ml/input/data/train:", "x.csv", f"{opt}/ml/model:"]
     assert (opt / "ml" / "model" / "stale.pth").exists()
 
@@ -75,8 +83,14 @@ def test_the_agent_says_once_when_hosts_cannot_have_their_own_opt_ml(
 ) -> None:
     monkeypatch.setattr(PrivateOptMl, "unavailable", lambda self, tree: "user namespaces are disabled")
     said: list[str] = []
-    context = LaunchContext(spec=None, settings={}, job=None, hosts=[Host("algo-1", 0, tmp_path)],  # type: ignore[arg-type]
-                            grace=1.0, say=said.append)
+    context = LaunchContext(
+        spec=None,
+        settings={},
+        job=None,
+        hosts=[Host("algo-1", 0, tmp_path)],  # type: ignore[arg-type]
+        grace=1.0,
+        say=said.append,
+    )
     executor = ProcessExecutor()
     assert executor._private_opt_ml(context) is None and executor._private_opt_ml(context) is None
     assert len(said) == 1 and "user namespaces are disabled" in said[0] and "SM_*" in said[0]

@@ -21,8 +21,14 @@ from tests.functional._runtime_tree import write_host_tree
 HOSTS = ["algo-1", "algo-2"]
 
 
-def mpi_env(tmp_path: Path, host: str, options: str = "", local: bool = True, ppn: int = 2,
-            extra: dict[str, str] | None = None) -> Environment:
+def mpi_env(
+    tmp_path: Path,
+    host: str,
+    options: str = "",
+    local: bool = True,
+    ppn: int = 2,
+    extra: dict[str, str] | None = None,
+) -> Environment:
     base = tmp_path / host
     hps = {
         contract.HP_PROGRAM: '"train.py"',

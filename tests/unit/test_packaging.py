@@ -35,8 +35,13 @@ def test_contents_at_root_plus_dependencies(src: Path, tmp_path: Path) -> None:
     single.write_text("")
     archive = build_sourcedir("train.py", src, [str(lib), str(single)], tmp_path / "out")
     assert archive.path.name == "sourcedir.tar.gz"
-    assert members(archive.path) == ["extra.py", "mylib/__init__.py", "requirements.txt", "train.py",
-                                     "utils/helpers.py"]
+    assert members(archive.path) == [
+        "extra.py",
+        "mylib/__init__.py",
+        "requirements.txt",
+        "train.py",
+        "utils/helpers.py",
+    ]
     assert list(archive.members) == members(archive.path)
 
 
@@ -118,8 +123,9 @@ def test_stage_to_s3_skips_identical_content(src: Path, tmp_path: Path) -> None:
     import boto3
 
     with moto.mock_aws():
-        s3 = boto3.client("s3", region_name="us-west-2", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+        s3 = boto3.client(
+            "s3", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing"
+        )
         s3.create_bucket(Bucket="code-bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
         uri = "s3://code-bucket/prefix/job-1/source/sourcedir.tar.gz"
         archive = build_sourcedir("train.py", src, None, tmp_path / "a")
@@ -157,4 +163,5 @@ def test_the_streamed_archive_keeps_the_format_of_earlier_versions(tmp_path: Pat
     data = archive.path.read_bytes()
     assert data[:10] == bytes.fromhex("1f8b08000000000002ff")  # no mtime, no file name
     assert hashlib.sha256(gzip.decompress(data)).hexdigest() == (
-        "5aef370a83701251dee44bc6ccefa5504534905ae2a3cf174cb1d5d5d673c8f5")
+        "5aef370a83701251dee44bc6ccefa5504534905ae2a3cf174cb1d5d5d673c8f5"
+    )

@@ -66,8 +66,14 @@ def test_the_then_hook_runs_in_the_child_before_its_program(tmp_path: Path) -> N
 
     hook = die_with_parent(signal.SIGKILL, join)
     assert hook is not None
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], preexec_fn=hook,
-                           capture_output=True, text=True, timeout=60, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        preexec_fn=hook,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert marker.read_text() == child.stdout.strip()
 
 

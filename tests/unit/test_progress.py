@@ -36,8 +36,14 @@ def project(tmp_path: Path) -> Path:
 def package(project: Path, mode: str, stderr: int) -> subprocess.CompletedProcess[bytes]:
     dest = (project / f"out-{mode}" / "sourcedir.tar.gz").as_uri()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "package.py", mode, dest], cwd=project, stdout=subprocess.PIPE,
-                          stderr=stderr, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "package.py", mode, dest],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_notebook_like_output_gets_bar_and_summary(project: Path) -> None:
@@ -91,6 +97,8 @@ def test_summary_counts_files_bytes_and_unchanged(tmp_path: Path, capsys: pytest
     (source / "part-2").write_bytes(b"changed")
     engine.upload_dir(source, (tmp_path / "dest").as_uri())
     lines = [line for line in capsys.readouterr().err.splitlines() if "skipped unchanged" in line]
-    assert [line.split(" in ")[0] for line in lines] == ["copy: 3 file(s), 0.0 MiB",
-                                                        "copy: 1 file(s), 0.0 MiB"]
+    assert [line.split(" in ")[0] for line in lines] == [
+        "copy: 3 file(s), 0.0 MiB",
+        "copy: 1 file(s), 0.0 MiB",
+    ]
     assert lines[0].endswith(", 0 skipped unchanged") and lines[1].endswith(", 2 skipped unchanged")

@@ -35,8 +35,9 @@ PIP_QUIET = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
         (["setup.py"], "train.py", ["."]),
     ],
 )
-def test_what_the_toolkit_installs(tmp_path: Path, files: list[str], entry_point: str,
-                                   expected: list[str] | None) -> None:
+def test_what_the_toolkit_installs(
+    tmp_path: Path, files: list[str], entry_point: str, expected: list[str] | None
+) -> None:
     for name in files:
         (tmp_path / name).write_text("")
     assert toolkit_pip_arguments(tmp_path, entry_point) == expected
@@ -73,8 +74,13 @@ def test_install_requirements_off_runs_no_pip(tmp_path: Path) -> None:
 
 
 def _freeze() -> str:
-    return subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"], capture_output=True, text=True,
-                          check=True, env={**os.environ, **PIP_QUIET}).stdout
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--all"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **PIP_QUIET},
+    ).stdout
 
 
 @pytest.mark.slow
@@ -84,8 +90,9 @@ def test_layered_environment_shadows_for_the_ranks_only_and_is_reused(tmp_path: 
     code = tmp_path / "code"
     code.mkdir()
     wheels = tmp_path / "wheels"
-    new = make_wheel(wheels, "smlaunch_probe", "1.0", {"smlaunch_probe.py": "VALUE = 'probe'\n"},
-                     requires=("psutil",))  # satisfied by the user's interpreter: not installed again
+    new = make_wheel(
+        wheels, "smlaunch_probe", "1.0", {"smlaunch_probe.py": "VALUE = 'probe'\n"}, requires=("psutil",)
+    )  # satisfied by the user's interpreter: not installed again
     old = make_wheel(wheels, "iniconfig", "0.0.1", {"iniconfig/__init__.py": "FAKE = True\n"})
     (code / contract.REQUIREMENTS_FILE).write_text(f"--no-index\n{new}\n{old}\n")
     cache = tmp_path / "envs"
@@ -98,13 +105,21 @@ def test_layered_environment_shadows_for_the_ranks_only_and_is_reused(tmp_path: 
     assert python == str(cache / key / "bin" / "python")
     assert (cache / key / READY_MARKER).is_file()
     assert _freeze() == before  # the user's interpreter is untouched
-    assert any("Successfully installed" in line and "smlaunch-probe" in line.replace("_", "-")
-               for line in logged)
+    assert any(
+        "Successfully installed" in line and "smlaunch-probe" in line.replace("_", "-") for line in logged
+    )
     assert not any("psutil" in line and "Successfully installed" in line for line in logged)
     probe = subprocess.run(
-        [python, "-c", "import iniconfig, psutil, smlaunch_probe, estimator; "
-         "print(smlaunch_probe.VALUE, getattr(iniconfig, 'FAKE', False))"],
-        capture_output=True, text=True, check=True)
+        [
+            python,
+            "-c",
+            "import iniconfig, psutil, smlaunch_probe, estimator; "
+            "print(smlaunch_probe.VALUE, getattr(iniconfig, 'FAKE', False))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert probe.stdout.split() == ["probe", "True"]  # the layer wins; the user's packages are seen
     assert not hasattr(iniconfig, "FAKE")
 
@@ -170,8 +185,10 @@ def test_ca_repository_arn_installs_from_that_codeartifact_repository(tmp_path: 
     assert regions == ["eu-west-1"]
     assert fake.calls == [
         ("get_authorization_token", {"domain": "my-domain", "domainOwner": "111122223333"}),
-        ("get_repository_endpoint", {"domain": "my-domain", "domainOwner": "111122223333",
-                                     "repository": "pypi", "format": "pypi"}),
+        (
+            "get_repository_endpoint",
+            {"domain": "my-domain", "domainOwner": "111122223333", "repository": "pypi", "format": "pypi"},
+        ),
     ]
     assert "pip index: CodeArtifact repository my-domain/pypi of 111122223333 (eu-west-1)" in logged
     assert not any("SECRET-TOKEN" in line for line in logged)

@@ -26,7 +26,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSageMaker]:
         # set (it probes with ListObjectsV2, whose NoSuchBucket it does not expect).
         for bucket in (BUCKET, DEFAULT_BUCKET):
             fake.boto_session.client("s3").create_bucket(
-                Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+                Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION}
+            )
         yield fake
 
 
@@ -60,15 +61,23 @@ def ours(aws: FakeSageMaker, **kwargs: Any) -> Session:
     return Session(boto_session=aws.boto_session, **kwargs)
 
 
-@pytest.mark.parametrize(("bucket", "key_prefix", "prefix_setting"), [
-    (BUCKET, "datasets/digits", None), (None, "data", None), (None, "train", "team-a"),
-])
-def test_upload_data_equals_the_sdk(aws: FakeSageMaker, data: Path, bucket: str | None, key_prefix: str,
-                                    prefix_setting: str | None) -> None:
+@pytest.mark.parametrize(
+    ("bucket", "key_prefix", "prefix_setting"),
+    [
+        (BUCKET, "datasets/digits", None),
+        (None, "data", None),
+        (None, "train", "team-a"),
+    ],
+)
+def test_upload_data_equals_the_sdk(
+    aws: FakeSageMaker, data: Path, bucket: str | None, key_prefix: str, prefix_setting: str | None
+) -> None:
     target = bucket or DEFAULT_BUCKET
     results = {}
-    for name, session in (("sdk", sdk_session(aws, default_bucket_prefix=prefix_setting)),
-                          ("ours", ours(aws, default_bucket_prefix=prefix_setting))):
+    for name, session in (
+        ("sdk", sdk_session(aws, default_bucket_prefix=prefix_setting)),
+        ("ours", ours(aws, default_bucket_prefix=prefix_setting)),
+    ):
         directory = session.upload_data(str(data), bucket, key_prefix)
         single = session.upload_data(str(data / "train.csv"), bucket, key_prefix)
         results[name] = (directory, single, keys(aws, target))
@@ -104,7 +113,8 @@ def test_s3_uploader_and_downloader_equal_the_sdk(aws: FakeSageMaker, data: Path
     sdk_paths = sdk_s3.S3Downloader.download(uri, str(tmp_path / "sdk"), sagemaker_session=sdk)
     our_paths = S3Downloader.download(uri, tmp_path / "ours", sagemaker_session=mine)
     assert sorted(Path(p).relative_to(tmp_path / "ours") for p in our_paths) == sorted(
-        Path(p).relative_to(tmp_path / "sdk") for p in sdk_paths)
+        Path(p).relative_to(tmp_path / "sdk") for p in sdk_paths
+    )
     for path in our_paths:
         relative = Path(path).relative_to(tmp_path / "ours")
         assert Path(path).read_bytes() == (data / relative).read_bytes()
@@ -115,8 +125,9 @@ def test_s3_uploader_and_downloader_equal_the_sdk(aws: FakeSageMaker, data: Path
 
 
 def test_kms_key_encrypts_uploads(aws: FakeSageMaker, data: Path) -> None:
-    uri = S3Uploader.upload(str(data / "train.csv"), f"s3://{BUCKET}/secure", kms_key="alias/my-key",
-                            sagemaker_session=ours(aws))
+    uri = S3Uploader.upload(
+        str(data / "train.csv"), f"s3://{BUCKET}/secure", kms_key="alias/my-key", sagemaker_session=ours(aws)
+    )
     head = aws.boto_session.client("s3").head_object(Bucket=BUCKET, Key="secure/train.csv")
     assert uri == f"s3://{BUCKET}/secure/train.csv"
     assert head["ServerSideEncryption"] == "aws:kms" and "my-key" in head["SSEKMSKeyId"]
@@ -137,6 +148,9 @@ def test_a_local_session_uploads_to_a_named_bucket(aws: FakeSageMaker, data: Pat
     session = LocalSession(root=tmp_path / "jobs", s3_client=aws.boto_session.client("s3"))
     assert session.upload_data(str(data), BUCKET, "local-run") == f"s3://{BUCKET}/local-run"
     assert keys(aws, BUCKET, "local-run/") == [
-        "local-run/images/b.png", "local-run/images/cats/a.png", "local-run/train.csv"]
+        "local-run/images/b.png",
+        "local-run/images/cats/a.png",
+        "local-run/train.csv",
+    ]
     paths = session.download_data(str(tmp_path / "back"), BUCKET, "local-run")
     assert sorted(Path(p).name for p in paths) == ["a.png", "b.png", "train.csv"]

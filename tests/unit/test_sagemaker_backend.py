@@ -39,9 +39,17 @@ def make_spec(name: str = JOB, **overrides: Any) -> TrainingJobSpec:
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200},
         "HyperParameters": {"epochs": "2", "sagemaker_program": '"train.py"'},
         "InputDataConfig": [
-            {"ChannelName": "train", "InputMode": "Pipe", "DataSource": {"S3DataSource": {
-                "S3DataType": "S3Prefix", "S3Uri": "s3://data/train/",
-                "S3DataDistributionType": "ShardedByS3Key"}}},
+            {
+                "ChannelName": "train",
+                "InputMode": "Pipe",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": "s3://data/train/",
+                        "S3DataDistributionType": "ShardedByS3Key",
+                    }
+                },
+            },
         ],
         "CheckpointConfig": {"S3Uri": "s3://ckpt/bert/"},
         "EnableManagedSpotTraining": True,
@@ -126,8 +134,10 @@ def test_describe_retries_throttling_with_growing_backoff(
             return None
         throttled["left"] -= 1
         http = type("Http", (), {"status_code": 400, "headers": {}})()
-        return http, {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
-                      "ResponseMetadata": {"HTTPStatusCode": 400}}
+        return http, {
+            "Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
 
     client.meta.events.register("before-call.sagemaker.DescribeTrainingJob", throttle)
     assert backend.describe(JOB)["TrainingJobName"] == JOB
@@ -224,8 +234,10 @@ def test_completed_wait_returns_description_and_prints_summary(
     aws: FakeSageMaker, backend: SageMakerBackend
 ) -> None:
     backend.submit(make_spec(EnableManagedSpotTraining=None))
-    aws.then(lambda: aws.log(JOB, "algo-1", "hello"),
-             lambda: aws.complete(JOB, training_time_in_seconds=10, billable_time_in_seconds=10))
+    aws.then(
+        lambda: aws.log(JOB, "algo-1", "hello"),
+        lambda: aws.complete(JOB, training_time_in_seconds=10, billable_time_in_seconds=10),
+    )
     out = io.StringIO()
     description = TrainingJob(backend, JOB).wait(logs=True, out=out)
     assert description["TrainingJobStatus"] == "Completed"
@@ -264,16 +276,24 @@ def test_stop_running_job_and_stop_of_finished_job(aws: FakeSageMaker, backend: 
 
 def test_summary_lines_only_for_completed() -> None:
     assert summary_lines({"TrainingJobStatus": "Failed", "TrainingTimeInSeconds": 5}) == []
-    assert summary_lines({"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 2},
-                          "TrainingTimeInSeconds": 5}) == ["[sagemaker] Training seconds: 10"]
+    assert summary_lines(
+        {"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 2}, "TrainingTimeInSeconds": 5}
+    ) == ["[sagemaker] Training seconds: 10"]
 
 
 def test_summary_says_where_the_model_is_and_local_jobs_bill_nothing() -> None:
-    description = {"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 1},
-                   "TrainingTimeInSeconds": 7, "BillableTimeInSeconds": 7,
-                   "ModelArtifacts": {"S3ModelArtifacts": "s3://b/job/output/model.tar.gz"}}
+    description = {
+        "TrainingJobStatus": "Completed",
+        "ResourceConfig": {"InstanceCount": 1},
+        "TrainingTimeInSeconds": 7,
+        "BillableTimeInSeconds": 7,
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/job/output/model.tar.gz"},
+    }
     assert summary_lines(description) == [
         "[sagemaker] Model artifact: s3://b/job/output/model.tar.gz",
-        "[sagemaker] Training seconds: 7", "[sagemaker] Billable seconds: 7"]
+        "[sagemaker] Training seconds: 7",
+        "[sagemaker] Billable seconds: 7",
+    ]
     assert summary_lines(description, "smlaunch", billable_seconds=False, artifact=False) == [
-        "[smlaunch] Training seconds: 7"]
+        "[smlaunch] Training seconds: 7"
+    ]

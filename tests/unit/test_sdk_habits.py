@@ -13,8 +13,9 @@ from estimator.errors import ConfigurationError
 from tests.unit.test_estimator import FakeSageMakerSession, TestLocalSession, config_error, local, remote
 
 
-def test_a_stopped_job_ends_fit_with_a_warning(src: Path, tmp_path: Path,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_a_stopped_job_ends_fit_with_a_warning(
+    src: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     est = local(src, tmp_path)
     session = est.sagemaker_session
     assert isinstance(session, TestLocalSession)
@@ -44,12 +45,15 @@ def test_experiment_config_is_recorded_in_a_local_describe(src: Path, tmp_path: 
     assert est.latest_training_job.describe()["ExperimentConfig"] == config
 
 
-@pytest.mark.parametrize(("config", "field"), [
-    ({"ExperimentName": "has space"}, "experiment_config['ExperimentName']"),
-    ({"Experiment": "x"}, "experiment_config['Experiment']"),
-    ({"ExperimentName": "x" * 121}, "experiment_config['ExperimentName']"),
-    ("bert", "experiment_config"),
-])
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"ExperimentName": "has space"}, "experiment_config['ExperimentName']"),
+        ({"Experiment": "x"}, "experiment_config['Experiment']"),
+        ({"ExperimentName": "x" * 121}, "experiment_config['ExperimentName']"),
+        ("bert", "experiment_config"),
+    ],
+)
 def test_bad_experiment_config_is_refused_before_anything_runs(src: Path, config: object, field: str) -> None:
     session = FakeSageMakerSession()
     err = config_error(lambda: remote(src, session).fit(job_name="x-1", experiment_config=config))  # type: ignore[arg-type]
@@ -83,8 +87,12 @@ def test_attach_restores_keep_alive(src: Path) -> None:
 
 
 def test_changes_to_the_distribution_dict_are_honoured_and_checked(src: Path) -> None:
-    est = remote(src, instance_type="ml.p3.16xlarge", instance_count=2,
-                 distribution={"mpi": {"enabled": True, "processes_per_host": 2}})
+    est = remote(
+        src,
+        instance_type="ml.p3.16xlarge",
+        instance_count=2,
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+    )
     est.distribution["mpi"]["processes_per_host"] = 4  # as SDK code may do before fit()
     assert est.plan().HyperParameters["sagemaker_mpi_num_of_processes_per_host"] == "4"
     est.distribution["mpi"]["processes_per_host"] = 16

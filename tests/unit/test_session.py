@@ -85,8 +85,12 @@ def test_us_east_1_bucket_has_no_location_constraint(monkeypatch: pytest.MonkeyP
 def test_user_bucket_and_prefix(aws: FakeSageMaker) -> None:
     s3 = aws.boto_session.client("s3")
     calls = Calls(s3)
-    session = Session(boto_session=aws.boto_session, default_bucket="my-team-bucket",
-                      default_bucket_prefix="/projects/bert/", s3_client=s3)
+    session = Session(
+        boto_session=aws.boto_session,
+        default_bucket="my-team-bucket",
+        default_bucket_prefix="/projects/bert/",
+        s3_client=s3,
+    )
     assert session.default_output_path() == "s3://my-team-bucket/projects/bert/"
     assert s3.head_bucket(Bucket="my-team-bucket")["ResponseMetadata"]["HTTPStatusCode"] == 200
     # A bucket the user named is theirs: no owner check, and uploads carry no ExpectedBucketOwner.
@@ -234,7 +238,8 @@ def test_list_training_jobs_filters_and_limits(aws: FakeSageMaker) -> None:
     sagemaker = aws.boto_session.client("sagemaker")
     for name in ("bert-a", "bert-b", "resnet-a"):
         sagemaker.create_training_job(
-            TrainingJobName=name, RoleArn=ROLE_ARN,
+            TrainingJobName=name,
+            RoleArn=ROLE_ARN,
             AlgorithmSpecification={"TrainingImage": "img:1", "TrainingInputMode": "File"},
             OutputDataConfig={"S3OutputPath": "s3://b/"},
             ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 30},
@@ -244,7 +249,9 @@ def test_list_training_jobs_filters_and_limits(aws: FakeSageMaker) -> None:
     names = [job["TrainingJobName"] for job in session.list_training_jobs()]
     assert sorted(names) == ["bert-a", "bert-b", "resnet-a"]
     assert sorted(j["TrainingJobName"] for j in session.list_training_jobs(name_contains="bert")) == [
-        "bert-a", "bert-b"]
+        "bert-a",
+        "bert-b",
+    ]
     assert len(session.list_training_jobs(max_results=2)) == 2
     aws.complete("bert-b")
     assert [j["TrainingJobName"] for j in session.list_training_jobs(status="Completed")] == ["bert-b"]

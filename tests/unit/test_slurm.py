@@ -41,8 +41,9 @@ class Recorded:
         self.answers = answers
         self.calls: list[tuple[list[str], str | None, Mapping[str, str] | None]] = []
 
-    def __call__(self, argv: Sequence[str], stdin: str | None,
-                 env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, argv: Sequence[str], stdin: str | None, env: Mapping[str, str] | None
+    ) -> subprocess.CompletedProcess[str]:
         self.calls.append((list(argv), stdin, env))
         line = " ".join(argv)
         for prefix, (code, out, err) in self.answers.items():
@@ -58,6 +59,7 @@ def client(answers: dict[str, tuple[int, str, str]]) -> tuple[SlurmClient, Recor
 
 
 # --- SlurmClient ----------------------------------------------------------------------------------
+
 
 def test_sbatch_parsable_job_id_with_and_without_cluster() -> None:
     slurm, runner = client({"sbatch": (0, "42\n", "")})
@@ -82,8 +84,9 @@ def test_sbatch_refusal_carries_its_stderr() -> None:
 
 
 def test_missing_command_names_it_and_the_fix() -> None:
-    def missing(argv: Sequence[str], stdin: str | None,
-                env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+    def missing(
+        argv: Sequence[str], stdin: str | None, env: Mapping[str, str] | None
+    ) -> subprocess.CompletedProcess[str]:
         raise FileNotFoundError(argv[0])
 
     with pytest.raises(ConfigurationError, match=r"'squeue' is not installed.*apt-get install slurm-client"):
@@ -115,18 +118,28 @@ def test_forgotten_job_without_accounting_is_none() -> None:
 
 
 def test_forgotten_job_from_accounting() -> None:
-    slurm, runner = client({
-        "squeue": (1, "", UNKNOWN_JOB), "scontrol show config": (0, SACCT_CONFIG, ""),
-        "sacct": (0, "7|CANCELLED by 0|None|node[1-2]|0:15\n", ""),
-    })
+    slurm, runner = client(
+        {
+            "squeue": (1, "", UNKNOWN_JOB),
+            "scontrol show config": (0, SACCT_CONFIG, ""),
+            "sacct": (0, "7|CANCELLED by 0|None|node[1-2]|0:15\n", ""),
+        }
+    )
     job = slurm.job("7")
     assert job is not None and job.state == "CANCELLED" and job.terminal and job.exit_code == "0:15"
     assert runner.calls[-1][0][0] == "sacct" and "--parsable2" in runner.calls[-1][0]
 
 
 def test_cancel_arguments_and_ended_job_tolerated() -> None:
-    slurm, runner = client({"scancel": (1, "", "scancel: error: Kill job error on job id 3: "
-                                            "Job/step already completing or completed\n")})
+    slurm, runner = client(
+        {
+            "scancel": (
+                1,
+                "",
+                "scancel: error: Kill job error on job id 3: Job/step already completing or completed\n",
+            )
+        }
+    )
     slurm.cancel("3", signal="TERM", batch=True)
     assert runner.calls[0][0] == ["scancel", "--signal=TERM", "--batch", "3"]
     slurm, _ = client({"scancel": (1, "", "scancel: error: Access/permission denied\n")})
@@ -135,12 +148,14 @@ def test_cancel_arguments_and_ended_job_tolerated() -> None:
 
 
 def test_steps_hostnames_addresses_partitions() -> None:
-    slurm, _ = client({
-        "squeue": (0, "4.0|algo-1\n4.1|algo-2\n4.batch|batch\n", ""),
-        "scontrol show hostnames": (0, "node1\nnode2\n", ""),
-        "sinfo --noheader --Node": (0, SINFO_ADDRESSES, ""),
-        "sinfo --noheader --partition": (0, SINFO_GPU_PARTITION, ""),
-    })
+    slurm, _ = client(
+        {
+            "squeue": (0, "4.0|algo-1\n4.1|algo-2\n4.batch|batch\n", ""),
+            "scontrol show hostnames": (0, "node1\nnode2\n", ""),
+            "sinfo --noheader --Node": (0, SINFO_ADDRESSES, ""),
+            "sinfo --noheader --partition": (0, SINFO_GPU_PARTITION, ""),
+        }
+    )
     assert slurm.steps("4") == {"algo-1": "4.0", "algo-2": "4.1", "batch": "4.batch"}
     assert slurm.hostnames("node[1-2]") == ["node1", "node2"]
     assert slurm.node_addresses(["node1", "node2"]) == {"node1": "127.0.0.1", "node2": "127.0.0.1"}
@@ -150,14 +165,16 @@ def test_steps_hostnames_addresses_partitions() -> None:
 
 
 def test_missing_partition_and_node() -> None:
-    slurm, _ = client({"sinfo --noheader --partition": (0, "", ""),
-                       "sinfo --noheader --Node": (0, "node1|10.0.0.1\n", "")})
+    slurm, _ = client(
+        {"sinfo --noheader --partition": (0, "", ""), "sinfo --noheader --Node": (0, "node1|10.0.0.1\n", "")}
+    )
     assert slurm.partition("nope") is None
     with pytest.raises(SlurmCommandError, match=r"did not list node\(s\) \['node2'\]"):
         slurm.node_addresses(["node1", "node2"])
 
 
 # --- SlurmSession ---------------------------------------------------------------------------------
+
 
 def test_session_defaults(tmp_path: Path) -> None:
     session = SlurmSession(shared_dir=tmp_path)
@@ -197,8 +214,14 @@ def test_session_validation_names_field_value_and_fix(
 
 # --- sbatch arguments and batch script ------------------------------------------------------------
 
-def spec(instance_type: str = "ml.c5.xlarge", count: int = 2, spot: bool = False,
-         name: str = "slurm-job", output: str = "file:///shared/out") -> TrainingJobSpec:
+
+def spec(
+    instance_type: str = "ml.c5.xlarge",
+    count: int = 2,
+    spot: bool = False,
+    name: str = "slurm-job",
+    output: str = "file:///shared/out",
+) -> TrainingJobSpec:
     return TrainingJobSpec(
         TrainingJobName=name,
         AlgorithmSpecification={"TrainingImage": "smlaunch-local", "TrainingInputMode": "File"},
@@ -211,16 +234,30 @@ def spec(instance_type: str = "ml.c5.xlarge", count: int = 2, spot: bool = False
 
 
 def test_sbatch_arguments(tmp_path: Path) -> None:
-    session = SlurmSession(shared_dir=tmp_path, partition="debug", account="ml", qos="normal",
-                           extra_sbatch_args=["--constraint=a100"])
+    session = SlurmSession(
+        shared_dir=tmp_path,
+        partition="debug",
+        account="ml",
+        qos="normal",
+        extra_sbatch_args=["--constraint=a100"],
+    )
     job = JobDir(session.root / "slurm-job")
     debug = Partition(name="debug", available="up", gres=(), nodes=2)
     args = sbatch_arguments(spec(), session, debug, job, 120)
     assert args == [
-        "--job-name=slurm-job", "--nodes=2", "--ntasks-per-node=1", "--exclusive",
+        "--job-name=slurm-job",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--exclusive",
         "--time=72",  # 3600 s max_run + 120 s grace + 600 s margin = 72 minutes
-        f"--output={job.path}/logs/agent.log", "--open-mode=append", f"--chdir={job.path}", "--no-requeue",
-        "--partition=debug", "--account=ml", "--qos=normal", "--constraint=a100",
+        f"--output={job.path}/logs/agent.log",
+        "--open-mode=append",
+        f"--chdir={job.path}",
+        "--no-requeue",
+        "--partition=debug",
+        "--account=ml",
+        "--qos=normal",
+        "--constraint=a100",
     ]
     assert "--requeue" in sbatch_arguments(spec(spot=True), session, None, job, 120)
 
@@ -249,19 +286,33 @@ def test_batch_script_execs_the_agent(tmp_path: Path) -> None:
 def test_srun_command_one_task_on_its_node_with_pyxis_arguments() -> None:
     tree = "/shared/jobs/j/hosts/algo-2"
     plain = srun_command("node2", "algo-2", "/venv/bin/python", None, "/shared", tree)
-    assert plain == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=node2", "--job-name=algo-2",
-                     "--kill-on-bad-exit=0", "--export=ALL", "/venv/bin/python", "-m",
-                     "estimator.backends.local.executors.slurm_host"]
+    assert plain == [
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        "--nodelist=node2",
+        "--job-name=algo-2",
+        "--kill-on-bad-exit=0",
+        "--export=ALL",
+        "/venv/bin/python",
+        "-m",
+        "estimator.backends.local.executors.slurm_host",
+    ]
     boxed = srun_command("node2", "algo-2", "python", "nvcr.io#nvidia/pytorch:24.05-py3", "/shared", tree)
-    assert boxed[7:] == ["--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
-                         f"--container-mounts=/shared:/shared,{tree}:/opt/ml",
-                         f"--container-workdir={tree}", "train"]
+    assert boxed[7:] == [
+        "--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
+        f"--container-mounts=/shared:/shared,{tree}:/opt/ml",
+        f"--container-workdir={tree}",
+        "train",
+    ]
 
 
 # --- the backend's view of Slurm's states (a job directory as the agent leaves it) ----------------
 
-def backend_with(tmp_path: Path, answers: dict[str, tuple[int, str, str]],
-                 state: dict[str, object] | None = None) -> tuple[SlurmBackend, Recorded, str]:
+
+def backend_with(
+    tmp_path: Path, answers: dict[str, tuple[int, str, str]], state: dict[str, object] | None = None
+) -> tuple[SlurmBackend, Recorded, str]:
     slurm, runner = client(answers)
     backend = SlurmBackend(SlurmSession(shared_dir=tmp_path, slurm_client=slurm))
     job = backend.job_dir("slurm-job")
@@ -270,11 +321,16 @@ def backend_with(tmp_path: Path, answers: dict[str, tuple[int, str, str]],
     job.job_log.touch()
     write_json_atomic(job.spec_file, spec().to_request())
     write_json_atomic(job.path / SLURM_FILE, {"job_id": "9", "sbatch": []})
-    job.write_state(state or {
-        "TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatus": contract.SECONDARY_STARTING,
-        "SecondaryStatusTransitions": [{"Status": "Starting", "StartTime": 1.0, "StatusMessage": "x"}],
-        "CreationTime": 1.0, "LastModifiedTime": 1.0,
-    })
+    job.write_state(
+        state
+        or {
+            "TrainingJobStatus": contract.STATUS_IN_PROGRESS,
+            "SecondaryStatus": contract.SECONDARY_STARTING,
+            "SecondaryStatusTransitions": [{"Status": "Starting", "StartTime": 1.0, "StatusMessage": "x"}],
+            "CreationTime": 1.0,
+            "LastModifiedTime": 1.0,
+        }
+    )
     return backend, runner, "slurm-job"
 
 
@@ -307,8 +363,13 @@ def test_a_job_slurm_ended_before_its_agent_could_say_so(
 
 
 def test_the_agents_own_outcome_wins_over_slurms(tmp_path: Path) -> None:
-    failed = {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed", "FailureReason": "AlgorithmError: "
-              "algo-2/rank 3 exited with code 1", "SecondaryStatusTransitions": [], "CreationTime": 1.0}
+    failed = {
+        "TrainingJobStatus": "Failed",
+        "SecondaryStatus": "Failed",
+        "FailureReason": "AlgorithmError: algo-2/rank 3 exited with code 1",
+        "SecondaryStatusTransitions": [],
+        "CreationTime": 1.0,
+    }
     completed = {"squeue": (0, "9|COMPLETED|None|node[1-2]\n", "")}
     backend, runner, name = backend_with(tmp_path, completed, failed)
     assert backend.describe(name)["FailureReason"].startswith("AlgorithmError: algo-2/rank 3")
@@ -316,8 +377,9 @@ def test_the_agents_own_outcome_wins_over_slurms(tmp_path: Path) -> None:
 
 
 def test_stop_cancels_a_queued_job_and_signals_a_running_agent(tmp_path: Path) -> None:
-    backend, runner, name = backend_with(tmp_path, {"squeue": (0, "9|PENDING|Resources|\n", ""),
-                                                    "scancel": (0, "", "")})
+    backend, runner, name = backend_with(
+        tmp_path, {"squeue": (0, "9|PENDING|Resources|\n", ""), "scancel": (0, "", "")}
+    )
     backend.stop(name)
     assert runner.calls[-1][0] == ["scancel", "9"]
     assert backend.job_dir(name).stop_file.exists()
@@ -332,16 +394,25 @@ def test_stop_cancels_a_queued_job_and_signals_a_running_agent(tmp_path: Path) -
 
 def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
-    backend, _, _ = backend_with(tmp_path, {"sinfo --noheader --partition": (0, "", ""),
-                                            "sinfo --noheader --format=%P": (0, "debug*\n", "")})
+    backend, _, _ = backend_with(
+        tmp_path,
+        {"sinfo --noheader --partition": (0, "", ""), "sinfo --noheader --format=%P": (0, "debug*\n", "")},
+    )
     with pytest.raises(ConfigurationError, match="partition='debug': the cluster has no such partition"):
         backend.partition()
     backend, _, _ = backend_with(tmp_path / "b", {"sinfo --noheader --partition": (0, SINFO_PARTITION, "")})
     backend.session.partition = "debug"
     with pytest.raises(UnsupportedByBackendError, match="instance_count=3: partition debug has 2 node"):
         backend.check(spec(count=3).model_copy(update={"TrainingJobName": "other-job"}))
-    mpi = spec().model_copy(update={"TrainingJobName": "mpi-job", "HyperParameters": {
-        "sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "2"}})
+    mpi = spec().model_copy(
+        update={
+            "TrainingJobName": "mpi-job",
+            "HyperParameters": {
+                "sagemaker_mpi_enabled": "true",
+                "sagemaker_mpi_num_of_processes_per_host": "2",
+            },
+        }
+    )
     with pytest.raises(UnsupportedByBackendError, match="distribution='mpi'"):
         backend.check(mpi)
 
@@ -352,11 +423,14 @@ def test_sbatch_gets_the_agent_and_the_environment_without_aws_secrets(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-key")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "s3cr3t-token")
     monkeypatch.setenv("AWS_REGION", "us-west-2")
-    backend, runner, name = backend_with(tmp_path, {
-        "sinfo --noheader --format=%P": (0, "debug*\n", ""),
-        "sinfo --noheader --partition": (0, SINFO_PARTITION, ""),
-        "sbatch": (0, "42\n", ""),
-    })
+    backend, runner, name = backend_with(
+        tmp_path,
+        {
+            "sinfo --noheader --format=%P": (0, "debug*\n", ""),
+            "sinfo --noheader --partition": (0, SINFO_PARTITION, ""),
+            "sbatch": (0, "42\n", ""),
+        },
+    )
     job = backend.job_dir(name)
     (job.path / SLURM_FILE).unlink()
     write_json_atomic(job.settings_file, {"stop_grace_seconds": 10})
@@ -375,8 +449,13 @@ def test_file_paths_outside_the_shared_dir_are_warned_about(tmp_path: Path) -> N
     shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
     shared.mkdir()
     elsewhere.mkdir()
-    backend, _, _ = backend_with(shared, {"sinfo --noheader --format=%P": (0, "debug*\n", ""),
-                                          "sinfo --noheader --partition": (0, SINFO_PARTITION, "")})
+    backend, _, _ = backend_with(
+        shared,
+        {
+            "sinfo --noheader --format=%P": (0, "debug*\n", ""),
+            "sinfo --noheader --partition": (0, SINFO_PARTITION, ""),
+        },
+    )
     inside = spec(name="inside-job", output=(shared / "out").as_uri())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -387,6 +466,7 @@ def test_file_paths_outside_the_shared_dir_are_warned_about(tmp_path: Path) -> N
 
 
 # --- the executor inside the allocation (fake srun processes, recorded Slurm answers) -------------
+
 
 class FakeSrun:
     """An ``srun`` client process as the agent holds it: running until told otherwise."""
@@ -408,15 +488,19 @@ def test_executor_maps_hosts_to_nodes_in_order_and_signals_steps_not_srun(tmp_pa
     from estimator.backends.local.executors.base import Host, LaunchContext
     from estimator.backends.local.executors.slurm import SlurmExecutor
 
-    slurm, runner = client({
-        "scontrol show hostnames": (0, "gpu-07\ngpu-03\n", ""),
-        "sinfo --noheader --Node": (0, "gpu-03|10.0.0.3\ngpu-07|10.0.0.7\n", ""),
-        "squeue --noheader --steps": (0, "12.0|algo-1\n12.batch|batch\n", ""),
-        "scancel": (0, "", ""),
-    })
+    slurm, runner = client(
+        {
+            "scontrol show hostnames": (0, "gpu-07\ngpu-03\n", ""),
+            "sinfo --noheader --Node": (0, "gpu-03|10.0.0.3\ngpu-07|10.0.0.7\n", ""),
+            "squeue --noheader --steps": (0, "12.0|algo-1\n12.batch|batch\n", ""),
+            "scancel": (0, "", ""),
+        }
+    )
     executor = SlurmExecutor(client=slurm, job_id="12", nodelist="gpu-[03,07]")
-    hosts = [Host(name="algo-2", index=1, base=tmp_path / "algo-2"),
-             Host(name="algo-1", index=0, base=tmp_path / "algo-1")]
+    hosts = [
+        Host(name="algo-2", index=1, base=tmp_path / "algo-2"),
+        Host(name="algo-1", index=0, base=tmp_path / "algo-1"),
+    ]
     assert executor.nodes(hosts) == {"algo-1": ("gpu-07", "10.0.0.7"), "algo-2": ("gpu-03", "10.0.0.3")}
     for host in hosts:
         host.proc = FakeSrun()  # type: ignore[assignment]
@@ -428,9 +512,15 @@ def test_executor_maps_hosts_to_nodes_in_order_and_signals_steps_not_srun(tmp_pa
     assert hosts[0].proc.signals == [signals.SIGTERM]  # type: ignore[union-attr]  # no step yet: srun
 
 
-@pytest.mark.parametrize(("count", "note"), [
-    (None, None), ("0", None), ("junk", None), ("2", "Slurm requeued job 42 (SLURM_RESTART_COUNT=2)"),
-])
+@pytest.mark.parametrize(
+    ("count", "note"),
+    [
+        (None, None),
+        ("0", None),
+        ("junk", None),
+        ("2", "Slurm requeued job 42 (SLURM_RESTART_COUNT=2)"),
+    ],
+)
 def test_executor_knows_a_requeued_run_from_slurm_restart_count(
     monkeypatch: pytest.MonkeyPatch, count: str | None, note: str | None
 ) -> None:
@@ -459,12 +549,16 @@ def test_a_requeued_agent_run_takes_the_attempts_over_and_starts_the_next(
     job.logs_dir.mkdir(parents=True)
     write_json_atomic(job.spec_file, spec(spot=True).to_request())
     write_json_atomic(job.settings_file, {"executor": "slurm", "stop_grace_seconds": 10})
-    job.write_state({
-        "TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatus": contract.SECONDARY_TRAINING,
-        "SecondaryStatusTransitions": [{"Status": contract.SECONDARY_TRAINING, "StartTime": 110.0}],
-        "TrainingStartTime": 100.0, "LastModifiedTime": 160.0,
-        "Attempts": [{"Attempt": 1, "StartTime": 110.0}],
-    })
+    job.write_state(
+        {
+            "TrainingJobStatus": contract.STATUS_IN_PROGRESS,
+            "SecondaryStatus": contract.SECONDARY_TRAINING,
+            "SecondaryStatusTransitions": [{"Status": contract.SECONDARY_TRAINING, "StartTime": 110.0}],
+            "TrainingStartTime": 100.0,
+            "LastModifiedTime": 160.0,
+            "Attempts": [{"Attempt": 1, "StartTime": 110.0}],
+        }
+    )
     (job.hosts_dir / "algo-1" / "checkpoints").mkdir(parents=True)
     if staged_again:
         (job.path / "hosts-attempt-1" / "algo-1").mkdir(parents=True)
@@ -472,10 +566,20 @@ def test_a_requeued_agent_run_takes_the_attempts_over_and_starts_the_next(
     assert agent._resume()
     state = job.read_state()
     assert state["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS and state["TrainingStartTime"] == 100.0
-    assert state["Attempts"] == [{"Attempt": 1, "StartTime": 110.0, "EndTime": 160.0, "Seconds": 50.0,
-                                  "Outcome": contract.SECONDARY_INTERRUPTED}]
+    assert state["Attempts"] == [
+        {
+            "Attempt": 1,
+            "StartTime": 110.0,
+            "EndTime": 160.0,
+            "Seconds": 50.0,
+            "Outcome": contract.SECONDARY_INTERRUPTED,
+        }
+    ]
     assert [t["Status"] for t in state["SecondaryStatusTransitions"]] == [
-        contract.SECONDARY_TRAINING, contract.SECONDARY_STARTING, contract.SECONDARY_DOWNLOADING]
+        contract.SECONDARY_TRAINING,
+        contract.SECONDARY_STARTING,
+        contract.SECONDARY_DOWNLOADING,
+    ]
     assert not job.hosts_dir.exists() and (job.path / "hosts-attempt-1" / "algo-1").is_dir()
     assert (job.path / "hosts-attempt-1" / "algo-1" / "checkpoints").is_dir() is not staged_again
     assert "Slurm requeued job 42 (SLURM_RESTART_COUNT=1)" in job.job_log.read_text()
@@ -487,8 +591,13 @@ def test_a_requeued_run_of_a_job_that_already_ended_changes_nothing(tmp_path: Pa
     job.logs_dir.mkdir(parents=True)
     write_json_atomic(job.spec_file, spec(spot=True).to_request())
     write_json_atomic(job.settings_file, {"executor": "slurm", "stop_grace_seconds": 10})
-    ended = {"TrainingJobStatus": contract.STATUS_COMPLETED, "SecondaryStatus": contract.SECONDARY_COMPLETED,
-             "SecondaryStatusTransitions": [], "TrainingStartTime": 100.0, "LastModifiedTime": 160.0}
+    ended = {
+        "TrainingJobStatus": contract.STATUS_COMPLETED,
+        "SecondaryStatus": contract.SECONDARY_COMPLETED,
+        "SecondaryStatusTransitions": [],
+        "TrainingStartTime": 100.0,
+        "LastModifiedTime": 160.0,
+    }
     job.write_state(ended)
     assert Agent(job, _RequeuedExecutor(client=SlurmClient(), job_id="42")).run() == 0
     assert job.read_state() == ended

@@ -43,10 +43,18 @@ def test_conflicting_alias_and_unknown_key() -> None:
         resolve_config({}, _env({"bogus": 1}))
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("tensor_parallel_degree", 2), ("horovod", True), ("fp16", True), ("bf16", True),
-    ("shard_optimizer_state", True), ("sharded_data_parallel_degree", 2), ("offload_activations", True),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("tensor_parallel_degree", 2),
+        ("horovod", True),
+        ("fp16", True),
+        ("bf16", True),
+        ("shard_optimizer_state", True),
+        ("sharded_data_parallel_degree", 2),
+        ("offload_activations", True),
+    ],
+)
 def test_unsupported_parameters_name_parameter_and_alternative(key: str, value: object) -> None:
     with pytest.raises(SMPUnsupportedError) as err:
         resolve_config({"partitions": 1, key: value}, {})
@@ -64,8 +72,16 @@ def test_type_and_range_errors() -> None:
     with pytest.raises(SMPValidationError, match="default_partition must be in"):
         resolve_config({"partitions": 2, "default_partition": 2}, {})
     # accepted no-ops
-    resolve_config({"optimize": "memory", "memory_weight": 0.3, "active_microbatches": 2,
-                    "deterministic_server": True, "ddp_port": 1234}, {})
+    resolve_config(
+        {
+            "optimize": "memory",
+            "memory_weight": 0.3,
+            "active_microbatches": 2,
+            "deterministic_server": True,
+            "ddp_port": 1234,
+        },
+        {},
+    )
 
 
 def test_world_size_rules() -> None:
@@ -77,15 +93,21 @@ def test_world_size_rules() -> None:
     assert check_world_size(resolve_config({"partitions": 2, "ddp": True}, {}), 4) == 2
 
 
-@pytest.mark.parametrize(("config", "env", "match"), [
-    ({"partitions": 2}, {"RANK": "0", "WORLD_SIZE": "3"}, "multiple of"),
-    ({"partitions": 2}, {"RANK": "0", "WORLD_SIZE": "4"}, "ddp"),
-    ({"partitions": 2, "tensor_parallel_degree": 2}, {"RANK": "0", "WORLD_SIZE": "4"},
-     "tensor_parallel_degree"),
-    ({"partitions": 1, "horovod": True}, {}, "horovod"),
-    ({"partitions": 1, "fp16": True}, {}, "fp16"),
-    ({"partitions": 1, "unknown_knob": 1}, {}, "Unrecognized config parameter"),
-])
+@pytest.mark.parametrize(
+    ("config", "env", "match"),
+    [
+        ({"partitions": 2}, {"RANK": "0", "WORLD_SIZE": "3"}, "multiple of"),
+        ({"partitions": 2}, {"RANK": "0", "WORLD_SIZE": "4"}, "ddp"),
+        (
+            {"partitions": 2, "tensor_parallel_degree": 2},
+            {"RANK": "0", "WORLD_SIZE": "4"},
+            "tensor_parallel_degree",
+        ),
+        ({"partitions": 1, "horovod": True}, {}, "horovod"),
+        ({"partitions": 1, "fp16": True}, {}, "fp16"),
+        ({"partitions": 1, "unknown_knob": 1}, {}, "Unrecognized config parameter"),
+    ],
+)
 def test_init_rejects_bad_config_before_starting_anything(config: dict, env: dict, match: str) -> None:
     with pytest.raises(SMPValidationError, match=match):
         init(config, environ=env)
@@ -143,6 +165,7 @@ def test_microbatch_split_rules() -> None:
     assert mbs[2][0][2]["y"].tolist() == [4, 5] and mbs[0][0][3].shape == (6,)
     cols = split_arguments(body, (None, x, {}, torch.tensor(0.1)), {}, 2, None, {"x": 1})
     assert cols[1][0][1].tolist() == [[1], [3], [5], [7], [9], [11]]
+
     class Sliceable:
         def smp_slice(self, num_mb: int, mb: int, axis: int) -> tuple[int, int]:
             return (mb, num_mb)
@@ -186,9 +209,12 @@ def test_custom_module_chains_are_discovered_and_other_graphs_rejected() -> None
     x = (torch.randn(2, 3),)
     assert [n for n, _ in part.blocks_of(_Chain("plain"), x)] == ["a", "b"]
     assert [n for n, _ in part.blocks_of(_Chain("reorder"), x)] == ["b", "a"]
-    for mode, why in [("python_between", "exactly the output of 'a'"), ("twice", "more than once"),
-                      ("post", "does not return the output"),
-                      ("train_only_between", r"exactly the output of 'a' \(in training mode\)")]:
+    for mode, why in [
+        ("python_between", "exactly the output of 'a'"),
+        ("twice", "more than once"),
+        ("post", "does not return the output"),
+        ("train_only_between", r"exactly the output of 'a' \(in training mode\)"),
+    ]:
         with pytest.raises(SMPValidationError, match=why):
             part.blocks_of(_Chain(mode), x)
     # The probe leaves every mode as it found it, and moves no statistics.

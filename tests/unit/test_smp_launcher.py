@@ -13,8 +13,13 @@ from runtime.launchers import launcher_name
 from runtime.launchers.smp import SmpLauncher
 from tests.functional._runtime_tree import write_host_tree
 
-MP = {"partitions": 2, "microbatches": 4, "pipeline": "interleaved", "placement_strategy": "spread",
-      "ddp": True}
+MP = {
+    "partitions": 2,
+    "microbatches": 4,
+    "pipeline": "interleaved",
+    "placement_strategy": "spread",
+    "ddp": True,
+}
 
 
 def test_smp_plan_on_the_second_of_two_hosts(tmp_path: Path) -> None:
@@ -29,11 +34,14 @@ def test_smp_plan_on_the_second_of_two_hosts(tmp_path: Path) -> None:
     base = tmp_path / "algo-2"
     paths = write_host_tree(base, "algo-2", ["algo-1", "algo-2"], hps)
     (paths.code_dir / "train_smp.py").write_text("print('hi')\n")
-    env = Environment.from_files(base, {
-        "SMLAUNCH_NUM_GPUS": "0",
-        contract.SMLAUNCH_HOST_ADDRESSES: json.dumps({"algo-1": "127.0.0.5", "algo-2": "127.0.0.6"}),
-        contract.SMLAUNCH_MASTER_PORT: "29777",
-    })
+    env = Environment.from_files(
+        base,
+        {
+            "SMLAUNCH_NUM_GPUS": "0",
+            contract.SMLAUNCH_HOST_ADDRESSES: json.dumps({"algo-1": "127.0.0.5", "algo-2": "127.0.0.6"}),
+            contract.SMLAUNCH_MASTER_PORT: "29777",
+        },
+    )
     assert launcher_name(env) == "smp"
     plan = SmpLauncher(env, python="py").plan()
     assert plan.launcher == "smp"
@@ -43,7 +51,11 @@ def test_smp_plan_on_the_second_of_two_hosts(tmp_path: Path) -> None:
         rank = 4 + local_rank
         assert spec.argv[:2] == ["py", "train_smp.py"]
         assert (e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"]) == (
-            str(rank), str(local_rank), "8", "4")
+            str(rank),
+            str(local_rank),
+            "8",
+            "4",
+        )
         assert (e["OMPI_COMM_WORLD_RANK"], e["OMPI_COMM_WORLD_SIZE"]) == (str(rank), "8")
         assert (e["OMPI_COMM_WORLD_LOCAL_RANK"], e["OMPI_COMM_WORLD_LOCAL_SIZE"]) == (str(local_rank), "4")
         assert e["OMPI_COMM_WORLD_NODE_RANK"] == "1"

@@ -31,8 +31,16 @@ def _table(lay: RankLayout) -> dict[int, tuple[int, int, int]]:
 
 def test_tp_placement_table_dpt() -> None:
     lay = RankLayout(8, pp=2, tp=2, strategy="DPT")
-    assert _table(lay) == {0: (0, 0, 0), 1: (0, 0, 1), 2: (0, 1, 0), 3: (0, 1, 1),
-                           4: (1, 0, 0), 5: (1, 0, 1), 6: (1, 1, 0), 7: (1, 1, 1)}
+    assert _table(lay) == {
+        0: (0, 0, 0),
+        1: (0, 0, 1),
+        2: (0, 1, 0),
+        3: (0, 1, 1),
+        4: (1, 0, 0),
+        5: (1, 0, 1),
+        6: (1, 1, 0),
+        7: (1, 1, 1),
+    }
     assert lay.all_groups("T") == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert lay.all_groups("P") == [[0, 2], [1, 3], [4, 6], [5, 7]]
     assert lay.all_groups("D") == [[0, 4], [1, 5], [2, 6], [3, 7]]
@@ -41,8 +49,16 @@ def test_tp_placement_table_dpt() -> None:
 
 def test_tp_placement_table_ptd() -> None:
     lay = RankLayout(8, pp=2, tp=2, strategy="PTD")
-    assert _table(lay) == {0: (0, 0, 0), 1: (1, 0, 0), 2: (0, 0, 1), 3: (1, 0, 1),
-                           4: (0, 1, 0), 5: (1, 1, 0), 6: (0, 1, 1), 7: (1, 1, 1)}
+    assert _table(lay) == {
+        0: (0, 0, 0),
+        1: (1, 0, 0),
+        2: (0, 0, 1),
+        3: (1, 0, 1),
+        4: (0, 1, 0),
+        5: (1, 1, 0),
+        6: (0, 1, 1),
+        7: (1, 1, 1),
+    }
 
 
 def test_four_process_lab_layouts() -> None:

@@ -15,7 +15,7 @@ from tests.unit._probe import run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import json
     import torch
     import smdistributed.modelparallel.torch as smp
@@ -102,16 +102,23 @@ PROBE = textwrap.dedent('''
     smp.set_tensor_parallelism(seq, False)
     facts["errors"] = errors
     print(json.dumps(facts))
-''')
+""")
 
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run_probe(
-        tmp_path_factory.mktemp("smp"), PROBE,
+        tmp_path_factory.mktemp("smp"),
+        PROBE,
         {"PYTHONPATH": os.pathsep.join([str(REPO / "runtime" / "compat"), str(REPO)])},
-        drop=("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SM_HP_MP_PARAMETERS",
-              "OMPI_COMM_WORLD_RANK"),
+        drop=(
+            "RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "SM_HP_MP_PARAMETERS",
+            "OMPI_COMM_WORLD_RANK",
+        ),
     )
 
 

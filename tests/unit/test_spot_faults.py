@@ -33,7 +33,8 @@ def test_after_lines_counts_that_rank_on_that_host_in_the_armed_attempt_only(tmp
     spot.on_line("[algo-2/rank 1] step")
     assert marker.exists()
     assert said == [
-        "fault injection: spot of attempt 2, rank 1 on algo-2 after 2 lines: interrupting the job"]
+        "fault injection: spot of attempt 2, rank 1 on algo-2 after 2 lines: interrupting the job"
+    ]
 
 
 def test_after_seconds_fires_on_its_clock_and_disarm_cancels_it(tmp_path: Path) -> None:

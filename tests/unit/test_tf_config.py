@@ -35,12 +35,21 @@ CLUSTER_WITH_PS = {"master": ["host1:2222"], "worker": ["host2:2222"], "ps": ["h
 
 def test_parameter_server_config_equals_the_toolkit() -> None:
     assert ps_config(Hosts(HOSTS, "host1")) == {
-        "cluster": CLUSTER_WITH_PS, "environment": "cloud", "task": {"index": 0, "type": "master"}}
+        "cluster": CLUSTER_WITH_PS,
+        "environment": "cloud",
+        "task": {"index": 0, "type": "master"},
+    }
     assert ps_task_config(ps_config(Hosts(HOSTS, "host1")))["task"] == {"index": 0, "type": "ps"}
     assert ps_config(Hosts(HOSTS, "host2")) == {
-        "cluster": CLUSTER_WITH_PS, "environment": "cloud", "task": {"index": 0, "type": "worker"}}
+        "cluster": CLUSTER_WITH_PS,
+        "environment": "cloud",
+        "task": {"index": 0, "type": "worker"},
+    }
     assert ps_task_config(ps_config(Hosts(HOSTS, "host2"))) == {
-        "cluster": CLUSTER_WITH_PS, "environment": "cloud", "task": {"index": 1, "type": "ps"}}
+        "cluster": CLUSTER_WITH_PS,
+        "environment": "cloud",
+        "task": {"index": 1, "type": "ps"},
+    }
     three = ps_config(Hosts(["algo-1", "algo-2", "algo-3"], "algo-3"))
     assert three["cluster"]["worker"] == ["algo-2:2222", "algo-3:2222"]
     assert three["task"] == {"index": 1, "type": "worker"}
@@ -49,16 +58,21 @@ def test_parameter_server_config_equals_the_toolkit() -> None:
 def test_mwms_config_equals_the_toolkit() -> None:
     for index, host in enumerate(HOSTS):
         assert mwms_config(Hosts(HOSTS, host)) == {
-            "cluster": {"worker": ["host1:8890", "host2:8890"]}, "environment": "cloud",
-            "task": {"index": index, "type": "worker"}}
+            "cluster": {"worker": ["host1:8890", "host2:8890"]},
+            "environment": "cloud",
+            "task": {"index": index, "type": "worker"},
+        }
 
 
 def test_hosts_sharing_an_address_get_ports_of_their_own() -> None:
     local = {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"}
     hosts = Hosts(["algo-1", "algo-2"], "algo-2", addresses=local, master_port=30000)
     assert mwms_config(hosts)["cluster"] == {"worker": ["127.0.0.1:30001", "127.0.0.1:30002"]}
-    assert ps_config(hosts)["cluster"] == {"master": ["127.0.0.1:30001"], "worker": ["127.0.0.1:30003"],
-                                           "ps": ["127.0.0.1:30002", "127.0.0.1:30004"]}
+    assert ps_config(hosts)["cluster"] == {
+        "master": ["127.0.0.1:30001"],
+        "worker": ["127.0.0.1:30003"],
+        "ps": ["127.0.0.1:30002", "127.0.0.1:30004"],
+    }
     distinct = Hosts(["algo-1", "algo-2"], "algo-1", addresses={"algo-1": "10.0.0.1", "algo-2": "10.0.0.2"})
     assert mwms_config(distinct)["cluster"] == {"worker": ["10.0.0.1:8890", "10.0.0.2:8890"]}
 
@@ -74,8 +88,9 @@ def test_hosts_sharing_an_address_get_ports_of_their_own() -> None:
         ({contract.HP_MPI_ENABLED: True}, HOSTS, None),
     ],
 )
-def test_strategy_as_the_toolkit_decides(params: dict[str, Any], hosts: list[str],
-                                         expected: str | None) -> None:
+def test_strategy_as_the_toolkit_decides(
+    params: dict[str, Any], hosts: list[str], expected: str | None
+) -> None:
     env = Hosts(hosts, hosts[0], framework_params=params)
     assert strategy(env) == expected
     config = tf_config_env(env)
@@ -85,8 +100,9 @@ def test_strategy_as_the_toolkit_decides(params: dict[str, Any], hosts: list[str
         assert json.loads(config[contract.TF_CONFIG])["environment"] == "cloud"
 
 
-def test_tf_ps_wrapper_keeps_the_server_until_the_master_is_down(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tf_ps_wrapper_keeps_the_server_until_the_master_is_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """runtime.tf_ps with a stand-in parameter server (no TensorFlow): the script runs with the
     worker's TF_CONFIG, the server with the ps task's; a worker host waits while the master's port
     answers, then stops its server; the exit code is the script's."""
@@ -102,12 +118,17 @@ def test_tf_ps_wrapper_keeps_the_server_until_the_master_is_down(tmp_path: Path,
     master.bind(("127.0.0.1", 0))
     master.listen()
     master_address = f"127.0.0.1:{master.getsockname()[1]}"
-    config = {"cluster": {"master": [master_address], "ps": ["127.0.0.1:1", "127.0.0.1:2"],
-                          "worker": ["127.0.0.1:3"]}, "environment": "cloud",
-              "task": {"index": 0, "type": "worker"}}
+    config = {
+        "cluster": {
+            "master": [master_address],
+            "ps": ["127.0.0.1:1", "127.0.0.1:2"],
+            "worker": ["127.0.0.1:3"],
+        },
+        "environment": "cloud",
+        "task": {"index": 0, "type": "worker"},
+    }
     seen = tmp_path / "server.json"
-    server_code = (f"import os, time; open({str(seen)!r}, 'w').write(os.environ['TF_CONFIG']); "
-                   "time.sleep(120)")
+    server_code = f"import os, time; open({str(seen)!r}, 'w').write(os.environ['TF_CONFIG']); time.sleep(120)"
     monkeypatch.setattr(tf_ps, "server_command", lambda: [sys.executable, "-c", server_code])
     monkeypatch.setattr(tf_ps, "POLL_SECONDS", 0.1)
     monkeypatch.setenv("TF_CONFIG", json.dumps(config))

@@ -29,8 +29,11 @@ MiB = 1024 * 1024
 
 @pytest.fixture(autouse=True)
 def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(var, value)
 
 
@@ -97,7 +100,9 @@ def test_unchanged_reupload_sends_no_put_and_lists_once(s3: Any, tmp_path: Path)
     _tree(tmp_path / "src", 40)
     TransferEngine(s3, progress=False).upload_dir(tmp_path / "src", "s3://bucket/pre")
     counts = _count_requests(s3)
-    again = TransferEngine(s3, max_concurrency=8, progress=False).upload_dir(tmp_path / "src", "s3://bucket/pre")
+    again = TransferEngine(s3, max_concurrency=8, progress=False).upload_dir(
+        tmp_path / "src", "s3://bucket/pre"
+    )
     assert len(again.skipped) == 40 and not again.transferred
     assert counts == {"ListObjectsV2": 1}  # one listing page; no PutObject, no HeadObject per file
     (tmp_path / "src" / "d2" / "f002.bin").write_bytes(b"changed")
@@ -127,8 +132,11 @@ def test_multipart_objects_round_trip_and_skip(s3: Any, tmp_path: Path) -> None:
     assert head["Metadata"][SHA256_METADATA_KEY] == hashlib.sha256(big.read_bytes()).hexdigest()
     engine.download_file("s3://bucket/big/big.bin", tmp_path / "out.bin")
     assert (tmp_path / "out.bin").read_bytes() == big.read_bytes()
-    assert TransferEngine(s3, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB,
-                          progress=False).upload_dir(tmp_path / "src", "s3://bucket/big").skipped
+    assert (
+        TransferEngine(s3, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, progress=False)
+        .upload_dir(tmp_path / "src", "s3://bucket/big")
+        .skipped
+    )
     engine.close()
 
 
@@ -156,8 +164,9 @@ def _tamper(client: Any, how: str, times: int) -> list[int]:
 def test_bad_download_is_detected_and_retried(s3: Any, tmp_path: Path, how: str, size: int) -> None:
     data = os.urandom(size)
     (tmp_path / "f.bin").write_bytes(data)
-    engine = TransferEngine(s3, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB,
-                            progress=False, retries=2)
+    engine = TransferEngine(
+        s3, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, progress=False, retries=2
+    )
     engine.upload_file(tmp_path / "f.bin", "s3://bucket/f.bin")
     calls = _tamper(s3, how, times=1)
     engine.download_file("s3://bucket/f.bin", tmp_path / "out.bin")

@@ -12,8 +12,14 @@ from estimator import HyperparameterTuner, LocalSession, PyTorch, UnsupportedFea
 
 def test_deploy_says_it_is_not_supported_and_what_to_use(tmp_path) -> None:
     (tmp_path / "train.py").write_text("")
-    est = PyTorch(entry_point=str(tmp_path / "train.py"), framework_version="2.1.0", py_version="py310",
-                  instance_type="local", instance_count=1, sagemaker_session=LocalSession(root=tmp_path))
+    est = PyTorch(
+        entry_point=str(tmp_path / "train.py"),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="local",
+        instance_count=1,
+        sagemaker_session=LocalSession(root=tmp_path),
+    )
     with pytest.raises(UnsupportedFeatureError, match=r"deploy\(\).*not supported.*PyTorchModel"):
         est.deploy(initial_instance_count=1, instance_type="ml.m5.large")
 
@@ -24,12 +30,27 @@ def test_tuner_says_it_is_not_supported_and_what_to_use() -> None:
     assert isinstance(raised.value, NotImplementedError)
 
 
-@pytest.mark.parametrize("command", [[sys.executable, "-m", "runtime", "--help"],
-                                     [sys.executable, "-c", "import sys; from runtime.__main__ import main; "
-                                      "sys.argv[0] = 'train'; sys.exit(main())", "--help"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [sys.executable, "-m", "runtime", "--help"],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from runtime.__main__ import main; sys.argv[0] = 'train'; sys.exit(main())",
+            "--help",
+        ],
+    ],
+)
 def test_runtime_help_prints_usage(command: list[str], tmp_path) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: train")
     assert "resourceconfig.json" in done.stdout

@@ -203,8 +203,14 @@ def test_first_collective_marks_a_silent_rank_under_way(registry: RankRegistry, 
     env.update({"RANK": "0", "SM_CURRENT_HOST": "algo-1", "PYTHONPATH": path})
     spec = registry.prepare(ProcessSpec(label="rank 0", argv=[], env=env, cwd=str(tmp_path)))
     (tmp_path / "train.py").write_text(FIRST_COLLECTIVE)
-    proc = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=spec.env, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        env=spec.env,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         assert proc.stdout.readline().strip() == "ready"  # read here: the watchdog never sees it

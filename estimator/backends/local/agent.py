@@ -121,8 +121,9 @@ class Agent:
         self.spec = TrainingJobSpec.model_validate(job.read_json(job.spec_file))
         self.settings = job.read_json(job.settings_file)
         self.state = job.read_state()
-        self.executor = executor or executor_class(
-            str(self.settings.get("executor", "process"))).for_agent(self.settings)
+        self.executor = executor or executor_class(str(self.settings.get("executor", "process"))).for_agent(
+            self.settings
+        )
         """Starts, signals and cleans up the hosts (:mod:`estimator.backends.local.executors`)."""
         names = layout.host_names(self.spec.ResourceConfig.InstanceCount)
         self.hosts = [Host(name, i, job.host_base(name)) for i, name in enumerate(names)]
@@ -223,8 +224,10 @@ class Agent:
 
     def run(self) -> int:
         if JobState.of(self.state).is_terminal:  # a scheduler requeued a job that had already ended
-            self.say(f"Job {self.spec.TrainingJobName} already ended {self.state['TrainingJobStatus']}: "
-                     "nothing to run")
+            self.say(
+                f"Job {self.spec.TrainingJobName} already ended {self.state['TrainingJobStatus']}: "
+                "nothing to run"
+            )
             return 0
         become_subreaper()
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -236,7 +239,8 @@ class Agent:
             self.say(traceback.format_exc())
             self.executor.kill_everything(self.context())
             reason = self._no_space_reason(exc, self.job.path) or (
-                f"InternalServerError: {type(exc).__name__}: {exc}")
+                f"InternalServerError: {type(exc).__name__}: {exc}"
+            )
             outcome = (contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason})
         if self._data is not None:
             self._data.close()  # whatever the path: no FastFile mount outlives the job
@@ -271,8 +275,12 @@ class Agent:
 
     def _preempted(self) -> bool:
         """A signal no ``stop()`` asked for, to a managed-spot job its scheduler requeues."""
-        return (self._signalled and self.executor.requeues and bool(self.spec.EnableManagedSpotTraining)
-                and not self.job.stop_file.exists())
+        return (
+            self._signalled
+            and self.executor.requeues
+            and bool(self.spec.EnableManagedSpotTraining)
+            and not self.job.stop_file.exists()
+        )
 
     def _resume(self) -> bool:
         """In a run of the agent that continues a requeued job: take its attempts over (ending
@@ -281,8 +289,10 @@ class Agent:
         if note is None or "TrainingStartTime" not in self.state:
             return False
         self.say(note)
-        self._attempts = Attempts(started=float(self.state["TrainingStartTime"]),
-                                  records=[dict(r) for r in self.state.get("Attempts", [])])
+        self._attempts = Attempts(
+            started=float(self.state["TrainingStartTime"]),
+            records=[dict(r) for r in self.state.get("Attempts", [])],
+        )
         self._attempts.end(contract.SECONDARY_INTERRUPTED, at=float(self.state["LastModifiedTime"]))
         self.state["Attempts"] = self._attempts.records
         self._fresh_hosts()
@@ -298,7 +308,8 @@ class Agent:
             except Exception as exc:
                 self.say(f"ERROR preparing the hosts: {type(exc).__name__}: {exc}")
                 reason = self._no_space_reason(exc, self.job.hosts_dir) or (
-                    f"ClientError: preparing the hosts failed: {type(exc).__name__}: {exc}")
+                    f"ClientError: preparing the hosts failed: {type(exc).__name__}: {exc}"
+                )
                 return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
             if self._stop_requested():
                 return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
@@ -340,7 +351,8 @@ class Agent:
             self.say(f"ERROR packaging artifacts: {type(exc).__name__}: {exc}")
             if outcome[0] == contract.STATUS_COMPLETED:
                 reason = self._no_space_reason(exc, self.job.artifacts_dir) or (
-                    f"ClientError: packaging the model artifacts failed: {exc}")
+                    f"ClientError: packaging the model artifacts failed: {exc}"
+                )
                 return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
             return outcome
         self.say(f"Model artifacts: {uris['model']}")
@@ -362,8 +374,9 @@ class Agent:
 
     def _engine(self) -> TransferEngine:
         if self._transfer is None:
-            self._transfer = TransferEngine(client_factory=self._s3_client, progress=False,
-                                            progress_file=self.job.progress_file)
+            self._transfer = TransferEngine(
+                client_factory=self._s3_client, progress=False, progress_file=self.job.progress_file
+            )
         return self._transfer
 
     def _s3_client(self) -> Any:
@@ -384,8 +397,13 @@ class Agent:
         # Channels (File / FastFile / Pipe, sharding, manifests): estimator.backends.local.data.
         # FastFile channels are FUSE mounts in the host trees, made here, before any host starts:
         # a host's processes see them (a private mount namespace made later copies them).
-        self._data = JobData(self.spec, [(h.index, h.paths) for h in self.hosts], self.job.s3_cache_dir,
-                             self._engine(), self.say)
+        self._data = JobData(
+            self.spec,
+            [(h.index, h.paths) for h in self.hosts],
+            self.job.s3_cache_dir,
+            self._engine(),
+            self.say,
+        )
         self._data.stage()
         self._fingerprints = layout.fingerprint_files(set(self._data.originals))
         # Checkpoints restored (and, with intermediate output, synced while training):
@@ -503,8 +521,10 @@ class Agent:
                     kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
                 elif self._no_space is not None:
                     outcome = ("failed", "", {})
-                    self.say(f"{self._no_space}: ending every host (SIGTERM, SIGKILL after "
-                             f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)")
+                    self.say(
+                        f"{self._no_space}: ending every host (SIGTERM, SIGKILL after "
+                        f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
+                    )
                     kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
                 elif self._stop_requested():
                     outcome = (contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {})
@@ -520,8 +540,10 @@ class Agent:
                     outcome = (
                         contract.STATUS_STOPPED,
                         contract.SECONDARY_MAX_WAIT_TIME_EXCEEDED,
-                        {"FailureReason": f"MaxWaitTimeExceeded: Training job exceeded MaxWaitTimeInSeconds "
-                         f"provided ({max_wait} s) and was stopped"},
+                        {
+                            "FailureReason": "MaxWaitTimeExceeded: Training job exceeded "
+                            f"MaxWaitTimeInSeconds provided ({max_wait} s) and was stopped"
+                        },
                     )
                     self.say(f"MaxWaitTimeInSeconds={max_wait} exceeded: SIGTERM to every host")
                     self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)

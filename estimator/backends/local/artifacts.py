@@ -136,8 +136,10 @@ def package_artifacts(
                     f"{what} file {clash.path!r} differs between {clash.kept_host} and {clash.other_host} "
                     "(artifact_conflicts='error'); write host-specific names or save on one host only"
                 )
-    destinations = [f"{prefix}/model/" if key == "model" and not compress else f"{prefix}/{tarball}"
-                    for key, tarball, _ in merged]
+    destinations = [
+        f"{prefix}/model/" if key == "model" and not compress else f"{prefix}/{tarball}"
+        for key, tarball, _ in merged
+    ]
     with TransferEngine(client_factory=s3_client, progress=False) as engine:
         existing = [found for uri in destinations for found in engine.list(_listable(uri))]
     if existing:  # another job of this name delivered there since this one was checked: keep it

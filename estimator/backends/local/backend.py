@@ -139,7 +139,8 @@ class LocalBackend(Backend):
                 )
             if source.S3DataType == "AugmentedManifestFile":
                 raise ConfigurationError(
-                    f"inputs[{channel.ChannelName!r}].s3_data_type", source.S3DataType,
+                    f"inputs[{channel.ChannelName!r}].s3_data_type",
+                    source.S3DataType,
                     "augmented manifests (JSON Lines records with attribute_names) are not emulated locally",
                     "run the job on SageMaker, or use s3_data_type='ManifestFile' (a list of object keys) "
                     "or 'S3Prefix'",
@@ -175,11 +176,18 @@ class LocalBackend(Backend):
 
     def _name_taken(self, job_name: str) -> JobNameTakenError:
         job = self.job_dir(job_name)
-        where = (f"a job of that name exists under {self.session.root}" if job.spec_file.exists() else
-                 f"{job.path} exists: a submit of that name is in progress, or one was interrupted "
-                 "(then remove the directory)")
-        return JobNameTakenError("job_name", job_name, where,
-                                 "pass another job_name, or leave it unset for a fresh timestamped name")
+        where = (
+            f"a job of that name exists under {self.session.root}"
+            if job.spec_file.exists()
+            else f"{job.path} exists: a submit of that name is in progress, or one was interrupted "
+            "(then remove the directory)"
+        )
+        return JobNameTakenError(
+            "job_name",
+            job_name,
+            where,
+            "pass another job_name, or leave it unset for a fresh timestamped name",
+        )
 
     def reserve(self, spec: TrainingJobSpec) -> None:
         """Claim the name: create ``<root>/<job>/`` with one ``mkdir``, which fails when it exists."""
@@ -205,8 +213,11 @@ class LocalBackend(Backend):
         """Read every ManifestFile channel and prove each object it names exists, so a bad manifest
         fails ``fit()`` before any job directory, host or download exists (staging would read it
         again, after the other channels had been downloaded)."""
-        manifests = [(c.ChannelName, c.DataSource.S3DataSource.S3Uri) for c in spec.InputDataConfig or []
-                     if c.DataSource.S3DataSource and c.DataSource.S3DataSource.S3DataType == "ManifestFile"]
+        manifests = [
+            (c.ChannelName, c.DataSource.S3DataSource.S3Uri)
+            for c in spec.InputDataConfig or []
+            if c.DataSource.S3DataSource and c.DataSource.S3DataSource.S3DataType == "ManifestFile"
+        ]
         if not manifests:
             return
         from botocore.exceptions import BotoCoreError, ClientError
@@ -219,23 +230,32 @@ class LocalBackend(Backend):
                 entries = local_data.read_manifest(engine, uri)
             except ChannelError as exc:
                 raise ConfigurationError(
-                    field, uri, f"not a valid manifest: {exc}",
+                    field,
+                    uri,
+                    f"not a valid manifest: {exc}",
                     'write it as a JSON list [{"prefix": "s3://bucket/prefix/"}, "relative/key", ...]',
                 ) from None
             except unreachable as exc:
                 raise ConfigurationError(
-                    field, uri, f"the manifest cannot be read ({type(exc).__name__}: {exc})",
+                    field,
+                    uri,
+                    f"the manifest cannot be read ({type(exc).__name__}: {exc})",
                     "check the manifest's URI, that it exists and that your credentials can read it",
                 ) from None
             try:
                 local_data.expand_manifest(engine, entries, uri)
             except ChannelError as exc:
                 raise ConfigurationError(
-                    field, uri, str(exc), "upload the missing object(s), or remove them from the manifest",
+                    field,
+                    uri,
+                    str(exc),
+                    "upload the missing object(s), or remove them from the manifest",
                 ) from None
             except unreachable as exc:
                 raise ConfigurationError(
-                    field, uri, f"the manifest's objects cannot be listed ({type(exc).__name__}: {exc})",
+                    field,
+                    uri,
+                    f"the manifest's objects cannot be listed ({type(exc).__name__}: {exc})",
                     "check the manifest's prefix and that your credentials can list it",
                 ) from None
 
@@ -244,21 +264,28 @@ class LocalBackend(Backend):
         have to itself: under ``/opt/ml`` (mapped into each host's tree), or anywhere with
         containers (each host's directory is mounted there)."""
         if spec.CheckpointConfig is not None and spec.CheckpointConfig.LocalPath is not None:
-            self._check_container_dir("checkpoint_local_path", spec.CheckpointConfig.LocalPath,
-                                      contract.DEFAULT_CHECKPOINT_LOCAL_PATH)
+            self._check_container_dir(
+                "checkpoint_local_path",
+                spec.CheckpointConfig.LocalPath,
+                contract.DEFAULT_CHECKPOINT_LOCAL_PATH,
+            )
         if spec.TensorBoardOutputConfig is not None and spec.TensorBoardOutputConfig.LocalPath is not None:
-            self._check_container_dir("tensorboard_output_config.container_local_output_path",
-                                      spec.TensorBoardOutputConfig.LocalPath,
-                                      contract.DEFAULT_TENSORBOARD_LOCAL_PATH)
+            self._check_container_dir(
+                "tensorboard_output_config.container_local_output_path",
+                spec.TensorBoardOutputConfig.LocalPath,
+                contract.DEFAULT_TENSORBOARD_LOCAL_PATH,
+            )
         checkpoints, tensorboard = layout.checkpoint_local_path(spec), layout.tensorboard_local_path(spec)
         if checkpoints is not None and tensorboard is not None:
             ckpt, tb = (PurePosixPath(posixpath.normpath(p)) for p in (checkpoints, tensorboard))
             if ckpt == tb or ckpt in tb.parents or tb in ckpt.parents:
                 raise ConfigurationError(
-                    "checkpoint_local_path", checkpoints,
+                    "checkpoint_local_path",
+                    checkpoints,
                     f"overlaps the TensorBoard LocalPath {tensorboard!r}: one directory would be synced "
                     "to two places (and checkpoint deletions would delete TensorBoard files)",
-                    "give checkpoints and TensorBoard output separate directories")
+                    "give checkpoints and TensorBoard output separate directories",
+                )
 
     def _check_container_dir(self, field: str, value: str, default: str) -> None:
         if not value.startswith("/"):
@@ -266,11 +293,16 @@ class LocalBackend(Backend):
         local_path = PurePosixPath(posixpath.normpath(value))
         base = PurePosixPath(contract.DEFAULT_BASE_DIR)
         if local_path == base or local_path in base.parents:
-            raise ConfigurationError(field, value, "is /opt/ml itself or above it",
-                                     f"pass a directory of its own, e.g. {default!r}")
+            raise ConfigurationError(
+                field,
+                value,
+                "is /opt/ml itself or above it",
+                f"pass a directory of its own, e.g. {default!r}",
+            )
         if layout.below_opt_ml(value) is None and not self.executor.mounts_container_paths:
             raise ConfigurationError(
-                field, value,
+                field,
+                value,
                 "hosts run as processes on this machine, each with its own emulated /opt/ml tree; a "
                 "path outside /opt/ml would be one directory shared by every host (and outside the job)",
                 f"use a path under /opt/ml (e.g. {default!r}), or "
@@ -288,7 +320,8 @@ class LocalBackend(Backend):
             "artifact_conflicts": self.session.artifact_conflicts,
             "install_requirements": self.session.install_requirements,
             "requirements_cache": str(Path(self.session.root) / REQUIREMENTS_CACHE_DIR)
-            if self.executor.layered_requirements else None,
+            if self.executor.layered_requirements
+            else None,
             "num_gpus": emulated["gpus"] if emulated else (0 if machine_gpu_count() == 0 else None),
             "emulate_cuda": emulated,
             "python": sys.executable,
@@ -331,8 +364,11 @@ class LocalBackend(Backend):
             size = code.stat().st_size * spec.ResourceConfig.InstanceCount
             needed += size
             parts.append(f"code {size / 2**20:.1f} MiB")
-        downloaded = [c.DataSource.S3DataSource for c in spec.InputDataConfig or []
-                      if local_data.channel_mode(spec, c) == "File"]  # FastFile and Pipe stream
+        downloaded = [
+            c.DataSource.S3DataSource
+            for c in spec.InputDataConfig or []
+            if local_data.channel_mode(spec, c) == "File"
+        ]  # FastFile and Pipe stream
         remote = [s.S3Uri for s in downloaded if s is not None and urlparse(s.S3Uri).scheme == "s3"]
         if remote:
             from botocore.exceptions import BotoCoreError, ClientError
@@ -346,8 +382,8 @@ class LocalBackend(Backend):
         if free < needed:
             warnings.warn(
                 f"the job store {self.session.root} has {free / 2**20:.1f} MiB free, less than job "
-                f"{spec.TrainingJobName} copies there ({', '.join(parts)}): it will fail with \"No space "
-                f"left on device\" unless space is freed. Fix: {STORE_FULL_FIX}",
+                f'{spec.TrainingJobName} copies there ({", ".join(parts)}): it will fail with "No space '
+                f'left on device" unless space is freed. Fix: {STORE_FULL_FIX}',
                 stacklevel=3,
             )
 
@@ -471,7 +507,7 @@ class LocalBackend(Backend):
                 buffer += chunk
                 end = buffer.rfind(b"\n") + 1
                 if end:  # whole lines only, decoded together
-                    block, buffer = buffer[:end - 1], buffer[end:]
+                    block, buffer = buffer[: end - 1], buffer[end:]
                     yield block.decode("utf-8", errors="replace").split("\n")
         if buffer:
             yield [buffer.decode("utf-8", errors="replace")]
@@ -479,7 +515,8 @@ class LocalBackend(Backend):
             bars.update(final=True)
             # The agent's own line already says where the model artifact is.
             yield [event.line() for event in statuses.new_events(job.read_state())] + list(
-                summary_lines(self.describe(job_name), LOCAL_SOURCE, billable_seconds=False, artifact=False))
+                summary_lines(self.describe(job_name), LOCAL_SOURCE, billable_seconds=False, artifact=False)
+            )
 
     def stop(self, job_name: str, reason: str | None = None) -> None:
         """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period).

@@ -43,12 +43,21 @@ from runtime.transfer import TransferEngine, TransferSummary
 
 Log = Callable[[str], None]
 
+
 class DirectorySync:
     """Restore, then keep syncing, one directory per host with ``uri``: the hosts' checkpoint
     directories, and (upload only) their ``output/intermediate`` and TensorBoard directories."""
 
-    def __init__(self, engine: TransferEngine, uri: str, host_dirs: Mapping[str, Path], log: Log,
-                 interval: float = 0.5, settle: float = 0.5, deletions: bool = False) -> None:
+    def __init__(
+        self,
+        engine: TransferEngine,
+        uri: str,
+        host_dirs: Mapping[str, Path],
+        log: Log,
+        interval: float = 0.5,
+        settle: float = 0.5,
+        deletions: bool = False,
+    ) -> None:
         self.engine = engine
         self.uri = uri.rstrip("/") + "/"
         self.host_dirs = dict(host_dirs)
@@ -100,8 +109,13 @@ class DirectorySync:
                 cutoff = time.time() - self.settle
                 seen: dict[str, tuple[int, int]] = {}
 
-                def wanted(rel: str, host: str = host, directory: Path = directory, cutoff: float = cutoff,
-                           seen: dict[str, tuple[int, int]] = seen) -> bool:
+                def wanted(
+                    rel: str,
+                    host: str = host,
+                    directory: Path = directory,
+                    cutoff: float = cutoff,
+                    seen: dict[str, tuple[int, int]] = seen,
+                ) -> bool:
                     try:
                         st = (directory / rel).stat()
                     except OSError:
@@ -121,8 +135,11 @@ class DirectorySync:
         return total
 
     def _delete_gone(self, host: str, directory: Path) -> None:
-        gone = [rel for (known_host, rel) in self._baseline
-                if known_host == host and not (directory / rel).is_file()]
+        gone = [
+            rel
+            for (known_host, rel) in self._baseline
+            if known_host == host and not (directory / rel).is_file()
+        ]
         if not gone:
             return
         self.deleted += self.engine.delete(self.uri, gone)
@@ -154,13 +171,16 @@ class DirectorySync:
             self._thread = None
         summary = self.sync(final=True)
         if summary.transferred:
-            self.log(f"Final sync to {self.uri}: {len(summary.transferred)} uploaded, "
-                     f"{len(summary.skipped)} unchanged")
+            self.log(
+                f"Final sync to {self.uri}: {len(summary.transferred)} uploaded, "
+                f"{len(summary.skipped)} unchanged"
+            )
         return summary
 
 
-def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engine: TransferEngine,
-           log: Log) -> list[DirectorySync]:
+def host_syncs(
+    spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engine: TransferEngine, log: Log
+) -> list[DirectorySync]:
     """The syncs one attempt runs: checkpoints (restored now), intermediate and TensorBoard output.
 
     Intermediate output (``/opt/ml/output/intermediate``) goes to
@@ -176,17 +196,30 @@ def host_syncs(spec: TrainingJobSpec, hosts: Mapping[str, contract.Paths], engin
     syncs: list[DirectorySync] = []
     if spec.CheckpointConfig is not None:
         directories = {name: layout.checkpoint_dir(spec, p) for name, p in hosts.items()}
-        checkpoints = DirectorySync(engine, spec.CheckpointConfig.S3Uri,
-                                    {name: d for name, d in directories.items() if d is not None}, log,
-                                    deletions=True)
+        checkpoints = DirectorySync(
+            engine,
+            spec.CheckpointConfig.S3Uri,
+            {name: d for name, d in directories.items() if d is not None},
+            log,
+            deletions=True,
+        )
         checkpoints.restore()
         syncs.append(checkpoints)
     intermediate = output_prefix(spec.OutputDataConfig.S3OutputPath, spec.TrainingJobName) + "/intermediate"
-    syncs.append(DirectorySync(engine, intermediate,
-                               {name: p.output_intermediate_dir for name, p in hosts.items()}, log))
+    syncs.append(
+        DirectorySync(
+            engine, intermediate, {name: p.output_intermediate_dir for name, p in hosts.items()}, log
+        )
+    )
     if spec.TensorBoardOutputConfig is not None:
         tensorboard = {name: layout.tensorboard_dir(spec, p) for name, p in hosts.items()}
-        syncs.append(DirectorySync(engine, spec.TensorBoardOutputConfig.S3OutputPath,
-                                   {name: d for name, d in tensorboard.items() if d is not None}, log,
-                                   settle=0.0))
+        syncs.append(
+            DirectorySync(
+                engine,
+                spec.TensorBoardOutputConfig.S3OutputPath,
+                {name: d for name, d in tensorboard.items() if d is not None},
+                log,
+                settle=0.0,
+            )
+        )
     return syncs

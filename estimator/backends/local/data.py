@@ -75,7 +75,8 @@ def list_channel(engine: TransferEngine, channel: Channel) -> list[ObjectInfo]:
         return engine.list(source.S3Uri)
     if source.S3DataType != "ManifestFile":
         raise rules.ChannelError(
-            f"channel {channel.ChannelName!r}: S3DataType {source.S3DataType!r} is not supported locally")
+            f"channel {channel.ChannelName!r}: S3DataType {source.S3DataType!r} is not supported locally"
+        )
     return expand_manifest(engine, read_manifest(engine, source.S3Uri), source.S3Uri)
 
 
@@ -134,8 +135,14 @@ class JobData:
     FastFile listing written, first Pipe FIFOs created); ``close()`` stops the feeders.
     """
 
-    def __init__(self, spec: TrainingJobSpec, hosts: Sequence[tuple[int, contract.Paths]],
-                 cache_dir: Path, engine: TransferEngine, log: Log) -> None:
+    def __init__(
+        self,
+        spec: TrainingJobSpec,
+        hosts: Sequence[tuple[int, contract.Paths]],
+        cache_dir: Path,
+        engine: TransferEngine,
+        log: Log,
+    ) -> None:
         self.spec = spec
         self.hosts = list(hosts)
         self.cache_dir = cache_dir
@@ -162,15 +169,19 @@ class JobData:
                 except contract.PathEscapeError:
                     raise rules.ChannelError(
                         f"channel {channel.ChannelName!r}: object {obj.uri} would be written at "
-                        f"{obj.rel!r}, outside the channel's directory; rename or remove it") from None
+                        f"{obj.rel!r}, outside the channel's directory; rename or remove it"
+                    ) from None
             shares = {
-                index: rules.select_for_host(objects, source.S3DataDistributionType, index,
-                                             len(self.hosts), key=lambda o: o.rel)
+                index: rules.select_for_host(
+                    objects, source.S3DataDistributionType, index, len(self.hosts), key=lambda o: o.rel
+                )
                 for index, _ in self.hosts
             }
             summary = ", ".join(f"{contract.host_name(i)}: {len(s)}" for i, s in shares.items())
-            self.log(f"Channel {channel.ChannelName!r}: {len(objects)} object(s), {mode} mode, "
-                     f"{source.S3DataDistributionType} ({summary})")
+            self.log(
+                f"Channel {channel.ChannelName!r}: {len(objects)} object(s), {mode} mode, "
+                f"{source.S3DataDistributionType} ({summary})"
+            )
             if mode == "Pipe":
                 self._stage_pipe(channel, shares)
             elif is_s3(source.S3Uri) or source.S3DataType == "ManifestFile":
@@ -194,14 +205,16 @@ class JobData:
     def _cache_root(self, channel: Channel) -> Path:
         return contract.child_path(self.cache_dir, channel.ChannelName, "channel name", single=True)
 
-    def _stage_downloaded(self, channel: Channel, objects: list[ObjectInfo],
-                          shares: dict[int, list[ObjectInfo]]) -> None:
+    def _stage_downloaded(
+        self, channel: Channel, objects: list[ObjectInfo], shares: dict[int, list[ObjectInfo]]
+    ) -> None:
         """s3:// (or manifest) File: download every object once, then link each host's share."""
         needed = {o.uri: o for share in shares.values() for o in share}
         cache = self._cache_root(channel)
         label = f"Channel {channel.ChannelName!r}: download"
-        summary = self.engine.download_objects(sorted(needed.values(), key=lambda o: o.rel), cache,
-                                               label=label)
+        summary = self.engine.download_objects(
+            sorted(needed.values(), key=lambda o: o.rel), cache, label=label
+        )
         self.log(summary.line(label))
         for index, paths in self.hosts:
             dest = paths.channel_dir(channel.ChannelName)
@@ -209,22 +222,34 @@ class JobData:
             for obj in shares[index]:
                 _atomic_symlink(cache / obj.rel, dest / obj.rel)
 
-    def _stage_fastfile(self, channel: Channel, objects: list[ObjectInfo],
-                        shares: dict[int, list[ObjectInfo]]) -> None:
+    def _stage_fastfile(
+        self, channel: Channel, objects: list[ObjectInfo], shares: dict[int, list[ObjectInfo]]
+    ) -> None:
         """s3:// FastFile: one FUSE mount per host (see the module docstring), else File semantics."""
         name = channel.ChannelName
         reason = fastfile.unavailable()
         mounts: list[FastFileMount] = []
         if reason is None:
             meta = getattr(self.engine.client, "meta", None)
-            s3 = {"s3_endpoint_url": getattr(meta, "endpoint_url", None),
-                  "s3_region_name": getattr(meta, "region_name", None)}
+            s3 = {
+                "s3_endpoint_url": getattr(meta, "endpoint_url", None),
+                "s3_region_name": getattr(meta, "region_name", None),
+            }
+
             def on_error(line: str) -> None:
                 self._fail(f"FastFile channel {name!r}: {line}")
 
             for index, paths in self.hosts:  # every server starts, then all are awaited
-                mounts.append(FastFileMount(paths.channel_dir(name), self._cache_root(channel), shares[index],
-                                            s3, self._config_dir / f"{name}-{index}.json", on_error))
+                mounts.append(
+                    FastFileMount(
+                        paths.channel_dir(name),
+                        self._cache_root(channel),
+                        shares[index],
+                        s3,
+                        self._config_dir / f"{name}-{index}.json",
+                        on_error,
+                    )
+                )
             problems = [problem for mount in mounts if (problem := mount.wait_mounted()) is not None]
             if problems:
                 reason = problems[0]
@@ -232,28 +257,42 @@ class JobData:
                     mount.close()
                 mounts = []
         if reason is not None:
-            self.log(f"Channel {name!r}: FastFile cannot be mounted here ({reason}); delivering it with "
-                     "File semantics instead: every object is downloaded before the script starts")
+            self.log(
+                f"Channel {name!r}: FastFile cannot be mounted here ({reason}); delivering it with "
+                "File semantics instead: every object is downloaded before the script starts"
+            )
             self._stage_downloaded(channel, objects, shares)
             return
         self._mounts += mounts
-        self.log(f"Channel {name!r}: FastFile mounted on {len(mounts)} host(s) (FUSE; objects are fetched "
-                 "on first read)")
+        self.log(
+            f"Channel {name!r}: FastFile mounted on {len(mounts)} host(s) (FUSE; objects are fetched "
+            "on first read)"
+        )
 
     def _stage_pipe(self, channel: Channel, shares: dict[int, list[ObjectInfo]]) -> None:
         wrap = channel.RecordWrapperType == "RecordIO"
         seed = channel.ShuffleConfig.Seed if channel.ShuffleConfig is not None else None
         for index, paths in self.hosts:
-            pipe = PipeFeeder(self.engine, paths, channel.ChannelName, shares[index], wrap, seed, self._stop,
-                              gzip=channel.CompressionType == "Gzip")
+            pipe = PipeFeeder(
+                self.engine,
+                paths,
+                channel.ChannelName,
+                shares[index],
+                wrap,
+                seed,
+                self._stop,
+                gzip=channel.CompressionType == "Gzip",
+            )
             pipe.create(0)
 
             def feed(pipe: PipeFeeder = pipe) -> None:
                 try:
                     pipe.run()
                 except Exception as exc:
-                    self._fail(f"Pipe channel {pipe.channel!r} on {pipe.paths.base.name}: "
-                               f"{type(exc).__name__}: {exc}")
+                    self._fail(
+                        f"Pipe channel {pipe.channel!r} on {pipe.paths.base.name}: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
 
             self._start(feed, f"pipe-{channel.ChannelName}-{index}")
 
@@ -306,22 +345,37 @@ class FastFileMount:
     """One host's FastFile mount: a ``python -m runtime.fastfile`` server for ``objects`` at
     ``mountpoint``. Lines the server prints starting with ``ERROR`` go to ``on_error``."""
 
-    def __init__(self, mountpoint: Path, cache_dir: Path, objects: list[ObjectInfo], s3: dict[str, Any],
-                 config_file: Path, on_error: Log) -> None:
+    def __init__(
+        self,
+        mountpoint: Path,
+        cache_dir: Path,
+        objects: list[ObjectInfo],
+        s3: dict[str, Any],
+        config_file: Path,
+        on_error: Log,
+    ) -> None:
         self.mountpoint = mountpoint
         mountpoint.mkdir(parents=True, exist_ok=True)
         cache_dir.mkdir(parents=True, exist_ok=True)
-        config = {"mountpoint": str(mountpoint), "cache_dir": str(cache_dir), "parent_pid": os.getpid(),
-                  "objects": [{"uri": o.uri, "rel": o.rel, "size": o.size, "etag": o.etag} for o in objects],
-                  **s3}
+        config = {
+            "mountpoint": str(mountpoint),
+            "cache_dir": str(cache_dir),
+            "parent_pid": os.getpid(),
+            "objects": [{"uri": o.uri, "rel": o.rel, "size": o.size, "etag": o.etag} for o in objects],
+            **s3,
+        }
         _write_atomic(config_file, json.dumps(config))
         self._output: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runtime.fastfile", str(config_file)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
-        self._reader = threading.Thread(target=self._read, args=(on_error,), daemon=True,
-                                        name=f"fastfile-{mountpoint.name}")
+        self._reader = threading.Thread(
+            target=self._read, args=(on_error,), daemon=True, name=f"fastfile-{mountpoint.name}"
+        )
         self._reader.start()
 
     def _read(self, on_error: Log) -> None:
@@ -355,17 +409,30 @@ class FastFileMount:
                 self.proc.kill()
                 self.proc.wait(timeout=UNMOUNT_TIMEOUT_SECONDS)
         if _is_mount_point(self.mountpoint):  # a server killed before it could unmount
-            subprocess.run([fastfile.FUSERMOUNT, "-u", "-z", str(self.mountpoint)], stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=UNMOUNT_TIMEOUT_SECONDS, check=False)
+            subprocess.run(
+                [fastfile.FUSERMOUNT, "-u", "-z", str(self.mountpoint)],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=UNMOUNT_TIMEOUT_SECONDS,
+                check=False,
+            )
         self._reader.join(timeout=UNMOUNT_TIMEOUT_SECONDS)
 
 
 class PipeFeeder:
     """Feeds one channel's FIFOs on one host, epoch after epoch, until ``stop`` is set."""
 
-    def __init__(self, engine: TransferEngine, paths: contract.Paths, channel: str,
-                 objects: list[ObjectInfo], recordio: bool, shuffle_seed: int | None,
-                 stop: threading.Event, gzip: bool = False) -> None:
+    def __init__(
+        self,
+        engine: TransferEngine,
+        paths: contract.Paths,
+        channel: str,
+        objects: list[ObjectInfo],
+        recordio: bool,
+        shuffle_seed: int | None,
+        stop: threading.Event,
+        gzip: bool = False,
+    ) -> None:
         self.engine = engine
         self.gzip = gzip
         self.paths = paths
@@ -480,7 +547,7 @@ class PipeFeeder:
             if not writable:
                 continue
             try:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             except BlockingIOError:
                 continue
             except BrokenPipeError:

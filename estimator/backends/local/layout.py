@@ -83,8 +83,11 @@ def emulated_gpus(instance_type: str, emulate_cuda: bool | None) -> dict[str, An
         return None
     if emulate_cuda is None and machine_gpu_count() >= instance.gpus:
         return None
-    return {"gpus": instance.gpus, "model": instance.accelerator_model or "GPU",
-            "memory_gib": instance.accelerator_memory_gib or 16.0}
+    return {
+        "gpus": instance.gpus,
+        "model": instance.accelerator_model or "GPU",
+        "memory_gib": instance.accelerator_memory_gib or 16.0,
+    }
 
 
 def resource_config(spec: TrainingJobSpec, host: str, hosts: list[str]) -> dict[str, Any]:
@@ -197,8 +200,10 @@ def write_host_tree(
     tensorboard = tensorboard_dir(spec, paths)
     if tensorboard is not None and spec.TensorBoardOutputConfig is not None:
         tensorboard.mkdir(parents=True, exist_ok=True)
-        _write(paths.tensorboard_config_file,
-               {"LocalPath": str(tensorboard), "S3OutputPath": spec.TensorBoardOutputConfig.S3OutputPath})
+        _write(
+            paths.tensorboard_config_file,
+            {"LocalPath": str(tensorboard), "S3OutputPath": spec.TensorBoardOutputConfig.S3OutputPath},
+        )
     return paths
 
 

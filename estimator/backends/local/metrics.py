@@ -34,8 +34,12 @@ class MetricRecorder:
     Thread-safe: every host's log pump calls :meth:`on_lines`. ``clock`` is injected for tests.
     """
 
-    def __init__(self, metric_definitions: Sequence[Mapping[str, Any]] | None, path: Path,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        metric_definitions: Sequence[Mapping[str, Any]] | None,
+        path: Path,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._parser = MetricParser(metric_definitions)
         self._path = path
         self._clock = clock
@@ -50,8 +54,7 @@ class MetricRecorder:
             return
         at = self._clock()
         text = "".join(
-            json.dumps({"time": at, "host": s.host, "name": s.name, "value": s.value}) + "\n"
-            for s in samples
+            json.dumps({"time": at, "host": s.host, "name": s.name, "value": s.value}) + "\n" for s in samples
         )
         with self._lock, open(self._path, "a", encoding="utf-8") as handle:
             handle.write(text)
@@ -69,10 +72,14 @@ def read_metric_records(path: Path) -> list[MetricRecord]:
             item = json.loads(line)
         except ValueError:
             continue  # a line being appended right now: it is read next time
-        records.append(MetricRecord(
-            name=str(item["name"]), value=float(item["value"]),
-            time=datetime.fromtimestamp(float(item["time"]), tz=timezone.utc), host=item.get("host"),
-        ))
+        records.append(
+            MetricRecord(
+                name=str(item["name"]),
+                value=float(item["value"]),
+                time=datetime.fromtimestamp(float(item["time"]), tz=timezone.utc),
+                host=item.get("host"),
+            )
+        )
     return records
 
 
@@ -83,4 +90,3 @@ def final_metric_data(records: Sequence[MetricRecord]) -> list[dict[str, Any]]:
     for record in records:
         last[record.name] = record
     return [{"MetricName": r.name, "Value": r.value, "Timestamp": r.time} for r in last.values()]
-

@@ -69,8 +69,12 @@ class Attempts:
 def request_interruption(job_path: Path, spec: TrainingJobSpec) -> None:
     """``stop(job, reason="spot")``: ask the agent to interrupt the current attempt."""
     if not spec.EnableManagedSpotTraining:
-        raise ConfigurationError("reason", "spot", f"job {spec.TrainingJobName} does not use managed spot",
-                                 "submit it with use_spot_instances=True, or call stop() without a reason")
+        raise ConfigurationError(
+            "reason",
+            "spot",
+            f"job {spec.TrainingJobName} does not use managed spot",
+            "submit it with use_spot_instances=True, or call stop() without a reason",
+        )
     (job_path / INTERRUPT_FILE).touch()
 
 
@@ -123,8 +127,9 @@ class SpotFaults:
         host, rank = found.group(1), int(found.group(2))
         with self._lock:
             count = self._lines[(host, rank)] = self._lines.get((host, rank), 0) + 1
-            due = [f for f in self._armed if f.rank == rank and f.after_lines == count
-                   and f.host in (None, host)]
+            due = [
+                f for f in self._armed if f.rank == rank and f.after_lines == count and f.host in (None, host)
+            ]
         for fault in due:
             self._interrupt(fault)
 

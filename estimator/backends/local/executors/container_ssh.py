@@ -101,12 +101,15 @@ def _ssh_keygen(directory: Path) -> None:
     keygen = shutil.which("ssh-keygen")
     if keygen is None:
         raise ConfigurationError(
-            "distribution", "mpi",
+            "distribution",
+            "mpi",
             "MPI jobs in containers need ssh-keygen on this machine to make per-job keys",
             "install openssh-client (apt-get install openssh-client)",
         )
     for name, comment in (("id_ed25519", "smlaunch-job"), ("ssh_host_ed25519_key", "smlaunch-host")):
         subprocess.run(
             [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(directory / name)],
-            check=True, capture_output=True, timeout=30,
+            check=True,
+            capture_output=True,
+            timeout=30,
         )

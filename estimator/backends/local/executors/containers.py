@@ -50,7 +50,9 @@ def docker_client(timeout: float | None = API_TIMEOUT_SECONDS) -> Any:
         import docker
     except ImportError:
         raise ConfigurationError(
-            "executor", "docker", "the `docker` Python package is not installed",
+            "executor",
+            "docker",
+            "the `docker` Python package is not installed",
             "pip install 'smlaunch[docker]' (or docker>=7), or use LocalSession(executor='process')",
         ) from None
     try:
@@ -128,8 +130,9 @@ class ContainerProcess:
             if state.get("OOMKilled"):
                 return f"container {self.container.name} was killed: out of memory (exit code {code})"
         if code == 137 and not self.signalled:
-            return (f"container {self.container.name} was killed from outside smlaunch "
-                    "(exit code 137, SIGKILL)")
+            return (
+                f"container {self.container.name} was killed from outside smlaunch (exit code 137, SIGKILL)"
+            )
         return None
 
     def _chunks(self) -> Iterator[bytes]:

@@ -52,6 +52,7 @@ LEASE = timedelta(minutes=15)
 
 def container_aws_configuration(environ: Mapping[str, str]) -> dict[str, str]:
     """The non-secret AWS configuration of ``environ`` that a container inherits."""
+
     def wanted(key: str) -> bool:
         endpoint = key == "AWS_ENDPOINT_URL" or key.startswith("AWS_ENDPOINT_URL_")
         return endpoint or key in CONTAINER_AWS_CONFIGURATION
@@ -102,8 +103,11 @@ class CredentialServer:
         if frozen is None:
             return 404, {"Code": "NoCredentials", "Message": "the agent has no AWS credentials"}
         expiration = (datetime.now(timezone.utc) + LEASE).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {"AccessKeyId": frozen.access_key, "SecretAccessKey": frozen.secret_key,
-                "Expiration": expiration}
+        body = {
+            "AccessKeyId": frozen.access_key,
+            "SecretAccessKey": frozen.secret_key,
+            "Expiration": expiration,
+        }
         if frozen.token:
             body["Token"] = frozen.token
         return 200, body

@@ -105,7 +105,7 @@ def _child_environment() -> dict[str, str]:
 def _require_train(client: Any, image: str, found: Any) -> None:
     """Fail unless ``image`` runs ``train``. smlaunch's images (labelled by build.sh) are trusted;
     others are probed once per image id with ``sh -c 'command -v train'``."""
-    labels = (getattr(found, "labels", None) or {})
+    labels = getattr(found, "labels", None) or {}
     if LABEL_OURS in labels:
         return
     image_id = str(getattr(found, "id", image))
@@ -113,20 +113,28 @@ def _require_train(client: Any, image: str, found: Any) -> None:
         errors = docker_errors()
         try:
             client.containers.run(
-                image, entrypoint=["/bin/sh", "-c"], command=["command -v train"],
-                remove=True, network_mode="none", stdout=True, stderr=True,
+                image,
+                entrypoint=["/bin/sh", "-c"],
+                command=["command -v train"],
+                remove=True,
+                network_mode="none",
+                stdout=True,
+                stderr=True,
             )
             _TRAIN_CHECKED[image_id] = True
         except errors.ContainerError:
             _TRAIN_CHECKED[image_id] = False
         except errors.APIError as exc:
             raise ConfigurationError(
-                "image_uri", image, f"could not check that it provides `train` ({exc})",
+                "image_uri",
+                image,
+                f"could not check that it provides `train` ({exc})",
                 "use an image with /bin/sh and a `train` command, e.g. one built by container/build.sh",
             ) from None
     if not _TRAIN_CHECKED[image_id]:
         raise ConfigurationError(
-            "image_uri", image,
+            "image_uri",
+            image,
             "has no `train` command on its PATH (SageMaker runs `docker run IMAGE train`)",
             "install smlaunch in the image (container/Dockerfile.cpu does) or the SageMaker training toolkit",
         )
@@ -196,7 +204,9 @@ class DockerExecutor(Executor):
                 self._client.ping()
             except Exception as exc:
                 raise ConfigurationError(
-                    "executor", "docker", f"the Docker engine does not answer ({type(exc).__name__}: {exc})",
+                    "executor",
+                    "docker",
+                    f"the Docker engine does not answer ({type(exc).__name__}: {exc})",
                     NO_ENGINE_FIX,
                 ) from None
         return self._client
@@ -206,7 +216,9 @@ class DockerExecutor(Executor):
         image = spec.AlgorithmSpecification.TrainingImage or os.environ.get(DOCKER_IMAGE_ENV)
         if not image:
             raise ConfigurationError(
-                "image_uri", None, "the docker executor needs an image and none was given",
+                "image_uri",
+                None,
+                "the docker executor needs an image and none was given",
                 "build one with `container/build.sh cpu` and pass image_uri=<its tag> "
                 f"(or set {DOCKER_IMAGE_ENV})",
             )
@@ -224,7 +236,9 @@ class DockerExecutor(Executor):
             found = client.images.get(image)
         except errors.ImageNotFound:
             raise ConfigurationError(
-                "image_uri", image, "is not present in the local Docker engine (smlaunch never pulls images)",
+                "image_uri",
+                image,
+                "is not present in the local Docker engine (smlaunch never pulls images)",
                 "build it (container/build.sh cpu --tag <name>), or `docker pull` / `docker load` it first",
             ) from None
         _require_train(client, image, found)
@@ -246,8 +260,12 @@ class DockerExecutor(Executor):
         with open(job.logs_dir / "reaper.log", "ab") as log:
             subprocess.Popen(
                 [sys.executable, "-m", __name__, "--reap", str(job.path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True, env=_child_environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                env=_child_environment(),
             )
 
     # --- in the agent -----------------------------------------------------------------------------
@@ -311,8 +329,14 @@ class DockerExecutor(Executor):
             env = dict(env_common)
             env.update(
                 layout.host_environment(
-                    spec, Path(CONTAINER_BASE_DIR), {}, port, ranks, context.grace,
-                    settings.get("num_gpus"), settings.get("emulate_cuda"),
+                    spec,
+                    Path(CONTAINER_BASE_DIR),
+                    {},
+                    port,
+                    ranks,
+                    context.grace,
+                    settings.get("num_gpus"),
+                    settings.get("emulate_cuda"),
                 )
             )
             env.update(layout.requirements_environment(settings))
@@ -326,7 +350,9 @@ class DockerExecutor(Executor):
                 ssh_dir = context.job.path / SSH_DIR_NAME
                 host_mounts[str(ssh_dir.resolve())] = {"bind": CONTAINER_SSH_DIR, "mode": "ro"}
                 host_mounts[str((ssh_dir / "ssh_config").resolve())] = {
-                    "bind": CONTAINER_SSH_CLIENT_CONFIG, "mode": "ro"}
+                    "bind": CONTAINER_SSH_CLIENT_CONFIG,
+                    "mode": "ro",
+                }
                 env[contract.SMLAUNCH_SSHD_CONFIG] = f"{CONTAINER_SSH_DIR}/sshd_config-{host.name}"
                 env[contract.SMLAUNCH_SSH_PORTS] = json.dumps(ssh_ports, sort_keys=True)
             host.proc = self._start(context, host.name, env, host_mounts, names)
@@ -360,7 +386,11 @@ class DockerExecutor(Executor):
         return mounts
 
     def container_kwargs(
-        self, context: LaunchContext, host: str, env: dict[str, str], mounts: dict[str, dict[str, str]],
+        self,
+        context: LaunchContext,
+        host: str,
+        env: dict[str, str],
+        mounts: dict[str, dict[str, str]],
         names: list[str],
     ) -> dict[str, Any]:
         """The ``containers.run`` arguments for one host (module docstring)."""
@@ -390,8 +420,14 @@ class DockerExecutor(Executor):
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return kwargs
 
-    def _start(self, context: LaunchContext, host: str, env: dict[str, str],
-               mounts: dict[str, dict[str, str]], names: list[str]) -> ContainerProcess | FailedStart:
+    def _start(
+        self,
+        context: LaunchContext,
+        host: str,
+        env: dict[str, str],
+        mounts: dict[str, dict[str, str]],
+        names: list[str],
+    ) -> ContainerProcess | FailedStart:
         missing = [src for src in mounts if not Path(src).exists()]
         if missing:
             return FailedStart(host, f"cannot start {host}: mount source {missing[0]} does not exist")
@@ -402,8 +438,10 @@ class DockerExecutor(Executor):
         except Exception as exc:
             message = f"cannot start {host} from image {kwargs['image']}: {api_message(exc)}"
             if getattr(exc, "status_code", None) == 409:
-                message += (f" (a container named {kwargs['name']} already exists, left by an earlier "
-                            f"job of that name: `docker rm -f {kwargs['name']}`)")
+                message += (
+                    f" (a container named {kwargs['name']} already exists, left by an earlier "
+                    f"job of that name: `docker rm -f {kwargs['name']}`)"
+                )
             return FailedStart(host, message)
         self.containers[host] = container
         streaming = container
@@ -436,8 +474,10 @@ class DockerExecutor(Executor):
             return None
         first = min(ended, key=lambda h: h.exited_at or 0.0)
         tag = "ClientError" if isinstance(first.proc, FailedStart) else "InternalServerError"
-        return {"FailureReason": f"{tag}: {first.proc.note}",  # type: ignore[union-attr]
-                "ExitCode": first.exit_code}
+        return {
+            "FailureReason": f"{tag}: {first.proc.note}",  # type: ignore[union-attr]
+            "ExitCode": first.exit_code,
+        }
 
     def close(self, context: LaunchContext) -> None:
         self.credentials.stop()
@@ -445,12 +485,12 @@ class DockerExecutor(Executor):
         if removed:
             print(f"removed leftover containers {removed}", flush=True)
 
+
 def main(argv: list[str] | None = None) -> int:
     """``--reap <job dir>``: the safety net :meth:`DockerExecutor.submitted` starts."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "--reap":
-        print("usage: python -m estimator.backends.local.executors.docker --reap <job dir>",
-              file=sys.stderr)
+        print("usage: python -m estimator.backends.local.executors.docker --reap <job dir>", file=sys.stderr)
         return 2
     removed = reap(JobDir(Path(args[1])))
     if removed:

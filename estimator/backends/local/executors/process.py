@@ -110,8 +110,15 @@ class PrivateOptMl:
             errno = ctypes.get_errno()
             raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
-    def _mount(self, source: str | None, target: str, fstype: str | None, flags: int, what: str,
-               data: str | None = None) -> None:
+    def _mount(
+        self,
+        source: str | None,
+        target: str,
+        fstype: str | None,
+        flags: int,
+        what: str,
+        data: str | None = None,
+    ) -> None:
         assert self._libc is not None
         fields = [None if s is None else os.fsencode(s) for s in (source, target, fstype)]
         self._check(what, self._libc.mount(*fields, flags, None if data is None else os.fsencode(data)))
@@ -204,8 +211,14 @@ class ProcessExecutor(Executor):
             env = dict(base_env)
             env.update(
                 layout.host_environment(
-                    spec, host.base, addresses, port, ranks, context.grace,
-                    settings.get("num_gpus"), emulated,
+                    spec,
+                    host.base,
+                    addresses,
+                    port,
+                    ranks,
+                    context.grace,
+                    settings.get("num_gpus"),
+                    emulated,
                 )
             )
             env.update(layout.requirements_environment(settings))

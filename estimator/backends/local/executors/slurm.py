@@ -59,16 +59,29 @@ CONTAINER_COMMAND = "train"
 """Run by each step in a container: the image's entry command (``python -m runtime`` in ours)."""
 
 
-def srun_command(node: str, host: str, python: str, container_image: str | None,
-                 shared_dir: str, tree: str) -> list[str]:
+def srun_command(
+    node: str, host: str, python: str, container_image: str | None, shared_dir: str, tree: str
+) -> list[str]:
     """The ``srun`` that starts host ``host`` on ``node`` (one task, this node only), its tree
     ``tree`` at ``/opt/ml``: through :data:`HOST_MODULE`, or mounted into the container."""
-    argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={host}",
-            "--kill-on-bad-exit=0", "--export=ALL"]
+    argv = [
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={node}",
+        f"--job-name={host}",
+        "--kill-on-bad-exit=0",
+        "--export=ALL",
+    ]
     if container_image:
         mounts = f"{shared_dir}:{shared_dir},{tree}:{contract.DEFAULT_BASE_DIR}"
-        return [*argv, f"--container-image={container_image}", f"--container-mounts={mounts}",
-                f"--container-workdir={tree}", CONTAINER_COMMAND]
+        return [
+            *argv,
+            f"--container-image={container_image}",
+            f"--container-mounts={mounts}",
+            f"--container-workdir={tree}",
+            CONTAINER_COMMAND,
+        ]
     return [*argv, python, "-m", HOST_MODULE]
 
 
@@ -78,9 +91,15 @@ class SlurmExecutor(Executor):
     name: ClassVar[str] = "slurm"
     requeues: ClassVar[bool] = True
 
-    def __init__(self, client: SlurmClient | None = None, job_id: str = "", nodelist: str = "",
-                 python: str = sys.executable, container_image: str | None = None,
-                 shared_dir: str = "") -> None:
+    def __init__(
+        self,
+        client: SlurmClient | None = None,
+        job_id: str = "",
+        nodelist: str = "",
+        python: str = sys.executable,
+        container_image: str | None = None,
+        shared_dir: str = "",
+    ) -> None:
         self.client = client or SlurmClient()
         self.job_id = job_id
         self.nodelist = nodelist
@@ -90,8 +109,12 @@ class SlurmExecutor(Executor):
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """The interpreter on the nodes, the container image and the shared directory."""
-        return {"executor": self.name, "python": self.python, "container_image": self.container_image,
-                "shared_dir": self.shared_dir}
+        return {
+            "executor": self.name,
+            "python": self.python,
+            "container_image": self.container_image,
+            "shared_dir": self.shared_dir,
+        }
 
     @classmethod
     def for_agent(cls, settings: dict[str, Any]) -> Executor:
@@ -99,10 +122,13 @@ class SlurmExecutor(Executor):
         missing = [name for name in (JOB_ID_ENV, NODELIST_ENV) if not os.environ.get(name)]
         if missing:
             raise RuntimeError(f"the Slurm executor runs inside a Slurm job; {missing} not set")
-        return cls(job_id=os.environ[JOB_ID_ENV], nodelist=os.environ[NODELIST_ENV],
-                   python=str(settings.get("python") or sys.executable),
-                   container_image=settings.get("container_image"),
-                   shared_dir=str(settings.get("shared_dir") or ""))
+        return cls(
+            job_id=os.environ[JOB_ID_ENV],
+            nodelist=os.environ[NODELIST_ENV],
+            python=str(settings.get("python") or sys.executable),
+            container_image=settings.get("container_image"),
+            shared_dir=str(settings.get("shared_dir") or ""),
+        )
 
     def requeued(self) -> str | None:
         """``SLURM_RESTART_COUNT`` > 0: Slurm requeued the job (preemption, ``scontrol requeue``)."""
@@ -115,8 +141,10 @@ class SlurmExecutor(Executor):
         """``{host: (node, address)}``: ``algo-1..N`` on the allocation's nodes, in order."""
         nodes = self.client.hostnames(self.nodelist)
         if len(nodes) < len(hosts):
-            raise SlurmCommandError(["scontrol", "show", "hostnames", self.nodelist],
-                                    f"listed {len(nodes)} node(s) for {len(hosts)} host(s)")
+            raise SlurmCommandError(
+                ["scontrol", "show", "hostnames", self.nodelist],
+                f"listed {len(nodes)} node(s) for {len(hosts)} host(s)",
+            )
         ordered = sorted(hosts, key=lambda h: h.index)
         addresses = self.client.node_addresses(nodes[: len(hosts)])
         return {h.name: (nodes[i], addresses[nodes[i]]) for i, h in enumerate(ordered)}
@@ -142,16 +170,33 @@ class SlurmExecutor(Executor):
             base_env.setdefault("AWS_REGION", str(context.settings["s3_region_name"]))
         for host in context.hosts:
             env = dict(base_env)
-            env.update(layout.host_environment(
-                context.spec, host.base, addresses, port, ranks, context.grace,
-                context.settings.get("num_gpus"), context.settings.get("emulate_cuda"),
-            ))
+            env.update(
+                layout.host_environment(
+                    context.spec,
+                    host.base,
+                    addresses,
+                    port,
+                    ranks,
+                    context.grace,
+                    context.settings.get("num_gpus"),
+                    context.settings.get("emulate_cuda"),
+                )
+            )
             env.update(layout.requirements_environment(context.settings))
             host.proc = subprocess.Popen(
-                srun_command(placement[host.name][0], host.name, self.python, self.container_image,
-                             self.shared_dir, str(host.base)),
-                cwd=str(host.base), env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                srun_command(
+                    placement[host.name][0],
+                    host.name,
+                    self.python,
+                    self.container_image,
+                    self.shared_dir,
+                    str(host.base),
+                ),
+                cwd=str(host.base),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
             )
 
     def _steps(self) -> dict[str, str]:
@@ -177,8 +222,11 @@ class SlurmExecutor(Executor):
 
     def kill_everything(self, context: LaunchContext) -> None:
         """SIGKILL every host step still running, then wait for their ``srun`` to end."""
-        self.signal(context, [h for h in context.hosts if h.proc is not None and h.proc.poll() is None],
-                    signal.SIGKILL)
+        self.signal(
+            context,
+            [h for h in context.hosts if h.proc is not None and h.proc.poll() is None],
+            signal.SIGKILL,
+        )
         for host in context.hosts:
             if host.proc is None:
                 continue
@@ -187,4 +235,3 @@ class SlurmExecutor(Executor):
             except subprocess.TimeoutExpired:
                 host.proc.kill()
                 host.proc.wait()
-

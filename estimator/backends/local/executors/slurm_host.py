@@ -28,8 +28,11 @@ def main() -> int:
         mounts.hook(tree)()  # unshare and bind-mount in this process, which the runtime becomes
     else:
         node = os.environ.get("SLURMD_NODENAME", "this node")
-        print(f"No private /opt/ml on {node} ({why}): scripts must take their paths from SM_* "
-              "variables (or use SlurmSession(container_image=...))", flush=True)
+        print(
+            f"No private /opt/ml on {node} ({why}): scripts must take their paths from SM_* "
+            "variables (or use SlurmSession(container_image=...))",
+            flush=True,
+        )
     os.execv(sys.executable, [sys.executable, "-m", "runtime"])
     return 1  # not reached: execv replaced this process or raised
 

@@ -21,11 +21,15 @@ def broadcast_parameters(params: Any, root_rank: int) -> None:
     elif isinstance(params, Iterable) and not isinstance(params, (str, bytes, torch.Tensor)):
         items = list(params)
         if not all(isinstance(item, tuple) and len(item) == 2 for item in items):
-            raise ValueError("broadcast_parameters: pass model.state_dict() or model.named_parameters() "
-                             "(a list of (name, tensor) pairs)")
+            raise ValueError(
+                "broadcast_parameters: pass model.state_dict() or model.named_parameters() "
+                "(a list of (name, tensor) pairs)"
+            )
     else:
-        raise ValueError(f"broadcast_parameters: invalid params of type {type(params).__name__}; pass "
-                         "model.state_dict() or model.named_parameters()")
+        raise ValueError(
+            f"broadcast_parameters: invalid params of type {type(params).__name__}; pass "
+            "model.state_dict() or model.named_parameters()"
+        )
     mpi_ops._check_root(root_rank)
     groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for _, tensor in items:

@@ -100,8 +100,10 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     and ``process_sets`` are accepted for the global set only."""
     if comm is not None and comm != []:
         if not (hasattr(comm, "Get_size") and comm.Get_size() == _topology()[1]):
-            raise ValueError("horovod.torch (smlaunch): init(comm=...) supports the whole job only; "
-                             "call hvd.init() without comm")
+            raise ValueError(
+                "horovod.torch (smlaunch): init(comm=...) supports the whole job only; "
+                "call hvd.init() without comm"
+            )
     if process_sets not in (None, [], "dynamic"):
         raise ValueError("horovod.torch (smlaunch): process sets are not supported; call hvd.init()")
     if os.environ.get("HOROVOD_TIMELINE"):
@@ -319,8 +321,9 @@ def _check_op(op: str | None, average: bool | None) -> str:
             "(the default) or hvd.Sum"
         )
     if op not in _REDUCE_OPS:
-        raise ValueError(f"horovod.torch: unknown op {op!r}; use hvd.Average, hvd.Sum, hvd.Min, hvd.Max "
-                         "or hvd.Product")
+        raise ValueError(
+            f"horovod.torch: unknown op {op!r}; use hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product"
+        )
     return op
 
 
@@ -333,8 +336,14 @@ def _scale(tensor: torch.Tensor, factor: float) -> None:
         tensor.copy_(torch.floor(tensor.double() * factor).to(tensor.dtype))
 
 
-def _allreduce_start(tensor: torch.Tensor, op: str, prescale_factor: float, postscale_factor: float,
-                     compression: Any, out: torch.Tensor | None) -> _Handle:
+def _allreduce_start(
+    tensor: torch.Tensor,
+    op: str,
+    prescale_factor: float,
+    postscale_factor: float,
+    compression: Any,
+    out: torch.Tensor | None,
+) -> _Handle:
     """Reduce ``compression(tensor)`` into a buffer; the handle's result is written to ``out``
     (in-place variants) or returned as a new tensor."""
     state = _require_init()
@@ -356,25 +365,46 @@ def _allreduce_start(tensor: torch.Tensor, op: str, prescale_factor: float, post
     return _Handle(work, finish)
 
 
-def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-                    op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    process_set: Any = None) -> _Handle:
+def allreduce_async(
+    tensor: torch.Tensor,
+    average: bool | None = None,
+    name: str | None = None,
+    op: str | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> _Handle:
     """Start :func:`allreduce`; :func:`synchronize` returns the reduced tensor."""
-    return _allreduce_start(tensor, _check_op(op, average), prescale_factor, postscale_factor,
-                            NoneCompressor, None)
+    return _allreduce_start(
+        tensor, _check_op(op, average), prescale_factor, postscale_factor, NoneCompressor, None
+    )
 
 
-def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-                     op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                     process_set: Any = None) -> _Handle:
+def allreduce_async_(
+    tensor: torch.Tensor,
+    average: bool | None = None,
+    name: str | None = None,
+    op: str | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> _Handle:
     """Start :func:`allreduce_`; :func:`synchronize` returns ``tensor``, reduced in place."""
-    return _allreduce_start(tensor, _check_op(op, average), prescale_factor, postscale_factor,
-                            NoneCompressor, tensor)
+    return _allreduce_start(
+        tensor, _check_op(op, average), prescale_factor, postscale_factor, NoneCompressor, tensor
+    )
 
 
-def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-              compression: Any = Compression.none, op: str | None = None, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0, process_set: Any = None) -> torch.Tensor:
+def allreduce(
+    tensor: torch.Tensor,
+    average: bool | None = None,
+    name: str | None = None,
+    compression: Any = Compression.none,
+    op: str | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> torch.Tensor:
     """The tensor reduced over all ranks (averaged unless ``op`` says otherwise), as a new tensor.
 
     Differentiable as Horovod's: the gradient of an average is the average of the gradients."""
@@ -384,9 +414,15 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     return _allreduce_start(tensor, op, prescale_factor, postscale_factor, compression, None).wait()
 
 
-def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-               op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-               process_set: Any = None) -> torch.Tensor:
+def allreduce_(
+    tensor: torch.Tensor,
+    average: bool | None = None,
+    name: str | None = None,
+    op: str | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> torch.Tensor:
     """Reduce ``tensor`` over all ranks in place (averaged unless ``op`` says otherwise)."""
     return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor).wait()
 
@@ -431,8 +467,9 @@ def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = 
     return allgather_async(tensor, name).wait()
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
-                     process_set: Any = None) -> _Handle:
+def broadcast_async_(
+    tensor: torch.Tensor, root_rank: int, name: str | None = None, process_set: Any = None
+) -> _Handle:
     """Start :func:`broadcast_`."""
     _check_root(root_rank)
     target = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
@@ -448,54 +485,64 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
     return _Handle(work, finish)
 
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
-                    process_set: Any = None) -> _Handle:
+def broadcast_async(
+    tensor: torch.Tensor, root_rank: int, name: str | None = None, process_set: Any = None
+) -> _Handle:
     """Start :func:`broadcast`."""
     return broadcast_async_(tensor.detach().clone(), root_rank, name)
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
-               process_set: Any = None) -> torch.Tensor:
+def broadcast_(
+    tensor: torch.Tensor, root_rank: int, name: str | None = None, process_set: Any = None
+) -> torch.Tensor:
     """Overwrite ``tensor`` with ``root_rank``'s, in place."""
     return broadcast_async_(tensor, root_rank, name).wait()
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
-              process_set: Any = None) -> torch.Tensor:
+def broadcast(
+    tensor: torch.Tensor, root_rank: int, name: str | None = None, process_set: Any = None
+) -> torch.Tensor:
     """``root_rank``'s tensor, as a new tensor."""
     return broadcast_async(tensor, root_rank, name).wait()
 
 
-def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
-                   process_set: Any = None) -> _Handle:
+def alltoall_async(
+    tensor: torch.Tensor, splits: Any = None, name: str | None = None, process_set: Any = None
+) -> _Handle:
     """Start :func:`alltoall`."""
     state = _require_init()
     group = _group(tensor)
     tensor = tensor.detach().contiguous()
     if splits is None:
         if tensor.shape[0] % state.size:
-            raise ValueError(f"alltoall: the first dimension ({tensor.shape[0]}) must divide by the number "
-                             f"of ranks ({state.size}), or pass splits=")
+            raise ValueError(
+                f"alltoall: the first dimension ({tensor.shape[0]}) must divide by the number "
+                f"of ranks ({state.size}), or pass splits="
+            )
         send = [tensor.shape[0] // state.size] * state.size
     else:
         send = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
         if len(send) != state.size or sum(send) != tensor.shape[0] or min(send) < 0:
-            raise ValueError(f"alltoall: splits={send} must hold {state.size} counts >= 0 summing to "
-                             f"the first dimension ({tensor.shape[0]})")
+            raise ValueError(
+                f"alltoall: splits={send} must hold {state.size} counts >= 0 summing to "
+                f"the first dimension ({tensor.shape[0]})"
+            )
     send_t = torch.tensor(send, dtype=torch.int64, device=tensor.device)
     recv_t = torch.empty_like(send_t)
     dist.all_to_all_single(recv_t, send_t, group=group)
     received = [int(n) for n in recv_t.tolist()]
     out = tensor.new_empty((sum(received), *tensor.shape[1:]))
-    work = dist.all_to_all_single(out, tensor, output_split_sizes=received, input_split_sizes=send,
-                                  group=group, async_op=True)
+    work = dist.all_to_all_single(
+        out, tensor, output_split_sizes=received, input_split_sizes=send, group=group, async_op=True
+    )
     if splits is None:
         return _Handle(work, lambda: out)
     return _Handle(work, lambda: (out, recv_t.cpu().to(torch.int32)))
 
 
-def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
-             process_set: Any = None) -> Any:
+def alltoall(
+    tensor: torch.Tensor, splits: Any = None, name: str | None = None, process_set: Any = None
+) -> Any:
     """Scatter slices of dimension 0 to every rank (``splits`` rows to each, equal slices by
     default) and gather theirs. With ``splits``, also the rows received from each rank, as Horovod."""
     return alltoall_async(tensor, splits, name).wait()
@@ -528,4 +575,3 @@ def _check_root(root_rank: int) -> None:
     state = _require_init()
     if not 0 <= int(root_rank) < state.size:
         raise ValueError(f"root_rank={root_rank}: must be in [0, {state.size})")
-

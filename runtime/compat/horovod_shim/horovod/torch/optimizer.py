@@ -22,8 +22,15 @@ from horovod.torch.compression import Compression
 class _DistributedOptimizer:
     """The methods mixed into the user's optimizer class (see :func:`DistributedOptimizer`)."""
 
-    def _horovod_setup(self, named_parameters: Any, compression: Any, backward_passes_per_step: int,
-                       op: str, gradient_predivide_factor: float, sparse_as_dense: bool) -> None:
+    def _horovod_setup(
+        self,
+        named_parameters: Any,
+        compression: Any,
+        backward_passes_per_step: int,
+        op: str,
+        gradient_predivide_factor: float,
+        sparse_as_dense: bool,
+    ) -> None:
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
@@ -33,18 +40,24 @@ class _DistributedOptimizer:
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
-                raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                                 "usually produced by model.named_parameters().")
+                raise ValueError(
+                    "named_parameters should be a sequence of tuples (name, parameter), "
+                    "usually produced by model.named_parameters()."
+                )
             names = [name for name, _ in named]
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
-                raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: "
-                                 f"{', '.join(duplicates)}")
+                raise ValueError(
+                    f"Parameter names in named_parameters must be unique. Found duplicates: "
+                    f"{', '.join(duplicates)}"
+                )
             named_ids = {id(p) for _, p in named}
             if any(id(p) not in named_ids for p in params):
-                raise ValueError("named_parameters was specified, but one or more model parameters were "
-                                 "not named. Python object ids: "
-                                 + ", ".join(str(id(p)) for p in params if id(p) not in named_ids))
+                raise ValueError(
+                    "named_parameters was specified, but one or more model parameters were "
+                    "not named. Python object ids: "
+                    + ", ".join(str(id(p)) for p in params if id(p) not in named_ids)
+                )
             self._parameter_names = {id(p): name for name, p in named}
         else:
             self._parameter_names = {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
@@ -71,8 +84,10 @@ class _DistributedOptimizer:
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
             if not self._sparse_as_dense:
-                raise NotImplementedError("horovod.torch (smlaunch): sparse gradients need "
-                                          "DistributedOptimizer(..., sparse_as_dense=True)")
+                raise NotImplementedError(
+                    "horovod.torch (smlaunch): sparse gradients need "
+                    "DistributedOptimizer(..., sparse_as_dense=True)"
+                )
             p.grad = p.grad.to_dense()
         if self.op == mpi_ops.Average:
             prescale, postscale = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
@@ -111,7 +126,8 @@ class _DistributedOptimizer:
                     "optimizer.step() called without optimizer.skip_synchronize() context after "
                     "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
                     "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
-                    "your code.", stacklevel=2,
+                    "your code.",
+                    stacklevel=2,
                 )
             self.synchronize()
         self._synchronized = False
@@ -162,7 +178,13 @@ def DistributedOptimizer(
     # The wrapped instance shares the user's param_groups (and their options) and state, as
     # Horovod's does; the original object is not used afterwards.
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._horovod_setup(named_parameters, compression, backward_passes_per_step, op,
-                           gradient_predivide_factor, sparse_as_dense)
+    wrapped._horovod_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        sparse_as_dense,
+    )
     wrapped._patch_step_function()  # what Optimizer.__init__ does: step hooks and profiling
     return wrapped

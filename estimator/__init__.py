@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     from estimator.estimator import Estimator
     from estimator.inputs import ShuffleConfig, TrainingInput
     from estimator.job import TrainingJob
+    from estimator.local_session import LocalSession
     from estimator.pytorch import PyTorch
     from estimator.s3 import S3Downloader, S3Uploader
-    from estimator.session import LocalSession, Session, SlurmSession
+    from estimator.session import Session
+    from estimator.slurm_session import SlurmSession
     from estimator.spec import TrainingJobSpec
     from estimator.tensorflow import TensorFlow
     from estimator.tuner import HyperparameterTuner
@@ -44,9 +46,9 @@ _LAZY = {
     "TensorFlow": "estimator.tensorflow",
     "TrainingInput": "estimator.inputs",
     "TrainingJob": "estimator.job",
-    "LocalSession": "estimator.session",
+    "LocalSession": "estimator.local_session",
     "Session": "estimator.session",
-    "SlurmSession": "estimator.session",
+    "SlurmSession": "estimator.slurm_session",
     "TrainingJobSpec": "estimator.spec",
 }
 

@@ -292,8 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
 def plan_request(args: argparse.Namespace) -> dict[str, Any]:
     """Build the estimator from parsed flags and return ``plan().to_request()``."""
     from estimator.estimator import Estimator
+    from estimator.local_session import LocalSession
     from estimator.pytorch import PyTorch
-    from estimator.session import LocalSession
 
     local = args.local or args.instance_type in ("local", "local_gpu")
     session: Any = (

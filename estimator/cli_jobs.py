@@ -45,7 +45,8 @@ _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def _local_session(args: Any) -> Any:
-    from estimator.session import LocalSession, SlurmSession
+    from estimator.local_session import LocalSession
+    from estimator.slurm_session import SlurmSession
 
     if getattr(args, "slurm", None):
         return SlurmSession(shared_dir=args.slurm)
@@ -143,8 +144,9 @@ def _distribution(text: str | None, processes_per_host: int | None) -> dict[str,
 
 def cmd_run(args: Any, out: TextIO) -> int:
     """Build the estimator from flags, ``fit()``; exit 1 when the job did not complete."""
+    from estimator.local_session import LocalSession
     from estimator.pytorch import PyTorch
-    from estimator.session import LocalSession, Session
+    from estimator.session import Session
 
     if args.sagemaker:
         if not args.instance_type:

@@ -83,7 +83,7 @@ MAX_JOB_NAME_ATTEMPTS = 100
 
 def _default_session(instance_type: str) -> TrainingSession:
     if instance_type in (contract.LOCAL_INSTANCE_TYPE, contract.LOCAL_GPU_INSTANCE_TYPE):
-        from estimator.session import LocalSession
+        from estimator.local_session import LocalSession
 
         return LocalSession()
     try:

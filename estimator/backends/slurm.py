@@ -51,7 +51,7 @@ from estimator.spec import TrainingJobSpec
 from runtime import contract
 
 if TYPE_CHECKING:
-    from estimator.session import SlurmSession
+    from estimator.slurm_session import SlurmSession
 
 TIME_MARGIN_SECONDS = 600
 """Added to ``max_run`` and the stop grace in ``--time``: staging before the hosts start and

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from estimator import cli
-from estimator.session import SlurmSession
+from estimator.slurm_session import SlurmSession
 from estimator.spec import CheckpointConfig, StoppingCondition
 from runtime import contract
 from tests.functional._local_helpers import assert_no_job_processes, make_spec, wait_for_line, wait_terminal

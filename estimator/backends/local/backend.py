@@ -63,7 +63,7 @@ from runtime.progress import ProgressBar, interactive_output
 from runtime.transfer import TransferEngine
 
 if TYPE_CHECKING:
-    from estimator.session import LocalSession
+    from estimator.local_session import LocalSession
 
 REQUIREMENTS_CACHE_DIR = ".requirements"
 """Under the session's root: the layered environments of ``requirements.txt``, one per file hash."""

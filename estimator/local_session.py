@@ -1,0 +1,214 @@
+"""``LocalSession``: run jobs on this machine, every host of the topology emulated.
+
+The session a notebook creates for local runs (processes by default, ``executor="docker"`` for one
+container per host); :mod:`estimator.slurm_session` extends it for Slurm clusters. The SageMaker
+session is :class:`estimator.session.Session`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from estimator.errors import ConfigurationError, require_type
+from estimator.tracking import check_tracking_uri
+
+if TYPE_CHECKING:
+    from estimator.backends.base import Backend
+
+
+LOCAL_ROOT_ENV = "SMLAUNCH_HOME"
+LOCAL_EXECUTOR_ENV = "SMLAUNCH_EXECUTOR"
+Executor = Literal["process", "docker"]
+
+
+def default_local_root() -> Path:
+    """``$SMLAUNCH_HOME/jobs`` or ``~/.smlaunch/jobs``: where local jobs keep their trees and logs."""
+    home = os.environ.get(LOCAL_ROOT_ENV)
+    return (Path(home) if home else Path.home() / ".smlaunch") / "jobs"
+
+
+class LocalSession:
+    """Run jobs on this machine: every host of the topology emulated, no AWS and no Docker needed.
+
+    ``root``: directory holding one folder per job (default :func:`default_local_root`).
+    ``processes_per_host``: ranks per emulated host for launchers that start one rank per GPU
+    (torchrun-style DDP, smddp). Default: the instance type's GPU count, at least 1. An smlaunch
+    extension, since a laptop rarely has the GPUs of the instance type it emulates.
+    ``executor``: ``process`` (default) or ``docker`` (one container per host); the
+    ``SMLAUNCH_EXECUTOR`` environment variable sets the default.
+    ``s3_client``: boto3 S3 client for ``s3://`` code, inputs and outputs (created on first use).
+    ``artifact_conflicts``: what happens when two hosts write the same model/output path with
+    different bytes: ``"warn"`` (default: the first host's copy is kept and the job log says so) or
+    ``"error"`` (the job ends Failed naming the path and both hosts).
+    ``install_requirements``: install ``requirements.txt`` of ``source_dir`` before the script starts
+    (default True). With processes, it goes into an environment layered over your interpreter, built
+    once and cached by the file's hash under ``<root>/.requirements`` (your interpreter is never
+    changed); containers install into their own interpreter, as SageMaker's toolkit does. See
+    :mod:`runtime.requirements`.
+    ``instance_count_quota``: the most instances one job may ask for (default: SageMaker's default
+    quota, :data:`estimator.validation.DEFAULT_INSTANCES_PER_TRAINING_JOB`), so a job rehearsed here
+    is one SageMaker accepts; raise it as far as your account's quota is raised.
+    ``emulate_cuda``: when the instance type has GPUs this machine lacks (an ``ml.p3.16xlarge`` on a
+    laptop), every rank emulates them on the CPU (``torch.cuda.is_available()`` True, tensors and
+    modules sent to ``"cuda"`` stay on the CPU, NCCL becomes gloo; ``runtime/cuda_emulation.py``)
+    and ``SM_NUM_GPUS`` is the instance type's GPU count. Default ``None``: on in that case;
+    ``False`` turns it off (CUDA is then unavailable, as on any CPU machine); ``True`` emulates the
+    instance type's GPUs even where this machine has enough.
+    ``mlflow``: an MLflow tracking URI; each job waited on becomes an MLflow run there
+    (:mod:`estimator.tracking`; ``MLFLOW_TRACKING_URI`` does the same for every session).
+    """
+
+    is_local = True
+    region_name = "local"
+
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        processes_per_host: int | None = None,
+        executor: Executor | None = None,
+        s3_client: Any | None = None,
+        stop_grace_seconds: float | None = None,
+        docker_client: Any | None = None,
+        artifact_conflicts: Literal["warn", "error"] = "warn",
+        install_requirements: bool = True,
+        instance_count_quota: int | None = None,
+        emulate_cuda: bool | None = None,
+        mlflow: str | None = None,
+    ) -> None:
+        require_type("root", root, (str, os.PathLike, type(None)), "pass a directory path, e.g. '~/jobs'")
+        require_type("executor", executor, (str, type(None)), "use executor='process' or executor='docker'")
+        executor = executor or os.environ.get(LOCAL_EXECUTOR_ENV, "process")  # type: ignore[assignment]
+        if executor not in ("process", "docker"):
+            raise ConfigurationError(
+                "executor", executor, "unknown executor", "use executor='process' or executor='docker'"
+            )
+        if processes_per_host is not None and (
+            not isinstance(processes_per_host, int)
+            or isinstance(processes_per_host, bool)
+            or processes_per_host < 1
+        ):
+            raise ConfigurationError(
+                "processes_per_host",
+                processes_per_host,
+                "must be an integer >= 1",
+                "pass processes_per_host=1 or more, or leave it unset to use the instance's GPU count",
+            )
+        require_type(
+            "stop_grace_seconds",
+            stop_grace_seconds,
+            (int, float, type(None)),
+            "pass a number of seconds, e.g. 120",
+        )
+        if stop_grace_seconds is not None and not 0 <= stop_grace_seconds < float("inf"):
+            raise ConfigurationError(
+                "stop_grace_seconds", stop_grace_seconds, "must be >= 0", "pass a number of seconds, e.g. 120"
+            )
+        if artifact_conflicts not in ("warn", "error"):
+            raise ConfigurationError(
+                "artifact_conflicts",
+                artifact_conflicts,
+                "unknown policy",
+                "use artifact_conflicts='warn' or artifact_conflicts='error'",
+            )
+        if not isinstance(install_requirements, bool):
+            raise ConfigurationError(
+                "install_requirements",
+                install_requirements,
+                "must be True or False",
+                "pass install_requirements=False to skip requirements.txt, or leave it unset",
+            )
+        self.artifact_conflicts = artifact_conflicts
+        self.install_requirements = install_requirements
+        self.instance_count_quota = _check_quota(instance_count_quota)
+        self.mlflow = check_tracking_uri(mlflow)
+        if emulate_cuda not in (None, True, False):
+            raise ConfigurationError(
+                "emulate_cuda",
+                emulate_cuda,
+                "must be True, False or None",
+                "leave it unset (emulate GPUs this machine lacks) or pass emulate_cuda=False to turn it off",
+            )
+        self.emulate_cuda = emulate_cuda
+        self.root = Path(root).expanduser().resolve() if root is not None else default_local_root()
+        self.processes_per_host = processes_per_host
+        self.executor: Executor = executor
+        self.stop_grace_seconds = stop_grace_seconds
+        self._s3_client = s3_client
+        self._docker_client = docker_client
+        self._backend: Backend | None = None
+
+    def s3_client(self) -> Any:
+        """A boto3 S3 client for ``s3://`` inputs, outputs and checkpoints (created on first use)."""
+        if self._s3_client is None:
+            import boto3
+
+            self._s3_client = boto3.client("s3")
+        return self._s3_client
+
+    def expand_role(self, role: str | None) -> str:
+        """The role as given (local runs need none), or a placeholder ARN so the request keeps its shape."""
+        # Local runs need no IAM role; keep the user's value so the request looks like SageMaker's.
+        return role or "arn:aws:iam::000000000000:role/smlaunch-local"
+
+    def default_output_path(self) -> str:
+        """``file://<root>/``: where jobs without ``output_path`` put their artifacts."""
+        return self.root.as_uri() + "/"
+
+    def bucket_owner_args(self, bucket: str) -> dict[str, str]:
+        """``{}``: a local session does not check who owns the buckets it stages code to."""
+        return {}
+
+    def stage_local_input(self, path: str | Path, job_name: str, channel: str) -> str:
+        """Local jobs read a local input in place: its ``file://`` URI (nothing is copied)."""
+        return Path(path).expanduser().resolve().as_uri()
+
+    def backend(self) -> Backend:
+        """The local backend that runs this session's jobs, with the session's executor (created once)."""
+        if self._backend is None:
+            from estimator.backends.local.backend import LocalBackend
+
+            if self.executor == "docker":
+                from estimator.backends.local.executors.docker import DockerExecutor
+
+                docker = DockerExecutor(client=self._docker_client)
+                self._backend = LocalBackend(session=self, executor=docker)
+            else:
+                self._backend = LocalBackend(session=self)
+        return self._backend
+
+    def upload_data(
+        self,
+        path: str | Path,
+        bucket: str | None = None,
+        key_prefix: str = "data",
+        extra_args: dict[str, Any] | None = None,
+    ) -> str:
+        """Upload a local file or directory to ``s3://<bucket>/<key_prefix>`` (as ``sagemaker.Session``
+        does; layout in :mod:`estimator.s3`) and return its S3 URI. A LocalSession has no default
+        bucket, so ``bucket`` is required."""
+        from estimator import s3
+
+        if not bucket:
+            raise ConfigurationError(
+                "bucket", bucket, "a LocalSession has no default bucket", "pass bucket='<your bucket>'"
+            )
+        return s3.upload_data(self.s3_client(), path, bucket, key_prefix, extra_args)
+
+    def download_data(self, path: str | Path, bucket: str, key_prefix: str = "") -> list[str]:
+        """Download every object under ``s3://<bucket>/<key_prefix>`` into ``path``; the local paths."""
+        from estimator import s3
+
+        return s3.download_data(self.s3_client(), path, bucket, key_prefix)
+
+
+def _check_quota(quota: object) -> int | None:
+    if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 1):
+        raise ConfigurationError(
+            "instance_count_quota",
+            quota,
+            "must be an integer >= 1",
+            "pass your account's 'Number of instances per training job' quota, e.g. 40",
+        )
+    return quota

@@ -5,7 +5,9 @@ Owns: the pydantic models of every strategy smlaunch runs (``smdistributed.datap
 rules that make a combination impossible, and :meth:`Distribution.to_hyperparameters`, which gives
 the keys SageMaker SDK v2 adds to ``HyperParameters`` (same names, values and order as
 ``PyTorch._pytorch_distribution_configuration`` / ``Framework._distribution_configuration``).
-It does no I/O except loading a model-parallel config file the user names by path.
+It does no I/O except loading a model-parallel config file the user names by path. One concept
+(the ``distribution`` argument), kept in one module past 500 lines so every strategy's rules and
+wire keys are read side by side.
 
 Unknown keys are rejected at every level (``extra="forbid"``) with the key named and the nearest
 valid key suggested; types are strict (``"yes"`` is not a bool). ``modelparallel.parameters`` is

@@ -4,7 +4,9 @@ Used by the local agent (:mod:`estimator.backends.local.agent`) before it starts
 Which objects a host gets (ShardedByS3Key, ManifestFile expansion, Pipe order) is decided by
 :mod:`runtime.channels`; bytes move through :class:`runtime.transfer.TransferEngine` (parallel,
 verified). ``inputdataconfig.json`` records the mode actually delivered (``File``, ``FastFile`` or
-``Pipe``), unlike SageMaker's local mode, which always writes ``File``.
+``Pipe``), unlike SageMaker's local mode, which always writes ``File``. One concept (getting each
+host its channels), kept whole past 500 lines because the three modes share staging, sharding and
+the failure path; what differs per mode lives in :mod:`runtime.channels` and :mod:`runtime.fastfile`.
 
 What each mode guarantees to the training script
 ------------------------------------------------

@@ -1,7 +1,8 @@
 """Launch strategies, one module each. ``select_launcher`` picks one from the framework params.
 
-Selection (DESIGN.md §6; first match wins), applied only when this host's instance group is one of
-the distribution instance groups (else every host of the group runs one plain process, as the
+Selection (``docs/architecture.md``, "Launcher selection"; first match wins), applied only when
+this host's instance group is one of the distribution instance groups (else every host of the group
+runs one plain process, as the
 toolkit does in heterogeneous clusters):
 
 - ``sagemaker_mpi_enabled`` with non-empty ``mp_parameters``: ``smp:SmpLauncher``

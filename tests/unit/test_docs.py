@@ -55,6 +55,8 @@ def test_nothing_in_the_repository_points_outside_it() -> None:
         if path.suffix not in {".py", ".md", ".toml", ".sh", ".txt", ".cfg"} or not path.is_file():
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            if re.search(r"(?<![\w/])(\.\./)?shared/(reference|DESIGN|STYLE|hooks)", line):
+            if re.search(r"(?<![\w/])(\.\./)?shared/(reference|DESIGN|STYLE|hooks)", line) or re.search(
+                r"\b(DESIGN|STYLE)\.md", line
+            ):
                 offenders.append(f"{name}:{number}: {line.strip()}")
     assert offenders == []

@@ -43,7 +43,7 @@ def env_for(
         ({contract.HP_MPI_ENABLED: "true", contract.HP_MP_PARAMETERS: '{"partitions": 2}'}, "smp"),
         ({contract.HP_MPI_ENABLED: "true", contract.HP_MP_PARAMETERS: "{}"}, "mpi"),
         ({contract.HP_SMDDP_ENABLED: "false", contract.HP_TORCH_DISTRIBUTED_ENABLED: "false"}, "process"),
-        # first match wins: MPI before DDP, DDP before smddp (DESIGN.md §6)
+        # first match wins: MPI before DDP, DDP before smddp (docs/architecture.md)
         ({contract.HP_MPI_ENABLED: "true", contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"}, "mpi"),
         ({contract.HP_SMDDP_ENABLED: "true", contract.HP_PYTORCH_DDP_ENABLED: "true"}, "torchrun"),
     ],

@@ -147,10 +147,31 @@ class Containment:
             return set()
         return {int(pid) for pid in text.split()}
 
+    def _nothing_left(self) -> bool:
+        """True when this process has no child (alive or zombie) and the cgroup holds no process.
+
+        As a subreaper, every descendant of this process either is its child or descends from one
+        that is, so no child means no descendant. False when that cannot be told from ``/proc``.
+        """
+        if not self.subreaper or self._cgroup_pids() - {os.getpid()}:
+            return False
+        try:
+            tasks = os.listdir("/proc/self/task")
+            for task in tasks:
+                with open(f"/proc/self/task/{task}/children", "rb") as handle:
+                    if handle.read().strip():
+                        return False
+        except OSError:  # a kernel without /proc/<pid>/task/<tid>/children
+            return False
+        return True
+
     def sweep(self) -> list[str]:
         """SIGKILL and reap every process left in the host; remove the cgroup. Returns what was
         killed (``"<pid> (<name>)"``), for the log."""
         if not self._entered:
+            return []
+        if self._nothing_left():  # the usual end: no process scan (and no psutil import) needed
+            self._remove_cgroup()
             return []
         import psutil
 

@@ -98,6 +98,7 @@ SPACE_RESERVE_BYTES = 1 << 20
 DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05
+"""How often the agent looks at stop requests, deadlines and failure files; a host's exit wakes it at once."""
 LOG_TAIL_LINES = 20
 _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
@@ -129,6 +130,8 @@ class Agent:
         self.hosts = [Host(name, i, job.host_base(name)) for i, name in enumerate(names)]
         self.grace = float(self.settings["stop_grace_seconds"])
         self._log_lock = threading.Lock()
+        self._host_ended = threading.Event()
+        """Set when a host's process ends, so that the supervision loop reacts without a poll's delay."""
         self._job_log: IO[bytes] = open(job.job_log, "ab")
         self._signalled = False
         self._s3: Any = None
@@ -442,6 +445,14 @@ class Agent:
                 target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True
             )
             host.pump.start()
+            threading.Thread(target=self._await_host, args=(host,), daemon=True).start()
+
+    def _await_host(self, host: Host) -> None:
+        """Wake the supervision loop the moment ``host`` ends (it still reads the exit code itself)."""
+        assert host.proc is not None
+        with contextlib.suppress(Exception):  # the loop's own poll still sees the end
+            host.proc.wait()
+        self._host_ended.set()
 
     def _pump(self, host: Host) -> None:
         assert host.proc is not None and host.proc.stdout is not None
@@ -480,6 +491,7 @@ class Agent:
         outcome: tuple[str, str, dict[str, Any]] | None = None
         kill_at: float | None = None
         while True:
+            self._host_ended.clear()  # before polling: an exit after this wakes the wait below
             now = time.monotonic()
             running = []
             for host in self.hosts:
@@ -567,7 +579,7 @@ class Agent:
                 self.say("Grace period over: SIGKILL to every remaining process of the job")
                 self.executor.kill_everything(context)
                 kill_at = None
-            time.sleep(POLL_SECONDS)
+            self._host_ended.wait(POLL_SECONDS)
         # Orphaned ranks (their runtime died first) were reparented to us: none may outlive the job.
         self.executor.kill_everything(context)
         for host in self.hosts:

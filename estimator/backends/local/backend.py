@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -69,6 +69,10 @@ REQUIREMENTS_CACHE_DIR = ".requirements"
 """Under the session's root: the layered environments of ``requirements.txt``, one per file hash."""
 _TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
 _POLL_SECONDS = 0.1
+"""While following a log that has nothing new, the job's state and its agent are looked at this often."""
+_FOLLOW_SECONDS = 0.01
+"""...and ``state.json`` is stat'ed this often (re-read when it changed), so that the job's end is
+seen within about this long after the agent wrote it."""
 _STATUS_SECONDS = 0.5
 """While following a log, new status transitions are looked for at least this often."""
 
@@ -484,6 +488,7 @@ class LocalBackend(Backend):
         bars = TransferBars(job.progress_file) if follow else None
         checked = 0.0
         buffer = b""
+        ended = _EndWatch(job, self._agent_alive)
         with open(job.job_log, "rb") as handle:
             while True:
                 if bars is not None and time.monotonic() - checked >= _STATUS_SECONDS:
@@ -496,9 +501,8 @@ class LocalBackend(Backend):
                 if not chunk:
                     if not follow:
                         break
-                    state = job.read_state()
-                    if not JobState.of(state).is_terminal and self._agent_alive(job) is not False:
-                        time.sleep(_POLL_SECONDS)
+                    if not ended():
+                        time.sleep(_FOLLOW_SECONDS)
                         continue
                     # The agent closes every host's log before it writes a terminal state: drain.
                     chunk = handle.read()
@@ -533,6 +537,33 @@ class LocalBackend(Backend):
             request_interruption(job.path, TrainingJobSpec.model_validate(job.read_json(job.spec_file)))
             return
         job.stop_file.touch()
+
+
+class _EndWatch:
+    """Whether a followed job has ended (terminal state, or its agent gone), cheap enough to ask every
+    :data:`_FOLLOW_SECONDS`: ``state.json`` is re-read when a ``stat`` shows it replaced, and at
+    least every :data:`_POLL_SECONDS` (a replacement a ``stat`` cannot tell apart); the agent's
+    liveness is checked every :data:`_POLL_SECONDS`."""
+
+    def __init__(self, job: JobDir, agent_alive: Callable[[JobDir], bool | None]) -> None:
+        self._job = job
+        self._agent_alive = agent_alive
+        self._seen: tuple[int, int, int] | None = None
+        self._looked_at = 0.0
+
+    def __call__(self) -> bool:
+        try:
+            stat = os.stat(self._job.state_file)
+            seen: tuple[int, int, int] | None = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            seen = None
+        now = time.monotonic()
+        if seen == self._seen and now - self._looked_at < _POLL_SECONDS:
+            return False
+        self._seen, self._looked_at = seen, now
+        if JobState.of(self._job.read_state()).is_terminal:
+            return True
+        return self._agent_alive(self._job) is False
 
 
 class TransferBars:

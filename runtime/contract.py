@@ -297,6 +297,8 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_ARCHIVE_MAX_MEMBERS  bound on its number of members (default 1,000,000); see runtime.archive
 #   SMLAUNCH_UNSAFE_CHECKPOINT_LOAD  "1": smp checkpoints load with full pickle (runs code in them);
 #                            default: torch.load(weights_only=True), see runtime.parallel.checkpoint
+#   SMLAUNCH_HASH_CACHE      file of the transfer engine's persistent content-hash cache (default
+#                            $XDG_CACHE_HOME or ~/.cache, smlaunch/transfer-hashes.sqlite); "" or "0": off
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
 SMLAUNCH_MASTER_PORT = "SMLAUNCH_MASTER_PORT"
 SMLAUNCH_NUM_GPUS = "SMLAUNCH_NUM_GPUS"
@@ -318,6 +320,7 @@ SMLAUNCH_REQUIREMENTS_CACHE = "SMLAUNCH_REQUIREMENTS_CACHE"
 SMLAUNCH_ARCHIVE_MAX_BYTES = "SMLAUNCH_ARCHIVE_MAX_BYTES"
 SMLAUNCH_ARCHIVE_MAX_MEMBERS = "SMLAUNCH_ARCHIVE_MAX_MEMBERS"
 SMLAUNCH_UNSAFE_CHECKPOINT_LOAD = "SMLAUNCH_UNSAFE_CHECKPOINT_LOAD"
+SMLAUNCH_HASH_CACHE = "SMLAUNCH_HASH_CACHE"
 DEFAULT_MPI_WAIT_SECONDS = 600.0
 
 DEFAULT_STOP_GRACE_SECONDS = 120.0

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import socket
+import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,11 +20,15 @@ import pytest
 from botocore.response import StreamingBody
 from moto import mock_aws
 
+from runtime import contract
 from runtime.transfer import (
     SHA256_METADATA_KEY,
+    FileDigest,
+    HashCache,
     TransferEngine,
     TransferError,
     TransferVerificationError,
+    default_hash_cache_path,
     digest_file,
     relative_key,
 )
@@ -35,6 +44,12 @@ def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(var, value)
+
+
+@pytest.fixture(autouse=True)
+def _private_hash_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Engines built without a hash cache keep theirs here, not in the user's ~/.cache."""
+    monkeypatch.setenv(contract.SMLAUNCH_HASH_CACHE, str(tmp_path / "cache" / "hashes.sqlite"))
 
 
 @pytest.fixture
@@ -269,3 +284,200 @@ def test_a_refused_delete_names_the_key_and_the_error() -> None:
 
     with pytest.raises(TransferError, match="deleting s3://bucket/ckpt/a failed: AccessDenied Access Denied"):
         TransferEngine(Refusing(), progress=False).delete("s3://bucket/ckpt/", ["a"])
+
+
+# --- the persistent hash cache ------------------------------------------------------------------
+
+
+def _later() -> int:
+    """A clock 10 s ahead: files written by the test look settled, not racily fresh, to the cache."""
+    return time.time_ns() + 10_000_000_000
+
+
+class _CountingHasher:
+    """The cache's hasher, counting the files it reads."""
+
+    def __init__(self) -> None:
+        self.read: list[Path] = []
+
+    def __call__(self, path: Path, multipart_threshold: int) -> FileDigest:
+        self.read.append(path)
+        return digest_file(path, multipart_threshold)
+
+
+def _cache(path: Path, hasher: _CountingHasher, **kwargs: Any) -> HashCache:
+    return HashCache(path, hasher=hasher, clock=_later, **kwargs)
+
+
+def test_a_fresh_engine_reuses_persisted_hashes_and_reads_no_file(s3: Any, tmp_path: Path) -> None:
+    files = _tree(tmp_path / "src", 40)
+    cache_file, hasher = tmp_path / "c" / "hashes.sqlite", _CountingHasher()
+    with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as first:
+        assert len(first.upload_dir(tmp_path / "src", "s3://bucket/pre").transferred) == 40
+    assert len(hasher.read) == 40
+    assert cache_file.stat().st_mode & 0o777 == 0o600 and cache_file.parent.stat().st_mode & 0o777 == 0o700
+    hasher.read.clear()
+    counts = _count_requests(s3)
+    # A new cache object reads only the file: what a new process (a new notebook kernel) sees.
+    with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as second:
+        again = second.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    assert len(again.skipped) == 40 and not again.transferred
+    assert hasher.read == [] and counts == {"ListObjectsV2": 1}
+    stored = b"".join(
+        Path(f"{cache_file}{suffix}").read_bytes()
+        for suffix in ("", "-wal")
+        if Path(f"{cache_file}{suffix}").exists()
+    )
+    assert hashlib.sha256(files["d0/f000.bin"]).hexdigest().encode() in stored
+    assert not [rel for rel, data in files.items() if data in stored], "file contents reached the cache"
+
+
+def test_a_changed_file_of_the_same_size_is_uploaded_again(s3: Any, tmp_path: Path) -> None:
+    _tree(tmp_path / "src", 10)
+    cache_file, hasher = tmp_path / "c" / "hashes.sqlite", _CountingHasher()
+    with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as engine:
+        engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    edited, restored = tmp_path / "src" / "d0" / "f000.bin", tmp_path / "src" / "d1" / "f001.bin"
+    edited.write_bytes(os.urandom(edited.stat().st_size))  # same size, new mtime
+    before = restored.stat()
+    restored.write_bytes(os.urandom(before.st_size))  # same size, mtime put back (``touch -r``)
+    os.utime(restored, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert restored.stat().st_mtime_ns == before.st_mtime_ns
+    hasher.read.clear()
+    with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as engine:
+        again = engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    assert sorted(again.transferred) == ["s3://bucket/pre/d0/f000.bin", "s3://bucket/pre/d1/f001.bin"]
+    assert sorted(hasher.read) == sorted([edited, restored])  # the ctime gives the second one away
+    assert s3.get_object(Bucket="bucket", Key="pre/d1/f001.bin")["Body"].read() == restored.read_bytes()
+
+
+def test_files_changed_just_before_hashing_are_not_trusted(s3: Any, tmp_path: Path) -> None:
+    _tree(tmp_path / "src", 5)
+    cache_file, hasher = tmp_path / "c" / "hashes.sqlite", _CountingHasher()
+    # The real clock: every file was written within the racy window, so none is kept (another write
+    # in the same clock tick, of the same size, would leave size and timestamps as they were).
+    cache = HashCache(cache_file, hasher=hasher)
+    with TransferEngine(s3, progress=False, hash_cache=cache) as engine:
+        engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+        engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    assert len(hasher.read) == 10, "a racily fresh file was trusted by the same engine"
+    with sqlite3.connect(cache_file) as db:
+        assert db.execute("SELECT count(*) FROM hashes").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other schema"])
+def test_a_corrupt_cache_file_is_replaced(
+    s3: Any, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _tree(tmp_path / "src", 10)
+    cache_file, hasher = tmp_path / "c" / "hashes.sqlite", _CountingHasher()
+    with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as engine:
+        engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    if damage == "garbage":
+        cache_file.write_bytes(os.urandom(8192))
+    elif damage == "truncated":
+        with open(cache_file, "r+b") as handle:
+            handle.truncate(cache_file.stat().st_size // 2 or 100)
+    else:
+        cache_file.unlink()
+        with sqlite3.connect(cache_file) as db:
+            db.execute("CREATE TABLE hashes (path TEXT, digest TEXT)")
+    hasher.read.clear()
+    with caplog.at_level(logging.WARNING, "runtime.transfer"):
+        with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as engine:
+            again = engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    assert len(again.skipped) == 10 and len(hasher.read) == 10  # hashed again, nothing re-sent
+    if damage != "other schema":  # an older layout is replaced silently
+        assert any("is corrupt" in r.getMessage() for r in caplog.records)
+    hasher.read.clear()
+    with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as engine:
+        engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    assert hasher.read == [], "the replaced cache does not work"
+
+
+@pytest.mark.parametrize("where", ["under a file", "a directory"])
+def test_an_unusable_cache_location_warns_and_uploads(
+    s3: Any, tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _tree(tmp_path / "src", 5)
+    (tmp_path / "blocker").write_text("not a directory")
+    (tmp_path / "dir.sqlite").mkdir()
+    cache_file = (
+        tmp_path / "blocker" / "hashes.sqlite" if where == "under a file" else tmp_path / "dir.sqlite"
+    )
+    with caplog.at_level(logging.WARNING, "runtime.transfer"):
+        with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, _CountingHasher())) as engine:
+            assert len(engine.upload_dir(tmp_path / "src", "s3://bucket/pre").transferred) == 5
+            assert len(engine.upload_dir(tmp_path / "src", "s3://bucket/pre").skipped) == 5
+    warnings = [r.getMessage() for r in caplog.records if "hash cache" in r.getMessage()]
+    assert len(warnings) == 1 and contract.SMLAUNCH_HASH_CACHE in warnings[0]  # once, with the way out
+    assert (tmp_path / "blocker").read_text() == "not a directory" and (tmp_path / "dir.sqlite").is_dir()
+
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from runtime.transfer import HashCache
+cache = HashCache(Path(sys.argv[1]), clock=lambda: time.time_ns() + 10_000_000_000)
+for path in sorted(Path(sys.argv[2]).iterdir()):
+    cache.digest(path, 1 << 30)
+    cache.flush()  # one transaction a file: as many chances to collide as there can be
+cache.close()
+"""
+
+
+def test_two_processes_writing_the_cache_at_once_do_not_corrupt_it(tmp_path: Path) -> None:
+    cache_file = tmp_path / "c" / "hashes.sqlite"
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        for i in range(150):
+            (tmp_path / side / f"{i:03d}.bin").write_bytes(f"{side}{i}".encode() * 50)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(cache_file), str(tmp_path / side)], env=env)
+        for side in ("a", "b")
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    with sqlite3.connect(cache_file) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert db.execute("SELECT count(*) FROM hashes").fetchone() == (300,)
+    hasher = _CountingHasher()
+    cache = _cache(cache_file, hasher)
+    for path in (tmp_path / "b").iterdir():
+        assert cache.digest(path, 1 << 30).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert hasher.read == []
+
+
+def test_the_cache_is_bounded(tmp_path: Path) -> None:
+    cache_file, hasher = tmp_path / "c" / "hashes.sqlite", _CountingHasher()
+    for i in range(25):
+        (tmp_path / f"{i}.txt").write_text(str(i))
+    cache = _cache(cache_file, hasher, max_entries=10)
+    for i in range(25):
+        cache.digest(tmp_path / f"{i}.txt", 1 << 30)
+        cache.flush()
+    cache.close()
+    with sqlite3.connect(cache_file) as db:
+        assert db.execute("SELECT count(*) FROM hashes").fetchone()[0] <= 10
+
+
+def test_where_the_cache_lives_and_turning_it_off(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = {"HOME": str(tmp_path / "home")}
+    assert (
+        default_hash_cache_path(home) == tmp_path / "home" / ".cache" / "smlaunch" / "transfer-hashes.sqlite"
+    )
+    xdg = {**home, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert default_hash_cache_path(xdg) == tmp_path / "xdg" / "smlaunch" / "transfer-hashes.sqlite"
+    assert default_hash_cache_path({**xdg, "SMLAUNCH_HASH_CACHE": "/x/h.db"}) == Path("/x/h.db")
+    assert default_hash_cache_path({**xdg, "SMLAUNCH_HASH_CACHE": ""}) is None
+    _tree(tmp_path / "src", 5)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    for off in ("0", ""):
+        monkeypatch.setenv(contract.SMLAUNCH_HASH_CACHE, off)
+        with TransferEngine(s3, progress=False) as engine:
+            assert engine.hashes.path is None
+            engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+            assert len(engine.upload_dir(tmp_path / "src", "s3://bucket/pre").skipped) == 5
+    assert not (tmp_path / "xdg").exists() and not (tmp_path / "cache").exists()

@@ -5,14 +5,20 @@ right epoch and ends with exactly the result of an uninterrupted run."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from estimator.backends.local.backend import LocalBackend
+from estimator.backends.local.state import JobDir
 from estimator.errors import ConfigurationError
 from estimator.job import TrainingJob
 from estimator.session import LocalSession
@@ -200,3 +206,80 @@ def test_spot_stop_reason_needs_a_spot_job(tmp_path: Path) -> None:
     finally:
         backend.stop("not-spot")
         assert wait_terminal(backend, "not-spot")["TrainingJobStatus"] == contract.STATUS_STOPPED
+
+
+# --- a requeueing scheduler's preemption (Slurm's), its signals in either order --------------------
+
+_REQUEUEING_AGENT = """
+import sys
+from pathlib import Path
+
+from estimator.backends.local.agent import Agent
+from estimator.backends.local.executors.process import ProcessExecutor
+from estimator.backends.local.state import JobDir
+
+
+class RequeueingProcesses(ProcessExecutor):
+    requeues = True  # as SlurmExecutor: a signal to the agent of a spot job is a preemption
+
+
+sys.exit(Agent(JobDir(Path(sys.argv[1])), RequeueingProcesses()).run())
+"""
+
+
+class _AgentStartedByTheTest(LocalBackend):
+    """Stages the job but leaves starting its agent to the test."""
+
+    def _start_agent(self, job: JobDir) -> None:
+        return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("agent_signalled", [True, False])
+def test_a_host_stopped_before_the_agent_hears_of_a_preemption(tmp_path: Path, agent_signalled: bool) -> None:
+    """Slurm signals every step and the batch script (the agent) at once, in no set order. When the
+    host has already ended "Stopped" by that signal before the agent's arrives, the attempt still
+    ends Interrupted (the job stays InProgress for the requeued run); a host stopped by a signal
+    the agent never hears of is a failure once ``PREEMPTION_HOLD_SECONDS`` have passed."""
+    session = LocalSession(tmp_path / "jobs", stop_grace_seconds=10)
+    backend = _AgentStartedByTheTest(session=session)
+    name = f"requeued-{agent_signalled}".lower()
+    spec = make_spec(tmp_path, name, CHECKPOINTING_SCRIPT, instance_count=1, hyperparameters={"epochs": 50})
+    backend.submit(
+        spec.model_copy(
+            update={
+                "EnableManagedSpotTraining": True,
+                "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
+                "CheckpointConfig": CheckpointConfig(S3Uri=(tmp_path / "ckpt").as_uri()),
+            }
+        )
+    )
+    job = backend.job_dir(name)
+    runner = tmp_path / "requeueing_agent.py"
+    runner.write_text(_REQUEUEING_AGENT)
+    agent = subprocess.Popen([sys.executable, str(runner), str(job.path)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for_line(backend, name, "saved epoch 1")
+        (host,) = [p for p in psutil.Process(agent.pid).children() if "runtime" in p.cmdline()]
+        host.send_signal(signal.SIGTERM)  # the scheduler's signal reaches the host first ...
+        host.wait(timeout=30)
+        time.sleep(1.0)
+        if agent_signalled:
+            agent.send_signal(signal.SIGTERM)  # ... and the agent's arrives after the host ended
+        assert agent.wait(timeout=60) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    state = job.read_state()
+    log = job.job_log.read_text()
+    if agent_signalled:
+        assert state["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS, (state, log[-2000:])
+        assert state["SecondaryStatus"] == contract.SECONDARY_INTERRUPTED, (state, log[-2000:])
+        assert [a["Outcome"] for a in state["Attempts"]] == [contract.SECONDARY_INTERRUPTED]
+        assert "Preempted: every host has ended" in log
+    else:
+        assert state["TrainingJobStatus"] == contract.STATUS_FAILED, (state, log[-2000:])
+        assert "Stopped: host algo-1 received SIGTERM" in state["FailureReason"], state
+    assert_no_job_processes(name, job.path)

@@ -316,10 +316,6 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], host + ".json"), "w") as out:
 
 
 @pytest.mark.slow
-@pytest.mark.skip(
-    reason="known race, open in issue 16: Slurm's requeue SIGTERM can reach a host before the agent "
-    "has classified it as a preemption, and the job ends Failed/Stopped (1 run in 2 on a loaded CI)"
-)
 def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
     session: SlurmSession, tmp_path: Path, slurm_cluster: Cluster
 ) -> None:

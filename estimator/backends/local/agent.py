@@ -44,6 +44,9 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
   ends ``Interrupted`` (hosts SIGTERMed, checkpoints synced) and the agent exits leaving the job
   ``InProgress``; its next run continues the job as the next attempt on fresh hosts, checkpoints
   restored, so ``describe()`` lists the attempts as for local spot runs and never says Stopped.
+  The signals reach the agent and the hosts in no set order: hosts that ended "Stopped" by a signal
+  the agent did not send hold the verdict up to ``PREEMPTION_HOLD_SECONDS`` for the agent's own
+  (then ``Interrupted``; none: the host failure below, as on any other scheduler).
 - **max_run** (``StoppingCondition.MaxRuntimeInSeconds``, counted from the hosts' start): the same
   SIGTERM / grace / SIGKILL; status ``Stopped``, SecondaryStatus ``MaxRuntimeExceeded``, and a
   FailureReason saying so.
@@ -99,6 +102,9 @@ DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05
 """How often the agent looks at stop requests, deadlines and failure files; a host's exit wakes it at once."""
+PREEMPTION_HOLD_SECONDS = 5.0
+"""How long a managed-spot job on a requeueing scheduler (Slurm) waits for the agent's own signal
+when hosts ended "Stopped" by one the agent did not send, before it calls that a failure."""
 LOG_TAIL_LINES = 20
 _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
@@ -284,6 +290,14 @@ class Agent:
             and bool(self.spec.EnableManagedSpotTraining)
             and not self.job.stop_file.exists()
         )
+
+    def _may_be_preempted(self, failed: list[Host]) -> bool:
+        """Whether ``failed`` hosts may be the first sign of a preemption the agent has not heard of
+        yet: a scheduler that requeues signals every step and the agent at once, in no set order, so
+        a managed-spot host can end "Stopped" by that signal before the agent's own arrives."""
+        if self._signalled or not (self.executor.requeues and self.spec.EnableManagedSpotTraining):
+            return False
+        return not self.job.stop_file.exists() and all(_stopped_from_outside(h) for h in failed)
 
     def _resume(self) -> bool:
         """In a run of the agent that continues a requeued job: take its attempts over (ending
@@ -490,6 +504,7 @@ class Agent:
         )
         outcome: tuple[str, str, dict[str, Any]] | None = None
         kill_at: float | None = None
+        hold_until: float | None = None
         while True:
             self._host_ended.clear()  # before polling: an exit after this wakes the wait below
             now = time.monotonic()
@@ -503,10 +518,19 @@ class Agent:
                     else:
                         host.exit_code, host.exited_at = exit_code_of(code), time.time()
             self.executor.watch(context)
+            failed = [h for h in self.hosts if (h.exit_code or 0) != 0 or h.failure_details.exists()]
+            if outcome is None and failed and self._may_be_preempted(failed):
+                hold_until = hold_until or now + PREEMPTION_HOLD_SECONDS
+                if now < hold_until:  # the scheduler's signal to the agent may still be on its way
+                    time.sleep(POLL_SECONDS)
+                    continue
             if not running:
+                if outcome is None and failed and self._preempted():
+                    outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
+                    self.say("Preempted: every host has ended")
+                    self.transition(contract.SECONDARY_INTERRUPTED)
                 break
             if outcome is None:
-                failed = [h for h in self.hosts if (h.exit_code or 0) != 0 or h.failure_details.exists()]
                 if self._preempted():  # before failures: the scheduler signalled the hosts too
                     outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
                     self.say(f"Preempted: SIGTERM to every host, SIGKILL after {self.grace:g} s")
@@ -644,6 +668,15 @@ class Agent:
                 f"WARNING: input file {path} changed during the job (written through its channel "
                 "view); channel data should be treated as read-only"
             )
+
+
+def _stopped_from_outside(host: Host) -> bool:
+    """The host ended on a signal (it says "stopped", or it died by one without a word)."""
+    try:
+        details = json.loads(host.failure_details.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return host.exit_code is not None and host.exit_code > 128
+    return isinstance(details, dict) and details.get("kind") == "stopped"
 
 
 def _tail(path: Path, lines: int) -> str:

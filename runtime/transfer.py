@@ -302,16 +302,24 @@ class _HashStore:
 
     def get(self, path: bytes) -> tuple[str, _Hashes, int] | None:
         """``(stat key, hashes, last used)`` stored for ``path``."""
+        return self._select("path = ?", (path,)).get(path)
+
+    def get_under(self, directory: bytes) -> dict[bytes, tuple[str, _Hashes, int]]:
+        """Every entry below ``directory``, by path: one range scan of the primary key."""
+        low = directory.rstrip(b"/") + b"/"
+        return self._select("path >= ? AND path < ?", (low, low[:-1] + b"0"))  # "0" follows "/"
+
+    def _select(self, where: str, args: tuple[bytes, ...]) -> dict[bytes, tuple[str, _Hashes, int]]:
         conn = self._connection()
         if conn is None:
-            return None
+            return {}
         try:
-            query = "SELECT stat, sha256, md5, used FROM hashes WHERE path = ?"
-            row = conn.execute(query, (path,)).fetchone()
+            query = f"SELECT path, stat, sha256, md5, used FROM hashes WHERE {where}"
+            rows = conn.execute(query, args).fetchall()
         except Exception as exc:
             self._fail(exc)
-            return None
-        return None if row is None else (row[0], _Hashes(row[1], row[2]), row[3])
+            return {}
+        return {row[0]: (row[1], _Hashes(row[2], row[3]), row[4]) for row in rows}
 
     def put(self, entries: dict[bytes, tuple[str, _Hashes]], touched: set[bytes]) -> None:
         """Store ``entries`` and mark ``touched`` as used now, in one transaction; then evict the
@@ -378,6 +386,7 @@ class HashCache:
         self._entries: dict[tuple[bytes, str], _Hashes] = {}
         self._pending: dict[bytes, tuple[str, _Hashes]] = {}
         self._touched: set[bytes] = set()
+        self._preloaded: dict[bytes, tuple[str, _Hashes, int]] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -390,13 +399,20 @@ class HashCache:
             hit = self._entries.get((name, key))
             if hit is not None or self._store is None:
                 return hit
-            stored = self._store.get(name)
+            stored = self._preloaded.pop(name) if name in self._preloaded else self._store.get(name)
             if stored is None or stored[0] != key:
                 return None
             if stored[2] < time.time() - 86_400:  # last-used marks move at most daily: few writes
                 self._touched.add(name)
             self._entries[(name, key)] = stored[1]
             return stored[1]
+
+    def preload(self, directory: Path) -> None:
+        """Read what the cache file holds for the files below ``directory`` in one query, rather than
+        one query a file."""
+        with self._lock:
+            if self._store is not None:
+                self._preloaded.update(self._store.get_under(self._name(directory)))
 
     def cached(self, path: Path, multipart_threshold: int) -> FileDigest | None:
         """The digest of ``path`` if it is cached and the file has not changed since; else None."""
@@ -474,6 +490,21 @@ class TransferSummary:
             f"{label}: {len(self.transferred)} file(s), {self.bytes / MiB:.1f} MiB in "
             f"{self.seconds:.1f} s, {len(self.skipped)} skipped unchanged"
         )
+
+
+def _listed_objects(bucket: str, prefix: str, page: dict[str, Any]) -> list[ObjectInfo]:
+    """The objects of one ``ListObjectsV2`` page under ``prefix``; "folder" markers (keys ending in
+    ``/``) hold no data and are left out."""
+    return [
+        ObjectInfo(
+            f"s3://{bucket}/{obj['Key']}",
+            relative_key(prefix, obj["Key"]),
+            int(obj["Size"]),
+            str(obj.get("ETag", "")).strip('"'),
+        )
+        for obj in page.get("Contents", [])
+        if not obj["Key"].endswith("/")
+    ]
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -605,18 +636,7 @@ class TransferEngine:
             out: list[ObjectInfo] = []
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-                for obj in page.get("Contents", []):
-                    key = obj["Key"]
-                    if key.endswith("/"):
-                        continue  # "folder" marker objects hold no data
-                    out.append(
-                        ObjectInfo(
-                            f"s3://{bucket}/{key}",
-                            relative_key(prefix, key),
-                            int(obj["Size"]),
-                            str(obj.get("ETag", "")).strip('"'),
-                        )
-                    )
+                out += _listed_objects(bucket, prefix, page)
             return sorted(out, key=lambda o: o.rel)
         root = local_path(uri)
         if root.is_file():
@@ -681,11 +701,35 @@ class TransferEngine:
         jobs = [(directory / o.rel, bucket, join_key(prefix, o.rel)) for o in files]
         if not (skip_unchanged and files):
             return self._upload_many(jobs, dict, skip_unchanged, extra_args, "upload")
-        listing_uri = f"s3://{bucket}/" + (prefix.rstrip("/") + "/" if prefix else "")
+        listing_prefix = prefix.rstrip("/") + "/" if prefix else ""
+        keys = sorted(key for _path, _bucket, key in jobs)
+        self.hashes.preload(directory)
         # One listing pass, run while the local files are hashed: the two take about as long.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="smlaunch-list") as lister:
-            listing = lister.submit(lambda: {split_s3_uri(o.uri)[1]: o for o in self.list(listing_uri)})
+            listing = lister.submit(self._list_keys, bucket, listing_prefix, keys)
             return self._upload_many(jobs, listing.result, skip_unchanged, extra_args, "upload")
+
+    def _list_keys(self, bucket: str, prefix: str, keys: Sequence[str]) -> dict[str, ObjectInfo]:
+        """The objects under ``prefix`` up to the last of ``keys`` (sorted), by key: one listing, cut
+        into runs of 1,000 of ``keys`` listed side by side, each from the previous run's last key
+        (``StartAfter``) until a page passes its own last key. As many pages as one paginated
+        listing needs (fewer when the prefix holds keys past ``keys``), in parallel."""
+        runs = [
+            (keys[i - 1] if i else "", keys[min(i + 1000, len(keys)) - 1]) for i in range(0, len(keys), 1000)
+        ]
+
+        def list_run(run: tuple[str, str]) -> list[ObjectInfo]:
+            after, last = run
+            found: list[ObjectInfo] = []
+            while True:
+                page = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=after)
+                found += _listed_objects(bucket, prefix, page)
+                contents = page.get("Contents") or []
+                if not (page.get("IsTruncated") and contents) or contents[-1]["Key"] >= last:
+                    return found
+                after = contents[-1]["Key"]
+
+        return {split_s3_uri(o.uri)[1]: o for run in self._pool_map(list_run, runs) for o in run}
 
     def _unchanged_remote(self, digest: FileDigest, bucket: str, key: str, remote: ObjectInfo) -> bool:
         if remote.size != digest.size:

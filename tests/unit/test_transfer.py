@@ -127,6 +127,31 @@ def test_unchanged_reupload_sends_no_put_and_lists_once(s3: Any, tmp_path: Path)
     assert counts == {"ListObjectsV2": 1, "PutObject": 1}
 
 
+def test_a_listing_of_many_keys_in_parallel_runs_misses_nothing(s3: Any, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2050):  # three runs of at most 1,000 keys, listed side by side
+        (src / f"f{i:04d}").write_bytes(b"%d" % i)
+    changed, missing = "f1000", "f1999"
+    for i in range(2050):
+        name = f"f{i:04d}"
+        if name != missing:
+            body = b"%d" % (i + 1) if name == changed else (src / name).read_bytes()
+            s3.put_object(Bucket="bucket", Key=f"pre/{name}", Body=body)
+    # Keys the local tree lacks: before, between and after the local ones, a folder marker, and one
+    # outside the prefix that shares its first letters.
+    for key in ("pre/a", "pre/f0999x", "pre/f1500/", "pre/zzz", "prefix-other/f0001"):
+        s3.put_object(Bucket="bucket", Key=key, Body=b"1")
+    counts = _count_requests(s3)
+    result = TransferEngine(s3, progress=False).upload_dir(src, "s3://bucket/pre")
+    assert sorted(result.transferred) == [f"s3://bucket/pre/{changed}", f"s3://bucket/pre/{missing}"]
+    assert len(result.skipped) == 2048
+    # One HeadObject: an MD5 ETag that differs may still be SSE-KMS's, so smlaunch-sha256 decides.
+    assert counts["PutObject"] == 2 and counts["HeadObject"] == 1
+    # Three runs; the keys the tree lacks push the first two over 1,000 keys: a second page each.
+    assert counts["ListObjectsV2"] == 5
+
+
 def test_a_failed_listing_uploads_nothing(s3: Any, tmp_path: Path) -> None:
     _tree(tmp_path / "src", 5)
     counts = _count_requests(s3)

@@ -77,7 +77,7 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from estimator.backends.local import layout
 from estimator.backends.local.artifacts import package_artifacts
@@ -93,6 +93,9 @@ from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.processes import become_subreaper, exit_code_of, line_blocks, pipe_reader
 from runtime.transfer import TransferEngine
+
+if TYPE_CHECKING:
+    from estimator.backends.local.early_start import EarlyHosts
 
 FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
@@ -123,8 +126,13 @@ _MESSAGES = {
 class Agent:
     """Runs one local job to a terminal state. See the module docstring for the policy."""
 
-    def __init__(self, job: JobDir, executor: Executor | None = None) -> None:
+    def __init__(
+        self, job: JobDir, executor: Executor | None = None, early: EarlyHosts | None = None
+    ) -> None:
         self.job = job
+        self._early = early
+        """The first attempt's hosts when :mod:`estimator.backends.local.early_start` started them
+        (``executor`` adopts them); None once that attempt is launched."""
         self.spec = TrainingJobSpec.model_validate(job.read_json(job.spec_file))
         self.settings = job.read_json(job.settings_file)
         self.state = job.read_state()
@@ -241,6 +249,8 @@ class Agent:
         become_subreaper()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if self._early is not None and self._early.signals:
+            self._signalled = True
         self._set_space_aside()
         try:
             outcome = self._run()
@@ -317,24 +327,29 @@ class Agent:
 
     def _run(self) -> tuple[str, str, dict[str, Any]]:
         if not self._resume():
-            self.state["TrainingStartTime"] = self._attempts.started = time.time()
+            started = self._early.started if self._early is not None else time.time()
+            self.state["TrainingStartTime"] = self._attempts.started = started
             self.transition(contract.SECONDARY_DOWNLOADING)
         while True:  # one pass per attempt; a spot interruption starts another on fresh hosts
             try:
                 self._prepare()
             except Exception as exc:
                 self.say(f"ERROR preparing the hosts: {type(exc).__name__}: {exc}")
+                if self._early is not None:  # started early: they must not outlive the job
+                    self.executor.kill_everything(self.context())
                 reason = self._no_space_reason(exc, self.job.hosts_dir) or (
                     f"ClientError: preparing the hosts failed: {type(exc).__name__}: {exc}"
                 )
                 return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
-            if self._stop_requested():
+            # Hosts started early already run: a stop or preemption now is for _supervise to apply.
+            if self._early is None and self._stop_requested():
                 return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
-            if self._preempted():
+            if self._early is None and self._preempted():
                 return INTERRUPTED, contract.SECONDARY_INTERRUPTED, {}
             self._attempts.begin()
             self.state["Attempts"] = self._attempts.records  # a requeued run finds it if this one is killed
             self._launch()
+            self._early = None
             self._spot.arm(len(self._attempts.records))
             for sync in self._syncs:
                 sync.start()
@@ -410,7 +425,8 @@ class Agent:
     def _prepare(self) -> None:
         names = [h.name for h in self.hosts]
         for host in self.hosts:
-            layout.write_host_tree(self.spec, host.base, host.name, names)
+            if self._early is None:  # else submit wrote them (ProcessExecutor.plan_early_start)
+                layout.write_host_tree(self.spec, host.base, host.name, names)
         # Channels (File / FastFile / Pipe, sharding, manifests): estimator.backends.local.data.
         # FastFile channels are FUSE mounts in the host trees, made here, before any host starts:
         # a host's processes see them (a private mount namespace made later copies them).

@@ -46,7 +46,7 @@ import psutil
 from estimator import naming
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.local import data as local_data
-from estimator.backends.local import layout
+from estimator.backends.local import early_start, layout
 from estimator.backends.local.executors.base import Executor
 from estimator.backends.local.executors.process import ProcessExecutor
 from estimator.backends.local.layout import file_uri_path, instance_ranks, machine_gpu_count
@@ -396,7 +396,9 @@ class LocalBackend(Backend):
         job.logs_dir.mkdir(exist_ok=True)
         job.job_log.touch()
         write_json_atomic(job.spec_file, spec.to_request())
-        write_json_atomic(job.settings_file, self.settings(spec))
+        settings = self.settings(spec)
+        write_json_atomic(job.settings_file, settings)
+        self.executor.plan_early_start(spec, settings, job)
         created = time.time()
         job.write_state(
             {
@@ -416,11 +418,13 @@ class LocalBackend(Backend):
         self._start_agent(job)
 
     def _start_agent(self, job: JobDir) -> None:
-        """Start the job's agent (``python -m <agent_module> <job dir>``) and record it in
-        ``agent.json``; its files are written."""
+        """Start the job's agent (``python -m <agent_module> <job dir>``, or its hosts-first entry
+        :mod:`estimator.backends.local.early_start` when the executor planned the hosts) and record
+        it in ``agent.json``; its files are written."""
+        module = early_start.__name__ if job.early_start_file.exists() else self.agent_module
         with open(job.agent_log, "ab") as agent_log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", self.agent_module, str(job.path)],
+                [sys.executable, "-m", module, str(job.path)],
                 stdin=subprocess.DEVNULL,
                 stdout=agent_log,
                 stderr=subprocess.STDOUT,

@@ -10,6 +10,8 @@ talks to the job only through these files, so ``fit(wait=False)`` in one noteboo
 - ``state.json``     the job's status, written ONLY by the agent, atomically (tmp + rename), so a
   reader never sees half a file;
 - ``stop``           present once someone asked the job to stop (StopTrainingJob); the agent polls it;
+- ``early-start.json`` the first attempt's hosts, started by the agent at once (process jobs that
+  stage nothing), written by submit and removed by the agent;
 - ``logs/job.log``   merged log of every host, ``logs/<host>.log`` per host, ``logs/agent.log``;
   ``logs/progress.json`` the agent's large transfer under way (channel downloads, uploads);
 - ``hosts/<host>/``  each emulated host's ``/opt/ml`` tree.
@@ -25,8 +27,6 @@ import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from runtime import contract
 
@@ -63,6 +63,12 @@ class JobDir:
     @property
     def stop_file(self) -> Path:
         return self.path / "stop"
+
+    @property
+    def early_start_file(self) -> Path:
+        """The first attempt's hosts, for the agent to start before anything else, written by
+        submit for process jobs that stage nothing (:mod:`estimator.backends.local.early_start`)."""
+        return self.path / "early-start.json"
 
     @property
     def logs_dir(self) -> Path:
@@ -119,6 +125,8 @@ class JobDir:
             agent = self.read_json(self.agent_file)
         except FileNotFoundError:
             return None
+        import psutil  # not at the top: the agent starts its hosts before it loads anything else
+
         try:
             proc = psutil.Process(int(agent["pid"]))
             if abs(proc.create_time() - float(agent["create_time"])) > 1.0:

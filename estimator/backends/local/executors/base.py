@@ -21,8 +21,10 @@ An executor lives on both sides of the job, with one class for both:
 
 - **in the notebook** (the session's backend, at submit): :meth:`Executor.check` refuses what it
   cannot run before anything starts; :meth:`Executor.settings` adds what the agent will need to
-  ``settings.json`` (``"executor"`` names the class); :meth:`Executor.submitted` may start a
-  safety net once the agent runs (Docker: a reaper of the job's containers);
+  ``settings.json`` (``"executor"`` names the class); :meth:`Executor.plan_early_start` may plan
+  the first attempt's hosts so the agent starts them at once (processes);
+  :meth:`Executor.submitted` may start a safety net once the agent runs (Docker: a reaper of the
+  job's containers);
 - **in the agent** (a detached process, built again from ``settings.json`` by
   :meth:`Executor.for_agent`): :meth:`Executor.prepare` adjusts the host trees the agent wrote,
   :meth:`Executor.launch` starts every host of one attempt and returns one :class:`HostProcess`
@@ -170,6 +172,11 @@ class Executor(ABC):
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """Fields this executor adds to ``settings.json`` (always ``"executor": name``)."""
         return {"executor": self.name}
+
+    def plan_early_start(self, spec: TrainingJobSpec, settings: dict[str, Any], job: JobDir) -> bool:
+        """Write what lets the agent start the first attempt's hosts before it loads its own
+        machinery (``job.early_start_file``); True if it did. The default plans nothing."""
+        return False
 
     def submitted(self, job: JobDir) -> None:
         """Called once the job's agent runs: start any safety net that must outlive the agent."""

@@ -1,0 +1,107 @@
+"""``python -m estimator.backends.local.early_start <job dir>``: the local agent, hosts first.
+
+A process job whose hosts need nothing staged (no input channels, no checkpoints to restore) is
+planned at submit (:meth:`~estimator.backends.local.executors.process.ProcessExecutor.plan_early_start`):
+each host's ``/opt/ml`` tree is written and ``early-start.json`` holds what starts its runtime (the
+interpreter, the master port, the attempt's scratch directory, each host's own variables). This
+entry starts those hosts first, as the agent would (:func:`.executors.spawn.start_host`: private
+``/opt/ml``, parent-death signal, as a child subreaper), loading only the standard library to do
+so, and then loads and runs the agent (:mod:`estimator.backends.local.agent`), which adopts them:
+the agent's own start-up (the job spec, pydantic, its policy modules) runs while the hosts start
+instead of before. The agent then applies its whole policy to them, unchanged. A job without a plan
+(or a second run of its agent) goes straight to the agent.
+
+A SIGTERM or SIGINT that arrives before the agent has installed its handlers is remembered and
+handed to the agent, which then stops the job as it would have.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from estimator.backends.local.executors.spawn import PrivateOptMl, base_environment, start_host
+from estimator.backends.local.state import JobDir
+from runtime.processes import become_subreaper
+
+
+@dataclass
+class EarlyHosts:
+    """The first attempt's hosts, started before the agent loaded its machinery."""
+
+    procs: dict[str, subprocess.Popen[bytes]]
+    """Host name -> its ``python -m runtime``."""
+    port: int
+    """The master port the hosts were given."""
+    scratch: Path
+    """The attempt's scratch directory (``SMLAUNCH_MPI_DIR``), removed when the job ends."""
+    opt_ml: PrivateOptMl | None
+    """What gave each host its own ``/opt/ml``; None when this machine cannot (see ``no_opt_ml``)."""
+    no_opt_ml: str | None
+    """Why the hosts share the machine's ``/opt/ml`` (the agent says it once), else None."""
+    started: float
+    """``time.time()`` when the first host was started: the job's TrainingStartTime."""
+    signals: list[int] = field(default_factory=list)
+    """SIGTERM / SIGINT received before the agent installed its own handlers."""
+
+
+def start_hosts(job: JobDir) -> EarlyHosts | None:
+    """Start the hosts ``job.early_start_file`` plans (then removed: it is used once), or None
+    when there is no plan or a host could not be started (then none runs and the agent starts
+    the hosts itself, reporting what fails). Call it from the main thread."""
+    try:
+        plan = json.loads(job.early_start_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    job.early_start_file.unlink()
+    hosts = EarlyHosts({}, int(plan["port"]), Path(plan["scratch"]), None, None, time.time())
+
+    def remember(signum: int, _frame: FrameType | None) -> None:
+        hosts.signals.append(signum)
+
+    signal.signal(signal.SIGTERM, remember)
+    signal.signal(signal.SIGINT, remember)
+    become_subreaper()
+    mounts = PrivateOptMl()
+    hosts.no_opt_ml = mounts.unavailable(Path(plan["hosts"][0]["tree"]))
+    hosts.opt_ml = mounts if hosts.no_opt_ml is None else None
+    base = base_environment(job.read_json(job.settings_file), hosts.scratch)
+    try:
+        for host in plan["hosts"]:
+            env = dict(base)
+            env.update(host["env"])
+            hosts.procs[host["name"]] = start_host(plan["python"], Path(host["tree"]), env, hosts.opt_ml)
+    except OSError:
+        for proc in hosts.procs.values():
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(hosts.scratch, ignore_errors=True)
+        return None
+    return hosts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the planned hosts, then run the job's agent with them."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m estimator.backends.local.early_start <job dir>", file=sys.stderr)
+        return 2
+    job = JobDir(Path(args[0]))
+    hosts = start_hosts(job)
+    from estimator.backends.local.agent import Agent  # after the hosts started: the slow part
+    from estimator.backends.local.executors.process import ProcessExecutor
+
+    if hosts is None:
+        return Agent(job).run()
+    return Agent(job, ProcessExecutor(started=hosts), early=hosts).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Starting one host runtime as a process of the agent: its private ``/opt/ml``, its parent-death
+signal, its environment.
+
+Used by :class:`~estimator.backends.local.executors.process.ProcessExecutor` for every attempt, and
+by :mod:`estimator.backends.local.early_start` to start the first attempt's hosts before the agent
+has loaded its own machinery; so this module imports the standard library and the shared layer of
+``runtime`` only (never the job spec, pydantic or psutil).
+
+:class:`PrivateOptMl` gives each host its own tree at ``/opt/ml`` in a private mount namespace
+(described in :mod:`estimator.backends.local.executors.process`); :func:`start_host` starts one
+``python -m runtime`` with that namespace and ``PR_SET_PDEATHSIG=SIGHUP`` against the calling
+thread (:func:`runtime.processes.die_with_parent`), in this order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from runtime import contract
+from runtime.processes import die_with_parent
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MS_SLAVE = 0x80000
+
+
+class PrivateOptMl:
+    """Bind-mounts a host tree at ``target`` (``/opt/ml``) in a private mount namespace."""
+
+    def __init__(self, target: str = contract.DEFAULT_BASE_DIR) -> None:
+        self.target = target
+        # Loaded here, in the parent: the hook runs between fork and exec and must not load libraries.
+        self._libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+    def hook(self, tree: Path) -> Callable[[], None]:
+        """A pre-exec hook that puts the child in its own namespace with ``tree`` at the target."""
+        source = str(tree)
+        return lambda: self._enter(source)
+
+    def unavailable(self, tree: Path) -> str | None:
+        """None when a child can get ``tree`` at the target here (tried in a throwaway child), else why."""
+        if self._libc is None:
+            return f"mount namespaces need Linux, not {sys.platform}"
+        true = shutil.which("true") or "/bin/true"
+        read, write = os.pipe()
+
+        def probe() -> None:
+            try:
+                self._enter(str(tree))
+            except OSError as error:
+                os.write(write, str(error).encode())
+                os._exit(1)
+
+        try:
+            code = subprocess.run([true], preexec_fn=probe, pass_fds=(write,), check=False).returncode
+        except (OSError, subprocess.SubprocessError) as error:
+            code, why = 1, str(error)
+        else:
+            why = ""
+        finally:
+            os.close(write)
+            with os.fdopen(read, "rb") as pipe:
+                why = pipe.read().decode(errors="replace") or why
+        return None if code == 0 else why or f"the probe exited with code {code}"
+
+    # --- in the forked child ------------------------------------------------------------------
+
+    def _check(self, what: str, result: int) -> None:
+        if result != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    def _mount(
+        self,
+        source: str | None,
+        target: str,
+        fstype: str | None,
+        flags: int,
+        what: str,
+        data: str | None = None,
+    ) -> None:
+        assert self._libc is not None
+        fields = [None if s is None else os.fsencode(s) for s in (source, target, fstype)]
+        self._check(what, self._libc.mount(*fields, flags, None if data is None else os.fsencode(data)))
+
+    def _enter(self, tree: str) -> None:
+        assert self._libc is not None
+        uid, gid = os.getuid(), os.getgid()
+        root = os.geteuid() == 0
+        self._check("unshare", self._libc.unshare(_CLONE_NEWNS if root else _CLONE_NEWNS | _CLONE_NEWUSER))
+        if not root:
+            maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
+            for name, text in maps:
+                with open(f"/proc/self/{name}", "w") as handle:
+                    handle.write(text)
+        # First, before anything is mounted: nothing done here may propagate to the machine.
+        self._mount(None, "/", None, _MS_REC | _MS_SLAVE, "making every mount a slave")
+        if not os.path.isdir(self.target):
+            self._cover_parent()
+        self._mount(tree, self.target, None, _MS_BIND | _MS_REC, f"bind-mounting {tree} at {self.target}")
+
+    def _cover_parent(self) -> None:
+        """A tmpfs over the target's parent, with the parent's entries bind-mounted back and the
+        target created empty."""
+        parent, name = os.path.split(self.target.rstrip("/"))
+        if not os.path.isdir(parent):
+            raise OSError(2, f"{parent} does not exist, so {self.target} cannot be mounted")
+        original = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)  # still reaches what the tmpfs hides
+        entries = os.listdir(original)
+        self._mount("tmpfs", parent, "tmpfs", 0, f"mounting a tmpfs over {parent}", "mode=755")
+        for entry in entries:
+            source, placed = f"/proc/self/fd/{original}/{entry}", os.path.join(parent, entry)
+            if os.path.islink(source):
+                os.symlink(os.readlink(source), placed)
+                continue
+            if os.path.isdir(source):
+                os.mkdir(placed)
+            else:
+                os.close(os.open(placed, os.O_CREAT | os.O_WRONLY, 0o644))
+            self._mount(source, placed, None, _MS_BIND | _MS_REC, f"bind-mounting {parent}/{entry} back")
+        os.mkdir(os.path.join(parent, name))
+        os.close(original)
+
+
+def no_private_opt_ml(why: str) -> str:
+    """The job-log line that says, once per job, why hosts share the machine's ``/opt/ml``."""
+    return (
+        f"No private /opt/ml per host on this machine ({why}): scripts must take their "
+        "paths from SM_* variables (or use LocalSession(executor='docker'))"
+    )
+
+
+def base_environment(settings: Mapping[str, Any], scratch: Path) -> dict[str, str]:
+    """What every host runtime of an attempt inherits besides its own variables: the agent's
+    environment, the S3 the session talks to, and the attempt's scratch directory
+    (``SMLAUNCH_MPI_DIR``, where the emulated MPI hosts meet)."""
+    env = dict(os.environ)
+    # The S3 the session talks to (e.g. a test's moto server) is the S3 the hosts talk to:
+    # the runtime fetches s3:// code with boto3, which honours these variables.
+    if settings.get("s3_endpoint_url"):
+        env.setdefault("AWS_ENDPOINT_URL_S3", str(settings["s3_endpoint_url"]))
+    if settings.get("s3_region_name"):
+        env.setdefault("AWS_REGION", str(settings["s3_region_name"]))
+    env[contract.SMLAUNCH_MPI_DIR] = str(scratch)
+    return env
+
+
+def start_host(
+    python: str, tree: Path, env: Mapping[str, str], opt_ml: PrivateOptMl | None
+) -> subprocess.Popen[bytes]:
+    """One ``python -m runtime`` for the host whose ``/opt/ml`` tree is ``tree``, its stdout and
+    stderr merged into one pipe. Call it from the main thread: ``PR_SET_PDEATHSIG`` is tied to the
+    thread that forks. The pre-exec hooks only enter the host's mount namespace (``opt_ml``; None:
+    the machine's) and call prctl and getppid, PDEATHSIG last."""
+    # SIGHUP, not SIGKILL: a host runtime must live long enough to kill and reap everything its
+    # ranks started (runtime.supervisor, point 5).
+    return subprocess.Popen(
+        [python, "-m", "runtime"],
+        cwd=str(tree),
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_in_order(
+            opt_ml.hook(tree) if opt_ml is not None else None, die_with_parent(signal.SIGHUP)
+        ),
+    )
+
+
+def _in_order(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One pre-exec hook running ``hooks`` (None ones skipped) in order."""
+    present = [hook for hook in hooks if hook is not None]
+    if not present:
+        return None
+
+    def run() -> None:
+        for hook in present:
+            hook()
+
+    return run

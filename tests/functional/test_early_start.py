@@ -1,0 +1,170 @@
+"""Hosts started before the agent loads its machinery (``estimator.backends.local.early_start``).
+
+A process job that stages nothing is planned at submit and its agent starts the hosts first; these
+tests check that what users see is what the agent alone gave them: every rank's first lines in order
+with their ``[algo-N/rank R]`` prefixes after the topology line, the status transitions, the exact
+root cause of a failing script (exit code and traceback), a stop that arrives while the agent is
+still starting, and no process left behind. A job with a channel is never planned early.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from estimator.backends.local.executors.process import ProcessExecutor
+from estimator.backends.local.state import JobDir
+from estimator.session import LocalSession
+from runtime import contract
+from tests.functional._local_helpers import (
+    assert_no_job_processes,
+    kill_leftover_jobs,
+    make_spec,
+    wait_for_line,
+    wait_terminal,
+)
+
+FIRST_LINES = """
+import os, time
+rank = int(os.environ["RANK"])
+print(f"first line of rank {rank} at {time.time():.6f}", flush=True)
+for step in range(3):
+    print(f"rank {rank} step {step}", flush=True)
+"""
+
+FAILS_WITH_7 = """
+import sys, traceback
+
+def train_step(batch):
+    raise RuntimeError(f"loss is NaN at batch {batch}")
+
+print("training", flush=True)
+try:
+    train_step(3)
+except RuntimeError:
+    traceback.print_exc()
+    sys.exit(7)
+"""
+
+SLEEPER = """
+import time
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    kill_leftover_jobs(tmp_path / "jobs")
+
+
+def _backend(tmp_path: Path, **kwargs: object):  # type: ignore[no-untyped-def]
+    return LocalSession(tmp_path / "jobs", **kwargs).backend()  # type: ignore[arg-type]
+
+
+def test_two_hosts_two_ranks_print_their_first_lines_in_order_with_their_prefixes(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, processes_per_host=2)
+    backend.submit(make_spec(tmp_path, "first-lines", FIRST_LINES, instance_count=2, ddp=True))
+    description = wait_terminal(backend, "first-lines")
+    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, description.get("FailureReason")
+    job = backend.job_dir("first-lines")
+    assert not job.early_start_file.exists()  # used once, by the agent
+    statuses = [t["Status"] for t in description["SecondaryStatusTransitions"]]
+    assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
+    lines = list(backend.log_lines("first-lines"))
+    topology = next(
+        i for i, line in enumerate(lines) if line.startswith("[smlaunch] Job first-lines: 2 host(s)")
+    )
+    for host, ranks in (("algo-1", (0, 1)), ("algo-2", (2, 3))):
+        host_log = job.host_log(host).read_text().splitlines()
+        for rank in ranks:
+            prefix = f"[{host}/rank {rank}] "
+            own = [line[len(prefix) :] for line in host_log if line.startswith(prefix)]
+            assert own[0].startswith(f"first line of rank {rank} at ")
+            assert own[1:] == [f"rank {rank} step {step}" for step in range(3)]
+            first = next(i for i, line in enumerate(lines) if line.startswith(prefix + "first line"))
+            assert first > topology  # the agent names the topology before any rank's line
+            printed_at = float(own[0].rsplit(" ", 1)[1])
+            assert description["TrainingStartTime"].timestamp() <= printed_at
+    assert_no_job_processes("first-lines", job.path)
+
+
+def test_a_failing_script_reports_its_exit_code_and_traceback(tmp_path: Path) -> None:
+    backend = _backend(tmp_path)
+    backend.submit(make_spec(tmp_path, "fails-7", FAILS_WITH_7, instance_count=1))
+    description = wait_terminal(backend, "fails-7")
+    assert description["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert description["ExitCode"] == 7
+    reason = description["FailureReason"]
+    assert "algo-1" in reason and "rank 0" in reason and "code 7" in reason
+    assert "Traceback (most recent call last):" in reason
+    assert "in train_step" in reason and "RuntimeError: loss is NaN at batch 3" in reason
+    failure = json.loads(
+        (
+            contract.Paths(backend.job_dir("fails-7").host_base("algo-1")).output_dir / "failure.json"
+        ).read_text()
+    )
+    assert failure["exit_code"] == 7 and failure["host"] == "algo-1"
+    assert "[algo-1/rank 0] training" in list(backend.log_lines("fails-7"))
+    assert_no_job_processes("fails-7", backend.job_dir("fails-7").path)
+
+
+def test_a_stop_while_the_agent_starts_stops_the_hosts_it_started_early(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, stop_grace_seconds=1)
+    backend.submit(make_spec(tmp_path, "early-stop", SLEEPER, instance_count=2))
+    backend.stop("early-stop")  # the agent is still loading; its hosts may already run
+    description = wait_terminal(backend, "early-stop")
+    assert description["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert_no_job_processes("early-stop", backend.job_dir("early-stop").path)
+
+
+def test_a_job_that_stages_a_channel_is_not_planned_early(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("1,2\n")
+    spec = make_spec(tmp_path, "staged", FIRST_LINES, instance_count=1, inputs={"train": data.as_uri()})
+    job = JobDir(tmp_path / "staged")
+    job.path.mkdir()
+    settings = {"processes_per_host": 1, "stop_grace_seconds": 1}
+    assert ProcessExecutor().plan_early_start(spec, settings, job) is False
+    assert not job.early_start_file.exists() and not job.hosts_dir.exists()
+
+
+def test_the_plan_holds_each_hosts_variables_and_its_tree(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, "planned", FIRST_LINES, instance_count=2)
+    job = JobDir(tmp_path / "planned")
+    job.path.mkdir()
+    settings = {"processes_per_host": 2, "stop_grace_seconds": 5, "num_gpus": 0}
+    assert ProcessExecutor().plan_early_start(spec, settings, job) is True
+    plan = json.loads(job.early_start_file.read_text())
+    assert Path(plan["scratch"]).parent == job.path and Path(plan["scratch"]).is_dir()
+    assert [h["name"] for h in plan["hosts"]] == ["algo-1", "algo-2"]
+    for host in plan["hosts"]:
+        paths = contract.Paths(host["tree"])
+        resource = json.loads(paths.resource_config_file.read_text())
+        assert resource["current_host"] == host["name"] and resource["hosts"] == ["algo-1", "algo-2"]
+        env = host["env"]
+        assert env[contract.BASE_DIR_ENV] == host["tree"]
+        assert env[contract.SMLAUNCH_MASTER_PORT] == str(plan["port"])
+        assert env[contract.SMLAUNCH_PROCESSES_PER_HOST] == "2"
+        assert env[contract.SMLAUNCH_STOP_GRACE_SECONDS] == "5"
+        assert env[contract.TRAINING_JOB_NAME_ENV] == "planned"
+
+
+def test_the_agent_started_early_is_the_hosts_parent(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, stop_grace_seconds=1)
+    backend.submit(make_spec(tmp_path, "parent", SLEEPER, instance_count=2))
+    wait_for_line(backend, "parent", "[algo-2/rank 0] ready")
+    job = backend.job_dir("parent")
+    agent = psutil.Process(json.loads(job.agent_file.read_text())["pid"])
+    assert "estimator.backends.local.early_start" in agent.cmdline()
+    hosts = agent.children()
+    assert len(hosts) == 2 and all(h.cmdline()[-2:] == ["-m", "runtime"] for h in hosts)
+    backend.stop("parent")
+    assert wait_terminal(backend, "parent")["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert_no_job_processes("parent", job.path)

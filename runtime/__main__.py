@@ -12,17 +12,20 @@ internal error ("ClientError: ..." / "Framework Error: ..." in ``output/failure`
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
-import socket
 import sys
 import time
-import traceback
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime import contract
+
+if TYPE_CHECKING:
+    import argparse
+
+# argparse, socket and traceback are imported where they are used: every host runtime starts
+# before its ranks, so what it imports is paid before the user's first line.
 
 HOST_RESOLUTION_TIMEOUT_SECONDS = 900.0
 
@@ -45,6 +48,8 @@ def _log(host: str, message: str) -> None:
 
 def wait_for_hosts(hosts: list[str], timeout: float, log: Any) -> None:
     """Wait until every host name resolves (SageMaker's DNS can lag at start), at most ``timeout`` s."""
+    import socket
+
     deadline = time.monotonic() + timeout
     delay = 0.1
     for host in hosts:
@@ -118,6 +123,8 @@ def run(environ: Mapping[str, str]) -> int:
         write_failure(paths, text, host=host, kind="framework_error", exit_code=1)
         return 1
     except Exception as error:
+        import traceback
+
         text = f"Framework Error: \n{traceback.format_exc()}\n{error}"
         _log(host, text)
         try:
@@ -135,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     Other arguments are ignored, as SageMaker's containers ignore the ``train`` argument they get.
     """
+    import argparse
+
     return argparse.ArgumentParser(
         prog="train",
         description="Run this host's part of a SageMaker-style training job (also: python -m runtime).",
@@ -149,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry (``train``); returns the exit code for ``sys.exit``."""
-    build_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args:  # none: nothing to parse (python -m runtime, as the agent starts it)
+        build_parser().parse_known_args(args)
     return run(os.environ)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,6 +43,8 @@ def prctl_function() -> Callable[..., int] | None:
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (the rendezvous binds it moments later)."""
+    import socket  # not at the top: every host runtime imports this module before its ranks start
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

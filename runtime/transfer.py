@@ -414,9 +414,12 @@ class HashCache:
             if self._store is not None:
                 self._preloaded.update(self._store.get_under(self._name(directory)))
 
-    def cached(self, path: Path, multipart_threshold: int) -> FileDigest | None:
-        """The digest of ``path`` if it is cached and the file has not changed since; else None."""
-        st = os.stat(path)
+    def cached(
+        self, path: Path, multipart_threshold: int, st: os.stat_result | None = None
+    ) -> FileDigest | None:
+        """The digest of ``path`` if it is cached and the file has not changed since; else None.
+        ``st``: the file's ``os.stat`` result when the caller has just taken it."""
+        st = os.stat(path) if st is None else st
         hit = self._lookup(self._name(path), _stat_key(st))
         return None if hit is None else hit.digest(st.st_size, multipart_threshold)
 
@@ -505,6 +508,31 @@ def _listed_objects(bucket: str, prefix: str, page: dict[str, Any]) -> list[Obje
         for obj in page.get("Contents", [])
         if not obj["Key"].endswith("/")
     ]
+
+
+def _walk_files(root: Path) -> list[tuple[str, os.stat_result]]:
+    """``(relative path with "/", stat)`` of every regular file below ``root`` (symbolic links
+    followed, as ``os.walk(followlinks=True)``; partial downloads left out), sorted by path. One
+    ``stat`` a file: the directory entries say which are files and directories."""
+    found: list[tuple[str, os.stat_result]] = []
+    pending = [""]
+    while pending:
+        rel_dir = pending.pop()
+        try:
+            with os.scandir(os.path.join(root, rel_dir)) as entries:
+                listed = list(entries)
+        except OSError:  # vanished or unreadable, as os.walk skips it
+            continue
+        for entry in listed:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                if entry.is_dir():
+                    pending.append(rel)
+                elif entry.is_file() and not entry.name.endswith(PARTIAL_SUFFIX):
+                    found.append((rel, entry.stat()))
+            except OSError:
+                continue
+    return sorted(found, key=lambda item: item[0])
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -641,16 +669,7 @@ class TransferEngine:
         root = local_path(uri)
         if root.is_file():
             return [ObjectInfo(root.as_uri(), root.name, root.stat().st_size)]
-        files: list[ObjectInfo] = []
-        for dirpath, _dirs, names in os.walk(root, followlinks=True):
-            for name in names:
-                path = Path(dirpath) / name
-                if name.endswith(PARTIAL_SUFFIX) or not path.is_file():
-                    continue
-                files.append(
-                    ObjectInfo(path.as_uri(), path.relative_to(root).as_posix(), path.stat().st_size)
-                )
-        return sorted(files, key=lambda o: o.rel)
+        return [ObjectInfo((root / rel).as_uri(), rel, st.st_size) for rel, st in _walk_files(root)]
 
     # -- uploads
 
@@ -691,23 +710,28 @@ class TransferEngine:
 
         ``include(rel)`` filters files. Unchanged files (same size and hash) are skipped.
         """
-        directory = Path(directory)
-        files = [o for o in self.list(directory) if include is None or include(o.rel)]
+        directory = local_path(directory)
+        if directory.is_file():
+            raise NotADirectoryError(
+                f"upload_dir needs a directory, not the file {directory}: use upload_file"
+            )
+        files = [(rel, st) for rel, st in _walk_files(directory) if include is None or include(rel)]
         if not is_s3(uri):
             dest = local_path(uri)
-            pairs = [(directory / o.rel, dest / o.rel) for o in files]
+            pairs = [(directory / rel, dest / rel) for rel, _st in files]
             return self._copy_files(pairs, skip_unchanged, "copy")
         bucket, prefix = split_s3_uri(uri)
-        jobs = [(directory / o.rel, bucket, join_key(prefix, o.rel)) for o in files]
+        jobs = [(directory / rel, bucket, join_key(prefix, rel)) for rel, _st in files]
+        stats = [st for _rel, st in files]
         if not (skip_unchanged and files):
-            return self._upload_many(jobs, dict, skip_unchanged, extra_args, "upload")
+            return self._upload_many(jobs, dict, skip_unchanged, extra_args, "upload", stats)
         listing_prefix = prefix.rstrip("/") + "/" if prefix else ""
         keys = sorted(key for _path, _bucket, key in jobs)
         self.hashes.preload(directory)
         # One listing pass, run while the local files are hashed: the two take about as long.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="smlaunch-list") as lister:
             listing = lister.submit(self._list_keys, bucket, listing_prefix, keys)
-            return self._upload_many(jobs, listing.result, skip_unchanged, extra_args, "upload")
+            return self._upload_many(jobs, listing.result, skip_unchanged, extra_args, "upload", stats)
 
     def _list_keys(self, bucket: str, prefix: str, keys: Sequence[str]) -> dict[str, ObjectInfo]:
         """The objects under ``prefix`` up to the last of ``keys`` (sorted), by key: one listing, cut
@@ -754,13 +778,18 @@ class TransferEngine:
         skip_unchanged: bool,
         extra_args: dict[str, Any] | None,
         label: str,
+        stats: Sequence[os.stat_result] | None = None,
     ) -> TransferSummary:
         """Upload ``jobs`` (path, bucket, key), skipping those unchanged against ``listing()``, the
-        destination's objects by key (called once, after the local files are hashed)."""
+        destination's objects by key (called once, after the local files are hashed). ``stats``:
+        the files' ``os.stat`` results when the caller has them (else taken here)."""
         started = time.monotonic()
         summary = TransferSummary()
-        # Cache hits inline (a stat each); only files to read go through the pool.
-        cached = [self.hashes.cached(path, self.multipart_threshold) for path, _b, _k in jobs]
+        # Cache hits inline (a stat each at most); only files to read go through the pool.
+        cached = [
+            self.hashes.cached(path, self.multipart_threshold, stats[i] if stats is not None else None)
+            for i, (path, _b, _k) in enumerate(jobs)
+        ]
         misses = [path for (path, _b, _k), digest in zip(jobs, cached, strict=True) if digest is None]
         read = iter(self._pool_map(self._digest, misses))
         self.hashes.flush()

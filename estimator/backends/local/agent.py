@@ -18,7 +18,10 @@ hosts have ended, merge their model and output directories into ``model.tar.gz``
 ``output.tar.gz`` (``Uploading``; :mod:`estimator.backends.local.artifacts`); write the terminal
 state (:class:`estimator.backends.local.state.JobState` documents the transitions). The agent owns
 the job's state machine and policy; the executor only starts, signals and cleans up hosts
-(:class:`estimator.backends.local.executors.base.Executor`).
+(:class:`estimator.backends.local.executors.base.Executor`). A process job that stages nothing has
+its first attempt's trees written at submit and its hosts started before this module is even
+loaded (:mod:`estimator.backends.local.early_start`); the agent then adopts them and does the rest
+in the same order, under the same policy.
 
 Failure policy across hosts (one policy for every fault; times are bounds, not sleeps)
 -------------------------------------------------------------------------------------

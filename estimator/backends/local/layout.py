@@ -40,7 +40,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 from estimator.spec import Channel, TrainingJobSpec
 from runtime import contract
@@ -219,6 +218,10 @@ def file_uri_path(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.netloc not in ("", "localhost"):
         raise ValueError(f"{uri!r}: file:// URIs must name a local path (file:///abs/path)")
+    # Here, not at the top: urllib.request loads http.client, email and ssl (~10 ms), which the
+    # agent would pay while its hosts start.
+    from urllib.request import url2pathname
+
     return Path(url2pathname(parsed.path))
 
 

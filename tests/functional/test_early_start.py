@@ -4,18 +4,24 @@ A process job that stages nothing is planned at submit and its agent starts the 
 tests check that what users see is what the agent alone gave them: every rank's first lines in order
 with their ``[algo-N/rank R]`` prefixes after the topology line, the status transitions, the exact
 root cause of a failing script (exit code and traceback), a stop that arrives while the agent is
-still starting, and no process left behind. A job with a channel is never planned early.
+still starting, and no process left behind. A job with a channel is never planned early. The
+agent's head start to its hosts ends when each printed, at a stop, and in any case.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from estimator.backends.local.early_start import EarlyHosts, give_head_start
 from estimator.backends.local.executors.process import ProcessExecutor
 from estimator.backends.local.state import JobDir
 from estimator.session import LocalSession
@@ -168,3 +174,53 @@ def test_the_agent_started_early_is_the_hosts_parent(tmp_path: Path) -> None:
     backend.stop("parent")
     assert wait_terminal(backend, "parent")["TrainingJobStatus"] == contract.STATUS_STOPPED
     assert_no_job_processes("parent", job.path)
+
+
+def _early_hosts(tmp_path: Path, scripts: list[str]) -> EarlyHosts:
+    hosts = EarlyHosts(0, tmp_path, 0.0)
+    for i, script in enumerate(scripts):
+        hosts.procs[f"algo-{i + 1}"] = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+    return hosts
+
+
+def _returns(call: Callable[[], None]) -> bool:
+    """Whether ``call`` returns within a generous bound (it must not wait for its limit)."""
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    return not thread.is_alive()
+
+
+def test_the_head_start_ends_once_every_host_printed_and_leaves_the_lines_to_the_pumps(
+    tmp_path: Path,
+) -> None:
+    printer = "import time; print('[algo-1] code extracted', flush=True); time.sleep(600)"
+    hosts = _early_hosts(tmp_path, [printer, printer.replace("algo-1", "algo-2")])
+    job = JobDir(tmp_path)
+    try:
+        assert _returns(lambda: give_head_start(job, hosts, limit=600))
+        for name, proc in hosts.procs.items():
+            assert proc.stdout is not None and proc.stdout.readline() == f"[{name}] code extracted\n".encode()
+    finally:
+        for proc in hosts.procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def test_the_head_start_ends_at_a_stop_or_a_signal_even_if_no_host_printed(tmp_path: Path) -> None:
+    hosts = _early_hosts(tmp_path, ["import time; time.sleep(600)"])
+    job = JobDir(tmp_path)
+    try:
+        hosts.signals.append(signal.SIGTERM)
+        assert _returns(lambda: give_head_start(job, hosts, limit=600))
+        hosts.signals.clear()
+        job.stop_file.touch()
+        assert _returns(lambda: give_head_start(job, hosts, limit=600))
+        job.stop_file.unlink()
+        assert _returns(lambda: give_head_start(job, hosts, limit=0.2))  # bounded when all are silent
+    finally:
+        for proc in hosts.procs.values():
+            proc.kill()
+            proc.wait()

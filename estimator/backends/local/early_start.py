@@ -8,7 +8,8 @@ entry starts those hosts first, as the agent would (:func:`.executors.spawn.star
 ``/opt/ml``, parent-death signal, as a child subreaper), loading only the standard library to do
 so, and then loads and runs the agent (:mod:`estimator.backends.local.agent`), which adopts them:
 the agent's own start-up (the job spec, pydantic, its policy modules) runs while the hosts start
-instead of before. The agent then applies its whole policy to them, unchanged. A job without a plan
+instead of before; it even waits (briefly, see :func:`give_head_start`) until each host has
+printed its first line. The agent then applies its whole policy to them, unchanged. A job without a plan
 (or a second run of its agent) goes straight to the agent.
 
 A SIGTERM or SIGINT that arrives before the agent has installed its handlers is remembered and
@@ -18,12 +19,12 @@ handed to the agent, which then stops the job as it would have.
 from __future__ import annotations
 
 import json
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -31,25 +32,30 @@ from estimator.backends.local.executors.spawn import PrivateOptMl, base_environm
 from estimator.backends.local.state import JobDir
 from runtime.processes import become_subreaper
 
+HEAD_START_SECONDS = 1.0
+"""At most this long, the agent lets its hosts start before it loads its own machinery."""
+_SLICE_SECONDS = 0.05
 
-@dataclass
+
 class EarlyHosts:
-    """The first attempt's hosts, started before the agent loaded its machinery."""
+    """The first attempt's hosts, started before the agent loaded its machinery. (A plain class:
+    dataclasses loads inspect, which this entry would pay before it starts the hosts.)"""
 
-    procs: dict[str, subprocess.Popen[bytes]]
-    """Host name -> its ``python -m runtime``."""
-    port: int
-    """The master port the hosts were given."""
-    scratch: Path
-    """The attempt's scratch directory (``SMLAUNCH_MPI_DIR``), removed when the job ends."""
-    opt_ml: PrivateOptMl | None
-    """What gave each host its own ``/opt/ml``; None when this machine cannot (see ``no_opt_ml``)."""
-    no_opt_ml: str | None
-    """Why the hosts share the machine's ``/opt/ml`` (the agent says it once), else None."""
-    started: float
-    """``time.time()`` when the first host was started: the job's TrainingStartTime."""
-    signals: list[int] = field(default_factory=list)
-    """SIGTERM / SIGINT received before the agent installed its own handlers."""
+    def __init__(self, port: int, scratch: Path, started: float) -> None:
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        """Host name -> its ``python -m runtime``."""
+        self.port = port
+        """The master port the hosts were given."""
+        self.scratch = scratch
+        """The attempt's scratch directory (``SMLAUNCH_MPI_DIR``), removed when the job ends."""
+        self.opt_ml: PrivateOptMl | None = None
+        """What gave each host its own ``/opt/ml``; None when this machine cannot (``no_opt_ml``)."""
+        self.no_opt_ml: str | None = None
+        """Why the hosts share the machine's ``/opt/ml`` (the agent says it once), else None."""
+        self.started = started
+        """``time.time()`` when the first host was started: the job's TrainingStartTime."""
+        self.signals: list[int] = []
+        """SIGTERM / SIGINT received before the agent installed its own handlers."""
 
 
 def start_hosts(job: JobDir) -> EarlyHosts | None:
@@ -61,7 +67,7 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
     except FileNotFoundError:
         return None
     job.early_start_file.unlink()
-    hosts = EarlyHosts({}, int(plan["port"]), Path(plan["scratch"]), None, None, time.time())
+    hosts = EarlyHosts(int(plan["port"]), Path(plan["scratch"]), time.time())
 
     def remember(signum: int, _frame: FrameType | None) -> None:
         hosts.signals.append(signum)
@@ -87,6 +93,22 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
     return hosts
 
 
+def give_head_start(job: JobDir, hosts: EarlyHosts, limit: float = HEAD_START_SECONDS) -> None:
+    """Wait until every host has printed something (its runtime has loaded and read its
+    configuration; its ranks start next) or ended, at most ``limit`` seconds, and no longer once a
+    stop was asked for (the stop file, or a signal): on a busy machine the agent's own loading
+    would otherwise take the CPU the hosts need to reach the user's first line. Nothing is read
+    from the hosts' pipes: their lines wait there for the agent's log pumps."""
+    waiting = [proc.stdout.fileno() for proc in hosts.procs.values() if proc.stdout is not None]
+    deadline = time.monotonic() + limit
+    while waiting and not hosts.signals and not job.stop_file.exists():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        ready, _, _ = select.select(waiting, [], [], min(left, _SLICE_SECONDS))
+        waiting = [fd for fd in waiting if fd not in ready]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start the planned hosts, then run the job's agent with them."""
     args = sys.argv[1:] if argv is None else argv
@@ -95,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = JobDir(Path(args[0]))
     hosts = start_hosts(job)
+    if hosts is not None:
+        give_head_start(job, hosts)
     from estimator.backends.local.agent import Agent  # after the hosts started: the slow part
     from estimator.backends.local.executors.process import ProcessExecutor
 

@@ -31,6 +31,7 @@ from tests.functional._local_helpers import (
     kill_leftover_jobs,
     make_spec,
     moto_s3_server,
+    wait_for_line,
     wait_terminal,
 )
 
@@ -38,11 +39,14 @@ STORE_SIZE = "16m"
 
 # A training script saving a checkpoint bigger than the disk: it dies of ENOSPC.
 FILL_THE_DISK = """
-import argparse, os
+import argparse, os, time
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--go", type=str)
 args = parser.parse_args()
 print("saving the model", flush=True)
+while not os.path.exists(args.go):  # the test has seen the line in the job's log
+    time.sleep(0.05)
 with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.pth"), "wb") as handle:
     for _ in range(1000):
         handle.write(os.urandom(1 << 20))
@@ -77,8 +81,11 @@ def test_a_run_that_fills_the_disk_fails_saying_so(tmp_path: Path, small_store: 
     session = LocalSession(small_store / "jobs")
     backend = session.backend()
     assert isinstance(backend, LocalBackend)
-    spec = make_spec(tmp_path, "fills-disk", FILL_THE_DISK, instance_count=1)
+    go = tmp_path / "go"
+    spec = make_spec(tmp_path, "fills-disk", FILL_THE_DISK, instance_count=1, hyperparameters={"go": str(go)})
     backend.submit(spec)
+    wait_for_line(backend, "fills-disk", "saving the model")  # what was logged before the disk filled ...
+    go.touch()
     description = wait_terminal(backend, "fills-disk")
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     reason = description["FailureReason"]
@@ -89,7 +96,7 @@ def test_a_run_that_fills_the_disk_fails_saying_so(tmp_path: Path, small_store: 
     attached = PyTorch.attach("fills-disk", sagemaker_session=session)
     assert attached.latest_training_job is not None
     assert attached.latest_training_job.describe()["TrainingJobStatus"] == contract.STATUS_FAILED
-    assert any("saving the model" in line for line in backend.log_lines("fills-disk"))
+    assert any("saving the model" in line for line in backend.log_lines("fills-disk"))  # ... stays
     assert not (backend.job_dir("fills-disk").path / ".space-reserve").exists()
     with contextlib.suppress(FileNotFoundError):
         assert not list(small_store.glob("jobs/fills-disk/.state.json.*"))  # no half-written state

@@ -64,7 +64,8 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
   trees, artifacts): the job ends as for a failed host, ``FailureReason`` ``ClientError: No space
   left on device: <the path that failed> (...)``. Every write of the agent survives a full disk
   (logs lines are dropped while it lasts; ``state.json`` keeps its last complete version), and the
-  agent sets ``SPACE_RESERVE_BYTES`` aside at start, which it frees to write the terminal state.
+  agent sets ``state.SPACE_RESERVE_BYTES`` aside before its hosts start, and frees it to write the
+  terminal state.
 - Artifacts are packaged whatever the outcome (a stopped job keeps what it saved, as on SageMaker).
 """
 
@@ -102,8 +103,6 @@ if TYPE_CHECKING:
 
 FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
-SPACE_RESERVE_BYTES = 1 << 20
-"""Set aside in the job directory while the agent runs, freed to write the terminal state."""
 DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
 """FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05
@@ -160,7 +159,6 @@ class Agent:
         self._transfer: TransferEngine | None = None
         definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
         self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)
-        self._reserve = job.path / ".space-reserve"
         self._no_space: str | None = None
         """The FailureReason once a write of the agent found the job store full."""
 
@@ -204,11 +202,9 @@ class Agent:
 
     def _set_space_aside(self) -> None:
         try:
-            with open(self._reserve, "wb") as handle:
-                handle.write(bytes(SPACE_RESERVE_BYTES))
+            self.job.set_space_aside()
         except OSError as error:
-            self._reserve.unlink(missing_ok=True)
-            self._write_failed(error, self._reserve)
+            self._write_failed(error, self.job.space_reserve)
 
     def transition(self, secondary: str, status: str | None = None, **fields: Any) -> None:
         """Record a new SecondaryStatus (and TrainingJobStatus, a :class:`JobState` value) in
@@ -232,7 +228,7 @@ class Agent:
         self.state["LastModifiedTime"] = at
         self.state.update(fields)
         if terminal:
-            self._reserve.unlink(missing_ok=True)  # room for the last word, even on a full disk
+            self.job.space_reserve.unlink(missing_ok=True)  # room for the last word, even on a full disk
         try:
             self.job.write_state(self.state)
         except OSError as error:
@@ -494,7 +490,13 @@ class Agent:
         source = host.proc.stdout
         # A pipe is read in large chunks; a container's log stream (executors.containers) by line.
         read = pipe_reader(source.fileno()) if hasattr(source, "fileno") else source.readline
-        with open(self.job.host_log(host.name), "ab") as host_log:
+        path = self.job.host_log(host.name)
+        try:
+            host_log: IO[bytes] | None = open(path, "ab")
+        except OSError as error:  # a full store: drain the host anyway, or its ranks would block
+            self._write_failed(error, path)
+            host_log = None
+        with host_log or contextlib.nullcontext():
             for lines in line_blocks(read):
                 lines = [text if text.startswith(own) else f"[{host.name}] {text}" for text in lines]
                 self._write_lines(lines, host_log)

@@ -18,6 +18,7 @@ handed to the agent, which then stops the job as it would have.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import shutil
@@ -75,6 +76,8 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
     signal.signal(signal.SIGTERM, remember)
     signal.signal(signal.SIGINT, remember)
     become_subreaper()
+    with contextlib.suppress(OSError):  # before any rank can fill the store; the agent says if it failed
+        job.set_space_aside()
     mounts = PrivateOptMl()
     hosts.no_opt_ml = mounts.unavailable(Path(plan["hosts"][0]["tree"]))
     hosts.opt_ml = mounts if hosts.no_opt_ml is None else None

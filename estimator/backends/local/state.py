@@ -30,6 +30,8 @@ from typing import Any
 
 from runtime import contract
 
+SPACE_RESERVE_BYTES = 1 << 20
+"""Set aside in the job directory while the agent runs, freed to write the terminal state."""
 STORE_FULL_FIX = "free space on that filesystem, or pass LocalSession(root=...) a job store with more room"
 """What to do when the job store is full (a failed submit, or a job that ended for it)."""
 
@@ -69,6 +71,27 @@ class JobDir:
         """The first attempt's hosts, for the agent to start before anything else, written by
         submit for process jobs that stage nothing (:mod:`estimator.backends.local.early_start`)."""
         return self.path / "early-start.json"
+
+    @property
+    def space_reserve(self) -> Path:
+        """:data:`SPACE_RESERVE_BYTES` the agent keeps while it runs and frees to write the
+        terminal state, so that the job's end is recorded even on a store its ranks filled."""
+        return self.path / ".space-reserve"
+
+    def set_space_aside(self) -> None:
+        """Write :attr:`space_reserve` unless it is there whole already (a full store never takes
+        back what it holds); raises ``OSError`` when the store has no room for it."""
+        try:
+            if self.space_reserve.stat().st_size == SPACE_RESERVE_BYTES:
+                return
+        except FileNotFoundError:
+            pass
+        try:
+            with open(self.space_reserve, "wb") as handle:
+                handle.write(bytes(SPACE_RESERVE_BYTES))
+        except OSError:
+            self.space_reserve.unlink(missing_ok=True)
+            raise
 
     @property
     def logs_dir(self) -> Path:

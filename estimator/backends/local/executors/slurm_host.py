@@ -3,7 +3,7 @@ estimator.backends.local.executors.slurm_host``, started by
 :class:`~estimator.backends.local.executors.slurm.SlurmExecutor` in the host's tree.
 
 It gives the host its tree at ``/opt/ml`` in a private mount namespace
-(:class:`~estimator.backends.local.executors.process.PrivateOptMl`, as local process hosts get),
+(:class:`~estimator.backends.local.executors.spawn.PrivateOptMl`, as local process hosts get),
 so scripts that use literal ``/opt/ml`` paths work on the node, then replaces itself with ``python
 -m runtime`` (same process: Slurm's signals reach the runtime). Where the node cannot give a
 private ``/opt/ml`` (no user namespaces, no ``/opt``), it says why once and runs the runtime
@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from estimator.backends.local.executors.process import PrivateOptMl
+from estimator.backends.local.executors.spawn import PrivateOptMl
 from runtime import contract
 
 

@@ -6,7 +6,10 @@
 What is measured (wall clock, median of ``--repeat`` runs, all in this one process and machine):
 
 - **baseline**: ``python flood.py`` with its stdout into a pipe that this process drains (1 rank),
-  and 4 such processes at once, each pipe drained by its own thread (4 ranks).
+  and 4 such processes at once, each pipe drained by its own thread (4 ranks). The script runs
+  with ``PYTHONUNBUFFERED=1``, as every rank does under smlaunch (``host_environment`` in
+  ``estimator/backends/local/layout.py``, as SageMaker's framework containers set it): one write
+  per line in both cases, whatever the caller's environment says.
 - **smlaunch**: ``PyTorch(...).fit(logs=True)`` of the same script on one local host (1 rank, and
   4 ranks with ``torch_distributed``), logs streamed into a buffer: every line goes rank -> host
   runtime (prefix ``[algo-1/rank R] ``) -> agent (``logs/algo-1.log``, ``logs/job.log``) -> the
@@ -16,6 +19,9 @@ Each line is ~60 bytes. Ratio = smlaunch / baseline. Target (issue 17): <= 1.3x 
 For reference, the same ``fit()`` of a script printing nothing is timed too: that part is the job's
 start-up and end (agent, host runtime, packaging; issue 17 item 2), not the log pipeline, so
 "pipeline alone" is ``(flood - quiet) / python``: the log pipeline's share, start-up left out.
+"end of job" is from the time the rank's last line was written (the script prints it) to
+``fit()`` returning: the rank's exit, the host runtime's, the agent's packaging and state, and the
+notebook noticing.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ FLOOD = """\
 import argparse
 import os
 import sys
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--lines", type=int, default=300000)
@@ -44,6 +51,7 @@ rank = int(os.environ.get("RANK", "0"))
 out = sys.stdout
 for i in range(args.lines):
     out.write(f"rank {rank} step {i:07d} loss=0.123456 lr=0.000100 throughput=1234.5\\n")
+out.write(f"rank {rank} done at {time.time():.6f}\\n")
 out.flush()
 """
 
@@ -54,7 +62,7 @@ def run_plain(script: Path, lines: int, processes: int) -> float:
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), "--lines", str(lines)],
-            env=dict(os.environ, RANK=str(rank)),
+            env=dict(os.environ, RANK=str(rank), PYTHONUNBUFFERED="1"),
             stdout=subprocess.PIPE,
         )
         for rank in range(processes)
@@ -68,8 +76,9 @@ def run_plain(script: Path, lines: int, processes: int) -> float:
     return time.time() - start
 
 
-def run_smlaunch(source_dir: Path, lines: int, ranks: int, root: Path) -> float:
-    """Seconds of one ``fit()`` of the script; raises when a line went missing."""
+def run_smlaunch(source_dir: Path, lines: int, ranks: int, root: Path) -> tuple[float, float]:
+    """Seconds of one ``fit()`` of the script, and from its last line to ``fit()`` returning;
+    raises when a line went missing."""
     from estimator import LocalSession, PyTorch
 
     estimator = PyTorch(
@@ -89,11 +98,13 @@ def run_smlaunch(source_dir: Path, lines: int, ranks: int, root: Path) -> float:
     start = time.time()
     with contextlib.redirect_stdout(logs):
         estimator.fit(wait=True, logs=True)
-    elapsed = time.time() - start
-    got = sum(1 for line in logs.getvalue().splitlines() if "] rank " in line and " step " in line)
+    returned = time.time()
+    text = logs.getvalue()
+    got = sum(1 for line in text.splitlines() if "] rank " in line and " step " in line)
     if got != lines * ranks:
         raise RuntimeError(f"{got} of {lines * ranks} lines reached the notebook")
-    return elapsed
+    last = max(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if " done at " in line)
+    return returned - start, returned - last
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,17 +126,20 @@ def main(argv: list[str] | None = None) -> int:
         (f"1 rank x {args.lines:,} lines", args.lines, 1),
         (f"4 ranks x {args.lines_per_rank:,} lines", args.lines_per_rank, 4),
     ):
-        plain, ours, quiet = [], [], []
+        plain, ours, quiet, ends = [], [], [], []
         for _ in range(args.repeat):  # alternate, so that load changes hit both alike
             plain.append(run_plain(script, lines, ranks))
-            ours.append(run_smlaunch(source, lines, ranks, work / "jobs"))
-            quiet.append(run_smlaunch(source, 0, ranks, work / "jobs"))
+            elapsed, end = run_smlaunch(source, lines, ranks, work / "jobs")
+            ours.append(elapsed)
+            ends.append(end)
+            quiet.append(run_smlaunch(source, 0, ranks, work / "jobs")[0])
         base, mine, still = statistics.median(plain), statistics.median(ours), statistics.median(quiet)
         ratio = mine / base
         verdicts.append((label, ratio))
         print(
             f"  {label:<26} python {base:6.2f} s   smlaunch {mine:6.2f} s   ratio {ratio:5.2f}x   "
-            f"(printing nothing: {still:5.2f} s; pipeline alone {(mine - still) / base:5.2f}x)",
+            f"(printing nothing: {still:5.2f} s; pipeline alone {(mine - still) / base:5.2f}x; "
+            f"end of job {statistics.median(ends):5.3f} s)",
             flush=True,
         )
     print("\nratios vs the plain script (target <= 1.3x):")

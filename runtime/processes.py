@@ -10,18 +10,30 @@ Part of the shared layer (see :mod:`runtime`): pure standard library, no torch, 
 - :func:`pid_alive`: whether a process runs (a zombie does not).
 - :func:`become_subreaper`: orphaned descendants are re-parented to this process, which can then
   find, kill and reap them.
-- :func:`line_blocks`: a stream's output as blocks of whole lines, read in large chunks.
+- :func:`line_chunks`: a stream's output as byte blocks of whole lines, read in large chunks;
+  :func:`prefix_lines` prefixes every line of such a block at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
+import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 READ_CHUNK_BYTES = 1 << 16
 """How much :func:`pipe_reader` asks the kernel for at once."""
+BATCH_SECONDS = 0.001
+"""After a read that returned less than half a chunk, :func:`pipe_reader` lets the writer go on for
+this long before it reads again, so that a rank writing line by line is read a chunk at a time (not
+one wake-up, and one pass down the log pipeline, per line)."""
+PIPE_BYTES = 1 << 18
+"""What :func:`pipe_reader` asks the kernel to hold in the pipe it reads (Linux; 64 KiB by default),
+so that the writer rarely waits while the reader waits :data:`BATCH_SECONDS`."""
 PR_SET_PDEATHSIG = 1
 """``prctl`` option: the signal this process gets when the thread that created it ends."""
 PR_SET_CHILD_SUBREAPER = 36
@@ -113,39 +125,76 @@ def pid_alive(pid: int) -> bool:
 
 
 def pipe_reader(fd: int) -> Callable[[], bytes]:
-    """``read()`` of up to :data:`READ_CHUNK_BYTES` from ``fd``; ``b""`` at its end (or on an error)."""
+    """``read()`` of up to :data:`READ_CHUNK_BYTES` from ``fd``; ``b""`` at its end (or on an error).
+
+    A read that follows one that returned little waits :data:`BATCH_SECONDS` first: a line that
+    comes alone is passed on at once, a flood of lines in chunks. The pipe is widened to
+    :data:`PIPE_BYTES` where the kernel allows.
+    """
+    set_pipe_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_pipe_size is not None:
+        with contextlib.suppress(OSError):  # over the user's pipe quota, or not a pipe: as it is
+            fcntl.fcntl(fd, set_pipe_size, PIPE_BYTES)
+    little = False
 
     def read() -> bytes:
+        nonlocal little
+        if little:
+            time.sleep(BATCH_SECONDS)
         try:
-            return os.read(fd, READ_CHUNK_BYTES)
+            data = os.read(fd, READ_CHUNK_BYTES)
         except OSError:
             return b""
+        little = len(data) < READ_CHUNK_BYTES // 2
+        return data
 
     return read
 
 
-def line_blocks(read: Callable[[], bytes]) -> Iterator[list[str]]:
-    """The lines ``read()`` returns (``b""`` at the end), one list per chunk that ends a line.
+def line_chunks(read: Callable[[], bytes]) -> Iterator[bytes]:
+    """The lines ``read()`` returns (``b""`` at the end), as blocks of whole lines in valid UTF-8.
 
-    Lines come whole, decoded (UTF-8, errors replaced) and without their ``\\n`` or trailing
-    ``\\r``: a line longer than a chunk waits for its end; a last line without ``\\n`` comes when the
-    stream ends. Splitting a chunk in bulk costs far less than reading line by line.
+    Each block is what one read completed: one or more whole lines, each ending with ``\\n`` (a
+    trailing ``\\r`` removed). A line longer than a chunk waits for its end; a last line without
+    ``\\n`` comes, with one, when the stream ends. Bytes that are not UTF-8 become U+FFFD. Working
+    on a chunk at a time (a search for ``\\n``, no per-line Python) keeps a chatty rank's lines as
+    cheap to pass on as they are to write.
     """
-    pending = b""
+    pending: list[bytes] = []
     while True:
         chunk = read()
-        if chunk:
-            pending += chunk
-            end = pending.rfind(b"\n") + 1
-            if not end:
-                continue
-            block, pending = pending[: end - 1], pending[end:]
-        elif pending:
-            block, pending = pending, b""
-        else:
+        if not chunk:
+            if pending:
+                yield _clean(b"".join(pending) + b"\n")
             return
-        text = block.decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        if "\r" in text:
-            lines = [line.rstrip("\r") for line in lines]
-        yield lines
+        end = chunk.rfind(b"\n") + 1
+        if not end:
+            pending.append(chunk)
+            continue
+        block = chunk[:end]
+        if pending:
+            block = b"".join(pending) + block
+            pending.clear()
+        if end < len(chunk):
+            pending.append(chunk[end:])
+        yield _clean(block)
+
+
+_CR_BEFORE_NEWLINE = re.compile(rb"\r+\n")
+
+
+def _clean(block: bytes) -> bytes:
+    """``block`` without ``\\r`` before its newlines, in valid UTF-8."""
+    if b"\r" in block:
+        block = _CR_BEFORE_NEWLINE.sub(b"\n", block)
+    if not block.isascii():
+        try:
+            block.decode("utf-8")
+        except UnicodeDecodeError:
+            block = block.decode("utf-8", errors="replace").encode("utf-8")
+    return block
+
+
+def prefix_lines(block: bytes, prefix: bytes) -> bytes:
+    """Every line of a :func:`line_chunks` block with ``prefix`` in front, in one pass."""
+    return prefix + block[:-1].replace(b"\n", b"\n" + prefix) + b"\n"

@@ -60,7 +60,7 @@ from typing import IO, TYPE_CHECKING, Any
 from runtime import contract
 from runtime.containment import Containment
 from runtime.launchers.base import LaunchPlan, ProcessSpec
-from runtime.processes import die_with_parent, exit_code_of, line_blocks, pipe_reader
+from runtime.processes import die_with_parent, exit_code_of, line_chunks, pipe_reader, prefix_lines
 
 if TYPE_CHECKING:
     from runtime.hooks import SupervisorHook
@@ -179,6 +179,21 @@ class _StderrTail:
         if line.strip():
             self._previous = line
 
+    def add_block(self, text: str) -> None:
+        """:meth:`add` every line of ``text`` (lines joined by ``\\n``); line by line only where a
+        traceback starts or goes on, else only the last lines are kept, in bulk."""
+        lines = text.split("\n")
+        open_traceback = self.traceback is not None and len(self.traceback) < TRACEBACK_MAX_LINES
+        if open_traceback or _TRACEBACK_HEAD in text:
+            for line in lines:
+                self.add(line)
+            return
+        self.lines.extend(lines[-STDERR_TAIL_LINES:])
+        for line in reversed(lines):
+            if line.strip():
+                self._previous = line
+                break
+
     def tail(self) -> list[str]:
         if self.traceback:
             return list(self.traceback)
@@ -264,6 +279,21 @@ class Supervisor:
             except (OSError, ValueError):
                 pass  # a closed or broken log stream must never stop the job
 
+    def _emit_bytes(self, stream: IO[str], data: bytes) -> None:
+        """Write UTF-8 lines (with their ``\\n``) as they are, to the binary stream under ``stream``."""
+        with self._print_lock:
+            try:
+                binary = getattr(stream, "buffer", None)
+                if binary is None:
+                    stream.write(data.decode("utf-8"))
+                    stream.flush()
+                else:
+                    stream.flush()  # what was written as text goes first
+                    binary.write(data)
+                    binary.flush()
+            except (OSError, ValueError):
+                pass  # a closed or broken log stream must never stop the job
+
     def log(self, message: str) -> None:
         """A supervisor line: ``[<host>] message``."""
         self._emit(self.stdout, f"[{self.host}] {message}")
@@ -285,24 +315,44 @@ class Supervisor:
         A line is only ever printed whole; a last line without ``\\n`` is printed when the stream ends.
         """
         stream = self.stderr if is_stderr else self.stdout
-        for lines in line_blocks(pipe_reader(pipe.fileno())):
-            self._print_lines(proc, stream, is_stderr, lines)
+        for block in line_chunks(pipe_reader(pipe.fileno())):
+            if proc.spec.split_line is None:
+                self._print_block(proc, stream, is_stderr, block)
+            else:
+                self._print_lines(proc, stream, is_stderr, block[:-1].decode("utf-8").split("\n"))
         pipe.close()
 
+    def _print_block(self, proc: _Proc, stream: IO[str], is_stderr: bool, block: bytes) -> None:
+        """Print one block of a process's whole lines (UTF-8, each ending with ``\\n``) with its prefix."""
+        label = proc.spec.label
+        if is_stderr:
+            proc.stderr.add_block(block[:-1].decode("utf-8"))
+        if self.hooks:
+            count = block.count(b"\n")
+            for hook in self.hooks:
+                hook.on_output(label, count)
+        if self.prefix_output:
+            block = prefix_lines(block, f"[{self._where(label)}] ".encode())
+        self._emit_bytes(stream, block)
+
+    def _where(self, label: str) -> str:
+        """What a line's prefix names: ``<host>/<label>``, or a label naming its own host as is
+        (``algo-2/rank 3``: one mpirun serving emulated hosts)."""
+        return label if "/" in label else f"{self.host}/{label}"
+
     def _print_lines(self, proc: _Proc, stream: IO[str], is_stderr: bool, lines: list[str]) -> None:
-        """Print one chunk of a process's lines (without their ``\\n``) with their prefixes."""
+        """Print one chunk of a process's lines (without their ``\\n``), each labelled by the
+        process's ``split_line`` (one ``mpirun`` serving several ranks), with their prefixes."""
         split = proc.spec.split_line
-        if split is None:
-            labelled = [(proc.spec.label, lines)]
-        else:
-            labelled = []
-            for line in lines:
-                split_label, text = split(line)
-                label = split_label or proc.spec.label
-                if labelled and labelled[-1][0] == label:
-                    labelled[-1][1].append(text)
-                else:
-                    labelled.append((label, [text]))
+        assert split is not None
+        labelled: list[tuple[str, list[str]]] = []
+        for line in lines:
+            split_label, text = split(line)
+            label = split_label or proc.spec.label
+            if labelled and labelled[-1][0] == label:
+                labelled[-1][1].append(text)
+            else:
+                labelled.append((label, [text]))
         for label, texts in labelled:
             if is_stderr:
                 for text in texts:
@@ -310,10 +360,7 @@ class Supervisor:
             for hook in self.hooks:
                 hook.on_output(label, len(texts))
             if self.prefix_output:
-                # A split label naming its own host ("algo-2/rank 3": one mpirun serving emulated
-                # hosts) is printed as is.
-                where = label if "/" in label else f"{self.host}/{label}"
-                prefix = f"[{where}] "
+                prefix = f"[{self._where(label)}] "
                 self._emit(stream, prefix + ("\n" + prefix).join(texts))
             else:
                 self._emit(stream, "\n".join(texts))

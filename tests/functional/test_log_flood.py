@@ -88,3 +88,33 @@ def test_flood_of_two_ranks_arrives_whole_in_order_exactly_once(tmp_path: Path) 
         for line in host_lines
     )
     assert_no_job_processes(spec.TrainingJobName, backend.job_dir(spec.TrainingJobName).path)
+
+
+CHATTY_SCRIPT = """
+import sys
+
+for i in range(200000):
+    sys.stdout.write(f"step {i:06d} loss=0.123456 lr=0.000100\\n")
+sys.stdout.write("no newline at exit")
+"""
+
+
+def test_a_notebook_that_stops_reading_never_holds_the_job_back(tmp_path: Path) -> None:
+    # The follower takes one block and then reads nothing until the job has ended: the rank, the
+    # host runtime and the agent never wait for it (the job completes meanwhile), the host log has
+    # every line, and the follower then catches up with every line, the partial last one included.
+    backend = LocalSession(tmp_path / "jobs").backend()
+    spec = make_spec(tmp_path, "chatty", CHATTY_SCRIPT, instance_count=1)
+    backend.submit(spec)
+    follower = backend.log_blocks(spec.TrainingJobName, follow=True)
+    streamed = list(next(follower))
+    assert wait_terminal(backend, spec.TrainingJobName)["TrainingJobStatus"] == contract.STATUS_COMPLETED
+    for block in follower:
+        streamed.extend(block)
+
+    expected = [f"[algo-1/rank 0] step {i:06d} loss=0.123456 lr=0.000100" for i in range(200000)]
+    expected.append("[algo-1/rank 0] no newline at exit")
+    host_lines = backend.job_dir(spec.TrainingJobName).host_log("algo-1").read_text(encoding="utf-8")
+    assert [line for line in host_lines.splitlines() if line.startswith("[algo-1/rank 0] ")] == expected
+    assert [line for line in streamed if line.startswith("[algo-1/rank 0] ")] == expected
+    assert any("ended Completed" in line for line in streamed)

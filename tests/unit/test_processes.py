@@ -8,12 +8,22 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from runtime.processes import die_with_parent, exit_code_of, free_port, pid_alive
+from runtime.processes import (
+    die_with_parent,
+    exit_code_of,
+    free_port,
+    line_chunks,
+    pid_alive,
+    pipe_reader,
+    prefix_lines,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,3 +94,58 @@ def test_a_zombie_is_not_alive() -> None:
         time.sleep(0.05)
     assert not pid_alive(proc.pid)  # exited, not yet reaped
     proc.wait(timeout=30)
+
+
+def _reads(data: bytes, sizes: list[int]) -> Callable[[], bytes]:
+    """A ``read()`` returning ``data`` cut at the given sizes (cycled), then ``b""``."""
+    pieces, at, turn = [], 0, 0
+    while at < len(data):
+        pieces.append(data[at : at + sizes[turn % len(sizes)]])
+        at += sizes[turn % len(sizes)]
+        turn += 1
+    return iter([*pieces, b""]).__next__
+
+
+@pytest.mark.parametrize("sizes", [[1], [7, 3], [64], [1 << 16], [5, 1 << 20]])
+def test_line_chunks_give_whole_lines_however_the_reads_cut_them(sizes: list[int]) -> None:
+    lines = [f"line {i} é€ ".encode() + b"x" * (i * 37 % 301) for i in range(400)] + [b"y" * 70_000, b""]
+    blocks = list(line_chunks(_reads(b"\n".join(lines) + b"\nlast without newline", sizes)))
+    assert all(block.endswith(b"\n") for block in blocks)
+    assert b"".join(blocks) == b"\n".join(lines) + b"\nlast without newline\n"
+
+
+def test_line_chunks_drop_carriage_returns_before_newlines_and_replace_bad_utf8() -> None:
+    data = b"dos\r\nprogress 50%\r100%\r\r\nbad \xff\xfe byte\ncut \xc3"
+    assert b"".join(line_chunks(_reads(data, [3]))) == (
+        b"dos\nprogress 50%\r100%\nbad \xef\xbf\xbd\xef\xbf\xbd byte\ncut \xef\xbf\xbd\n"
+    )
+    assert list(line_chunks(_reads(b"", [1]))) == []
+
+
+def test_prefix_lines_prefixes_every_line_of_a_block() -> None:
+    assert (
+        prefix_lines(b"a\n\nb c\n", b"[algo-1/rank 0] ")
+        == b"[algo-1/rank 0] a\n[algo-1/rank 0] \n[algo-1/rank 0] b c\n"
+    )
+
+
+def test_pipe_reader_passes_a_flood_and_a_trickle_on_whole() -> None:
+    read_end, write_end = os.pipe()
+    flood = b"".join(f"flood {i:06d} loss=0.1\n".encode() for i in range(50_000))
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb", buffering=0) as out:
+            for i in range(0, len(flood), 97):  # a line at a time, as an unbuffered rank writes
+                out.write(flood[i : i + 97])
+            for i in range(20):
+                out.write(f"trickle {i}\n".encode())
+                time.sleep(0.002)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        got = b"".join(line_chunks(pipe_reader(read_end)))
+    finally:
+        writer.join()
+        os.close(read_end)
+    assert got == flood + b"".join(f"trickle {i}\n".encode() for i in range(20))

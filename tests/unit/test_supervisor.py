@@ -115,6 +115,30 @@ def test_first_failure_ends_the_others_and_sets_the_exit_code(tmp_path: Path) ->
     )
 
 
+def test_the_tail_of_a_stderr_flood_keeps_the_last_traceback_whole() -> None:
+    # Thousands of stderr lines arrive in large blocks; the traceback within them is still kept
+    # whole, chained causes included, and the lines that follow it are its continuation.
+    crasher = (
+        "import sys, traceback\n"
+        "for i in range(20000):\n    print(f'noise {i}', file=sys.stderr)\n"
+        "try:\n    raise KeyError('missing')\nexcept KeyError:\n"
+        "    try:\n        raise RuntimeError('while handling')\n"
+        "    except RuntimeError:\n        traceback.print_exc()\n"
+        "for i in range(3):\n    print(f'after {i}', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    sup, _, err = make()
+    result = sup.run(LaunchPlan("t", [spec("rank 0", crasher, 0)]))
+    failure = result.first_failure
+    assert failure is not None and failure.exit_code == 3
+    assert failure.stderr_tail[0] == "Traceback (most recent call last):"
+    assert any("KeyError: 'missing'" in line for line in failure.stderr_tail)
+    assert failure.stderr_tail[-4:] == ["RuntimeError: while handling", "after 0", "after 1", "after 2"]
+    assert not any(line.startswith("noise") for line in failure.stderr_tail)
+    noise = [line for line in err.getvalue().splitlines() if line.startswith("[algo-1/rank 0] noise ")]
+    assert noise == [f"[algo-1/rank 0] noise {i}" for i in range(20000)]
+
+
 def test_a_rank_killed_by_a_signal_reports_128_plus_signum() -> None:
     sup, _, _ = make()
     result = sup.run(

@@ -95,7 +95,7 @@ from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
-from runtime.processes import become_subreaper, exit_code_of, line_blocks, pipe_reader
+from runtime.processes import become_subreaper, exit_code_of, line_chunks, pipe_reader
 from runtime.transfer import TransferEngine
 
 if TYPE_CHECKING:
@@ -166,13 +166,14 @@ class Agent:
 
     def say(self, message: str) -> None:
         """A line from smlaunch itself, in the job log and the agent log."""
-        self._write_lines([f"[smlaunch] {line}" for line in message.splitlines() or [""]], None)
+        lines = [f"[smlaunch] {line}" for line in message.splitlines() or [""]]
+        self._write(("\n".join(lines) + "\n").encode("utf-8", errors="replace"), None)
         with contextlib.suppress(OSError):  # stdout is logs/agent.log: on the same, maybe full, disk
             print(message, flush=True)
 
-    def _write_lines(self, lines: list[str], host_log: IO[bytes] | None) -> None:
-        """Append whole lines to the host's log (if any) and the job log: one write each."""
-        data = ("\n".join(lines) + "\n").encode("utf-8", errors="replace")
+    def _write(self, data: bytes, host_log: IO[bytes] | None) -> None:
+        """Append whole lines (``\\n``-terminated) to the host's log (if any) and the job log: one
+        write each."""
         with self._log_lock:
             try:
                 if host_log is not None:
@@ -487,6 +488,7 @@ class Agent:
         assert host.proc is not None and host.proc.stdout is not None
         # A rank line may name another host: one mpirun on the master serves every emulated host.
         own = (f"[{host.name}]", *(f"[{h.name}/" for h in self.hosts))
+        ranks = f"[{host.name}/".encode()
         source = host.proc.stdout
         # A pipe is read in large chunks; a container's log stream (executors.containers) by line.
         read = pipe_reader(source.fileno()) if hasattr(source, "fileno") else source.readline
@@ -497,15 +499,27 @@ class Agent:
             self._write_failed(error, path)
             host_log = None
         with host_log or contextlib.nullcontext():
-            for lines in line_blocks(read):
-                lines = [text if text.startswith(own) else f"[{host.name}] {text}" for text in lines]
-                self._write_lines(lines, host_log)
-                for text in lines:
-                    self._spot.on_line(text)
-                try:
-                    self._metrics.on_lines(lines)
-                except OSError as error:  # keep draining the host's output whatever happens
-                    self._write_failed(error, self.job.logs_dir / METRICS_FILE)
+            for block in line_chunks(read):
+                lines: list[str] | None = None
+                # Usually every line is already the runtime's "[algo-N/rank R] ...": passed on as is.
+                if not (block.startswith(ranks) and block.count(b"\n" + ranks) == block.count(b"\n") - 1):
+                    lines = [
+                        text if text.startswith(own) else f"[{host.name}] {text}"
+                        for text in block[:-1].decode("utf-8").split("\n")
+                    ]
+                    block = ("\n".join(lines) + "\n").encode("utf-8")
+                self._write(block, host_log)
+                if self._spot.counting or self._metrics.active:
+                    self._on_lines(lines or block[:-1].decode("utf-8").split("\n"))
+
+    def _on_lines(self, lines: list[str]) -> None:
+        """A host's lines, for the spot faults that count them and for the job's metrics."""
+        for text in lines:
+            self._spot.on_line(text)
+        try:
+            self._metrics.on_lines(lines)
+        except OSError as error:  # keep draining the host's output whatever happens
+            self._write_failed(error, self.job.logs_dir / METRICS_FILE)
 
     def _supervise(self) -> tuple[str, str, dict[str, Any]]:
         """Poll the hosts until all ended, applying the failure policy (module docstring)."""

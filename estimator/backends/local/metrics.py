@@ -45,6 +45,11 @@ class MetricRecorder:
         self._clock = clock
         self._lock = threading.Lock()
 
+    @property
+    def active(self) -> bool:
+        """Whether the job defines metrics, so that :meth:`on_lines` wants the hosts' lines."""
+        return bool(self._parser)
+
     def on_lines(self, lines: Sequence[str]) -> None:
         """Record every metric value in host-prefixed lines, in order (one write for them all)."""
         if not self._parser:

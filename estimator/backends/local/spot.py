@@ -118,6 +118,11 @@ class SpotFaults:
                 timer.start()
                 self._timers.append(timer)
 
+    @property
+    def counting(self) -> bool:
+        """Whether :meth:`on_line` wants the hosts' lines (a fault of this attempt is armed)."""
+        return bool(self._armed)
+
     def on_line(self, text: str) -> None:
         if not self._armed:
             return

@@ -128,17 +128,15 @@ def pipe_reader(fd: int) -> Callable[[], bytes]:
     """``read()`` of up to :data:`READ_CHUNK_BYTES` from ``fd``; ``b""`` at its end (or on an error).
 
     A read that follows one that returned little waits :data:`BATCH_SECONDS` first: a line that
-    comes alone is passed on at once, a flood of lines in chunks. The pipe is widened to
-    :data:`PIPE_BYTES` where the kernel allows.
+    comes alone is passed on at once, a flood of lines in chunks. The first time a read fills a
+    whole chunk (the writer outpaces the reader), the pipe is widened to :data:`PIPE_BYTES` where
+    the kernel allows: only pipes that need it count against the user's pipe quota.
     """
-    set_pipe_size = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if set_pipe_size is not None:
-        with contextlib.suppress(OSError):  # over the user's pipe quota, or not a pipe: as it is
-            fcntl.fcntl(fd, set_pipe_size, PIPE_BYTES)
     little = False
+    widened = False
 
     def read() -> bytes:
-        nonlocal little
+        nonlocal little, widened
         if little:
             time.sleep(BATCH_SECONDS)
         try:
@@ -146,9 +144,19 @@ def pipe_reader(fd: int) -> Callable[[], bytes]:
         except OSError:
             return b""
         little = len(data) < READ_CHUNK_BYTES // 2
+        if len(data) == READ_CHUNK_BYTES and not widened:
+            widened = True
+            _widen_pipe(fd)
         return data
 
     return read
+
+
+def _widen_pipe(fd: int) -> None:
+    set_pipe_size = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+    if set_pipe_size is not None:
+        with contextlib.suppress(OSError):  # over the user's pipe quota, or not a pipe: as it is
+            fcntl.fcntl(fd, set_pipe_size, PIPE_BYTES)
 
 
 def line_chunks(read: Callable[[], bytes]) -> Iterator[bytes]:

@@ -39,7 +39,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from estimator.spec import Channel, TrainingJobSpec
 from runtime import contract
@@ -218,11 +218,9 @@ def file_uri_path(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.netloc not in ("", "localhost"):
         raise ValueError(f"{uri!r}: file:// URIs must name a local path (file:///abs/path)")
-    # Here, not at the top: urllib.request loads http.client, email and ssl (~10 ms), which the
-    # agent would pay while its hosts start.
-    from urllib.request import url2pathname
-
-    return Path(url2pathname(parsed.path))
+    # POSIX's urllib.request.url2pathname is unquote; importing it would load http.client, email
+    # and ssl (10-30 ms), which the agent would pay while its hosts start or its job ends.
+    return Path(unquote(parsed.path))
 
 
 def list_files(root: Path) -> list[str]:

@@ -164,5 +164,20 @@ def main(argv: list[str] | None = None) -> int:
     return run(os.environ)
 
 
+def _exit_now(code: int) -> None:
+    """Flush the output and end the process without the interpreter's teardown.
+
+    The host's work is done and reported by then (every rank reaped, ``success`` or ``failure``
+    written, every file closed); tearing the interpreter down would only add 10-15 ms that the
+    agent, and so ``fit()``, waits for.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code & 0xFF)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())

@@ -17,8 +17,9 @@ The unchanged re-upload is measured three ways: a fresh engine with no hash cach
 and hashed again), a new process whose engine finds the hashes in the persistent cache file the
 first upload wrote (the user's case: a second ``fit()`` from a new kernel, same files; only its
 ``upload_dir`` call is timed, after one request to warm its connection, as the first upload's
-client is warm) and the first upload's own engine (hashes in memory). Every other engine here keeps
-its hashes in memory only (``SMLAUNCH_HASH_CACHE=0``), so no first upload finds earlier hashes.
+client is warm) and the first upload's own engine (hashes in memory); each the median of 3 rounds.
+Every other engine here keeps its hashes in memory only (``SMLAUNCH_HASH_CACHE=0``), so no first
+upload finds earlier hashes.
 
 Usage: ``python benchmarks/transfer.py [--scale S] [--concurrency N] [--latency-ms MS] [--skip-large]``
 """
@@ -29,6 +30,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 MiB = 1024 * 1024
+REUPLOAD_ROUNDS = 3  # each second upload takes about half a second: a median of 3 tames the noise
 
 
 def _free_port() -> int:
@@ -95,8 +98,9 @@ def _engine(client: Any, concurrency: int, cache_file: Path | None) -> Any:
 
 def _reupload(client: Any, directory: Path, tag: str, concurrency: int, work: Path) -> list[float]:
     """First upload of ``directory`` by an engine whose hash cache is a new file, then the unchanged
-    second upload by a fresh engine without it, by a new process with it, and by the same engine:
-    four wall times.
+    second upload by a fresh engine without it, by a new process with it, and by the same engine,
+    in :data:`REUPLOAD_ROUNDS` alternating rounds: the first upload's wall time, then each second
+    upload's median.
 
     Into a bucket of its own: moto scans every key of a bucket to list one prefix, S3 does not, so
     the other workloads' keys would inflate the listing this measures."""
@@ -104,21 +108,30 @@ def _reupload(client: Any, directory: Path, tag: str, concurrency: int, work: Pa
     uri = f"s3://bench-{tag}/data"
     cache_file = work / f"hashes-{tag}.sqlite"
     root = str(Path(__file__).resolve().parents[1])
-    with _engine(client, concurrency, cache_file) as first_engine:
-        first = _timed(lambda: first_engine.upload_dir(directory, uri))
-        with _engine(client, concurrency, None) as cold:
-            second_cold = _timed(lambda: cold.upload_dir(directory, uri))
-        child_args = [client.meta.endpoint_url, str(directory), uri, str(cache_file), str(concurrency)]
+    child_args = [client.meta.endpoint_url, str(directory), uri, str(cache_file), str(concurrency)]
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+    def new_process() -> float:
         child = subprocess.run(
             [sys.executable, __file__, "--child-reupload", *child_args],
             check=True,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])},
+            env=child_env,
         )
-        second_process = float(child.stdout.split()[-1])
-        second_warm = _timed(lambda: first_engine.upload_dir(directory, uri))
-    return [first, second_cold, second_process, second_warm]
+        return float(child.stdout.split()[-1])
+
+    cold: list[float] = []
+    process: list[float] = []
+    warm: list[float] = []
+    with _engine(client, concurrency, cache_file) as first_engine:
+        first = _timed(lambda: first_engine.upload_dir(directory, uri))
+        for _ in range(REUPLOAD_ROUNDS):
+            with _engine(client, concurrency, None) as fresh:
+                cold.append(_timed(lambda e=fresh: e.upload_dir(directory, uri)))
+            process.append(new_process())
+            warm.append(_timed(lambda: first_engine.upload_dir(directory, uri)))
+    return [first, statistics.median(cold), statistics.median(process), statistics.median(warm)]
 
 
 def _child_reupload(endpoint: str, directory: str, uri: str, cache_file: str, concurrency: str) -> None:
@@ -143,7 +156,8 @@ def _child_reupload(endpoint: str, directory: str, uri: str, cache_file: str, co
 
 
 def _print_reupload(first: float, second_cold: float, second_process: float, second_warm: float) -> None:
-    print(f"{'second upload of unchanged (a)':40s} {'first':>13s} {'second':>11s}")
+    title = f"re-upload of unchanged (a), median of {REUPLOAD_ROUNDS}"
+    print(f"{title:40s} {'first':>13s} {'second':>11s}")
     for label, second in (
         ("fresh engine, no hash cache", second_cold),
         ("new process, persistent cache", second_process),

@@ -746,7 +746,8 @@ class TransferEngine:
             after, last = run
             found: list[ObjectInfo] = []
             while True:
-                page = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=after)
+                start = {"StartAfter": after} if after else {}  # the first run starts at the prefix
+                page = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, **start)
                 found += _listed_objects(bucket, prefix, page)
                 contents = page.get("Contents") or []
                 if not (page.get("IsTruncated") and contents) or contents[-1]["Key"] >= last:

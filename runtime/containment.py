@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime.processes import become_subreaper
+from runtime.processes import become_subreaper, has_children
 
 CGROUP_PREFIX = "smlaunch-"
 SWEEP_WAIT_SECONDS = 5.0
@@ -155,15 +155,7 @@ class Containment:
         """
         if not self.subreaper or self._cgroup_pids() - {os.getpid()}:
             return False
-        try:
-            tasks = os.listdir("/proc/self/task")
-            for task in tasks:
-                with open(f"/proc/self/task/{task}/children", "rb") as handle:
-                    if handle.read().strip():
-                        return False
-        except OSError:  # a kernel without /proc/<pid>/task/<tid>/children
-            return False
-        return True
+        return has_children() is False
 
     def sweep(self) -> list[str]:
         """SIGKILL and reap every process left in the host; remove the cgroup. Returns what was

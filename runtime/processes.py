@@ -8,6 +8,7 @@ Part of the shared layer (see :mod:`runtime`): pure standard library, no torch, 
   that spawns it (Linux), so a child never outlives its parent, even one killed with SIGKILL.
 - :func:`set_parent_death_signal`: the same for the calling process itself (a FUSE server).
 - :func:`pid_alive`: whether a process runs (a zombie does not).
+- :func:`has_children`: whether this process has a child, without scanning every process.
 - :func:`become_subreaper`: orphaned descendants are re-parented to this process, which can then
   find, kill and reap them.
 - :func:`line_chunks`: a stream's output as byte blocks of whole lines, read in large chunks;
@@ -112,6 +113,20 @@ def become_subreaper() -> bool:
     """Make this process a child subreaper (Linux); False where that is not possible."""
     prctl = prctl_function()
     return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def has_children() -> bool | None:
+    """Whether this process has a child (alive or zombie), from ``/proc`` without a scan of every
+    process; None where that cannot be told (not Linux, or a kernel without
+    ``/proc/<pid>/task/<tid>/children``). For a subreaper, no child means no descendant."""
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children", "rb") as handle:
+                if handle.read().strip():
+                    return True
+    except OSError:
+        return None
+    return False
 
 
 def pid_alive(pid: int) -> bool:

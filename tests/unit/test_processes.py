@@ -149,3 +149,19 @@ def test_pipe_reader_passes_a_flood_and_a_trickle_on_whole() -> None:
         writer.join()
         os.close(read_end)
     assert got == flood + b"".join(f"trickle {i}\n".encode() for i in range(20))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/<pid>/task/<tid>/children is Linux-only")
+def test_has_children_sees_a_child_until_it_is_reaped() -> None:
+    code = textwrap.dedent("""
+        import subprocess, sys
+        from runtime.processes import has_children
+        before = has_children()
+        child = subprocess.Popen([sys.executable, "-c", "pass"])
+        alive = has_children()
+        child.wait()
+        print(before, alive, has_children())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() in (["False", "True", "False"], ["None", "None", "None"])

@@ -62,7 +62,7 @@ from estimator.backends.local.executors.spawn import (
 )
 from estimator.backends.local.state import JobDir, write_json_atomic
 from runtime import contract
-from runtime.processes import free_port
+from runtime.processes import free_port, has_children
 
 if TYPE_CHECKING:
     from estimator.backends.local.early_start import EarlyHosts
@@ -209,6 +209,8 @@ class ProcessExecutor(Executor):
 
     def kill_everything(self, context: LaunchContext) -> None:
         """SIGKILL every process of the job still alive: our descendants and any we saw before."""
+        if has_children() is False and all(_gone(pid) for pid in self._known_pids):
+            return  # the usual end: no descendant, nothing remembered alive; no scan of every process
         victims: list[psutil.Process] = []
         with contextlib.suppress(psutil.Error):
             victims.extend(psutil.Process().children(recursive=True))
@@ -235,6 +237,17 @@ class ProcessExecutor(Executor):
     def close(self, context: LaunchContext) -> None:
         for scratch in self._scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process has id ``pid`` now (one that may not be signalled still exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _belongs_to_job(proc: psutil.Process, job_name: str) -> bool:

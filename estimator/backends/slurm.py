@@ -62,8 +62,9 @@ SECRET_ENVIRONMENT = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION
 """Never handed to ``sbatch`` (Slurm stores a job's environment in its state files)."""
 STATE_CACHE_SECONDS = 1.0
 """``squeue`` is asked at most this often per job by one backend (log followers poll often)."""
-_MPI_STRATEGIES = frozenset({"mpi", "modelparallel"})
-"""Strategies whose ranks ``mpirun`` starts over ssh: not across Slurm nodes."""
+_MPI_STRATEGIES = frozenset({"mpi"})
+"""Strategies whose ranks ``mpirun`` starts over ssh: not across Slurm nodes. (smp model parallel
+starts its ranks from each host's runtime, as torch_distributed does: it runs.)"""
 
 
 def sbatch_arguments(

@@ -1,7 +1,8 @@
 """The Slurm backend on the real two-node test cluster (``conftest.py``): SlurmSession end to end.
 
 Covered: the quickstart example, 2 nodes x 2 ranks with torch_distributed, trains to a correct
-``model.tar.gz`` with one ``srun`` step per node; smddp all-reduces across the nodes; literal
+``model.tar.gz`` with one ``srun`` step per node; smddp all-reduces across the nodes; the smp
+model-parallel example pipelines across them and its model loads in one process; literal
 ``/opt/ml`` paths are each host's own tree on its node; a crash on one rank fails the job naming
 the host and rank, and ends the other node's ranks; ``smlaunch stop --slurm`` reaches the script
 with SIGTERM on both nodes and ends Stopped (``smlaunch list --slurm`` shows it); ``max_run`` ends
@@ -19,7 +20,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,39 +29,13 @@ from estimator import cli
 from estimator.slurm_session import SlurmSession
 from estimator.spec import CheckpointConfig, StoppingCondition
 from runtime import contract
-from tests.functional._local_helpers import assert_no_job_processes, make_spec, wait_for_line, wait_terminal
+from tests.functional._local_helpers import make_spec, wait_for_line, wait_terminal
 from tests.slurm._cluster import Cluster
+from tests.slurm.conftest import JOB_TIMEOUT, squeue
 
 REPO = Path(__file__).resolve().parents[2]
-JOB_TIMEOUT = 240
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
-
-
-@pytest.fixture
-def session(
-    slurm_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[SlurmSession]:
-    """A SlurmSession on the test cluster whose shared directory is this test's tmp_path. At the
-    end, Slurm must run nothing of its jobs (within 30 s) and no process of them may be left."""
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    session = SlurmSession(shared_dir=tmp_path, processes_per_host=2, stop_grace_seconds=10)
-    yield session
-    names = [p.name for p in session.root.glob("*") if p.is_dir() and not p.name.startswith(".")]
-    deadline = time.monotonic() + 30
-    left = {name: _squeue(slurm_cluster, name) for name in names}
-    while any(left.values()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = {name: _squeue(slurm_cluster, name) for name in names}
-    for name in names:
-        slurm_cluster.run("scancel", f"--name={name}")  # whatever happens, the next test starts clean
-    assert not any(left.values()), f"Slurm still runs {left}"
-    for name in names:
-        assert_no_job_processes(name, session.root / name, settle=10)
-
-
-def _squeue(cluster: Cluster, name: str) -> str:
-    return cluster.run("squeue", "--noheader", f"--name={name}", "--format=%T").stdout.strip()
 
 
 @pytest.mark.slow
@@ -171,6 +145,60 @@ def test_smddp_all_reduce_across_the_two_nodes(session: SlurmSession, tmp_path: 
     }, results
 
 
+@pytest.mark.slow
+def test_smp_model_parallel_example_pipelines_across_the_two_nodes(
+    session: SlurmSession, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The model-parallel example's notebook cell with the session swapped: 2 nodes x 2 ranks, 2
+    pipeline partitions spread over the nodes (ranks 0+2, 1+3); the model loads in one process."""
+    from estimator import PyTorch
+
+    example = REPO / "examples" / "model_parallel"
+    sys.path.insert(0, str(example))
+    try:
+        from load_check import check  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(example))
+    estimator = PyTorch(
+        entry_point="train_smp.py",
+        source_dir=str(example),
+        role="arn:aws:iam::111122223333:role/SageMakerRole",
+        instance_count=2,
+        instance_type="ml.c5.xlarge",
+        framework_version="2.0.0",
+        py_version="py310",
+        sagemaker_session=session,
+        distribution={
+            "smdistributed": {
+                "modelparallel": {
+                    "enabled": True,
+                    "parameters": {
+                        "partitions": 2,
+                        "microbatches": 4,
+                        "pipeline": "interleaved",
+                        "placement_strategy": "spread",
+                        "ddp": True,
+                    },
+                }
+            },
+            "mpi": {"enabled": True, "processes_per_host": 2},
+        },
+        base_job_name="slurm-smp",
+        hyperparameters={"epochs": 1, "batch-size": 32, "lr": 3e-3},
+    )
+    estimator.fit()
+    streamed = capfd.readouterr().out
+    assert "smp: world=4 pp=2 dp=2 microbatches=4" in streamed, streamed[-3000:]
+    assert "[algo-2] launcher: smp" in streamed, streamed[-3000:]
+    described = estimator.latest_training_job.describe()
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
+    model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    unpacked = model.parent / "unpacked"
+    with tarfile.open(model) as archive:
+        archive.extractall(unpacked, filter="data")
+    assert check(unpacked) > 0.1  # same predictions as in training, in one plain process
+
+
 CRASH_SCRIPT = """
 import os, sys, time
 rank = int(os.environ["RANK"])
@@ -216,7 +244,7 @@ def test_stop_from_the_cli_reaches_the_script_on_both_nodes(
     backend.submit(make_spec(tmp_path, name, STOP_SCRIPT))
     wait_for_line(backend, name, "algo-1 ready", timeout=JOB_TIMEOUT)
     wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
-    assert _squeue(slurm_cluster, name) == "RUNNING"
+    assert squeue(slurm_cluster, name) == "RUNNING"
     assert cli.main(["stop", name, "--slurm", str(session.shared_dir)]) == 0  # as from a terminal
     described = wait_terminal(backend, name, timeout=120)
     assert described["TrainingJobStatus"] == contract.STATUS_STOPPED, described.get("FailureReason")

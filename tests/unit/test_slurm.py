@@ -415,6 +415,17 @@ def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi(tmp_path: Path
     )
     with pytest.raises(UnsupportedByBackendError, match="distribution='mpi'"):
         backend.check(mpi)
+    smp = mpi.model_copy(
+        update={
+            "TrainingJobName": "smp-job",
+            "HyperParameters": {
+                **(mpi.HyperParameters or {}),
+                contract.HP_SMDDP_ENABLED: "true",
+                contract.HP_MP_PARAMETERS: json.dumps({"partitions": 2}),
+            },
+        }
+    )
+    backend.check(smp)  # smp starts its ranks from each host's runtime, as torch_distributed does
 
 
 def test_sbatch_gets_the_agent_and_the_environment_without_aws_secrets(

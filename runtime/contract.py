@@ -286,6 +286,9 @@ TF_CONFIG = "TF_CONFIG"
 #                            start, emulated hosts' environments); default 600
 #   SMLAUNCH_MPI_DIR         private directory the emulated hosts of one local MPI job share (the local
 #                            agent's mkdtemp inside the job directory; required); see runtime.launchers.mpi
+#   SMLAUNCH_MPI_SLURM       "1", set by the Slurm executor: MPI ranks start through Slurm, not ssh
+#                            (each host's orted is a step the job's agent starts on request in
+#                            SMLAUNCH_MPI_DIR); see runtime.launchers.mpi, runtime.mpi_slurm
 #   SMLAUNCH_STACK_DUMPER    "auto" (py-spy when installed, else faulthandler), "py-spy", "faulthandler"
 #   SMLAUNCH_SSHD_CONFIG     sshd_config an MPI worker's sshd uses (``sshd -D -f <path>``); the Docker
 #                            executor sets it: its containers share one network, one sshd port per host
@@ -312,6 +315,7 @@ SMLAUNCH_STALL_TIMEOUT_SECONDS = "SMLAUNCH_STALL_TIMEOUT_SECONDS"
 SMLAUNCH_STACK_DUMPER = "SMLAUNCH_STACK_DUMPER"
 SMLAUNCH_MPI_WAIT_SECONDS = "SMLAUNCH_MPI_WAIT_SECONDS"
 SMLAUNCH_MPI_DIR = "SMLAUNCH_MPI_DIR"
+SMLAUNCH_MPI_SLURM = "SMLAUNCH_MPI_SLURM"
 SMLAUNCH_MPI_RANK_MAP = "SMLAUNCH_MPI_RANK_MAP"
 SMLAUNCH_SSHD_CONFIG = "SMLAUNCH_SSHD_CONFIG"
 SMLAUNCH_SSH_PORTS = "SMLAUNCH_SSH_PORTS"

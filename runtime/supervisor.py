@@ -21,7 +21,8 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
 4. **Exit code.** The host exits with the failing process's exit code, unflattened; a death by
    signal N is ``128 + N`` (137 for SIGKILL, 143 for SIGTERM), as a shell reports it.
 5. **Stop.** SIGTERM or SIGINT to the runtime (StopTrainingJob, ``max_run``, spot interruption,
-   Ctrl-C) is forwarded as SIGTERM to every process group, so user code can checkpoint; SIGKILL
+   Ctrl-C) is forwarded as SIGTERM to every process group (but those the scheduler signalled
+   itself: ``ProcessSpec.signalled_with_host``), so user code can checkpoint; SIGKILL
    follows after ``stop_grace`` seconds (``SMLAUNCH_STOP_GRACE_SECONDS``, default 120, as SageMaker
    allows). A second signal kills at once. The host then exits ``128 + signum`` of the signal it got.
    SIGHUP means the process that started the host is gone (the local agent gives its hosts
@@ -504,7 +505,8 @@ class Supervisor:
                         f"process(es), SIGKILL after {self.stop_grace:g} s"
                     )
                     for proc in alive.values():
-                        self._signal_group(proc, signal.SIGTERM)
+                        if not proc.spec.signalled_with_host:
+                            self._signal_group(proc, signal.SIGTERM)
                     kill_at = time.monotonic() + self.stop_grace
                 else:
                     self.log(f"received {signal.Signals(signum).name} again: killing every process now")

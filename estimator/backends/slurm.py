@@ -26,6 +26,11 @@ say (:meth:`SlurmBackend.describe`): PENDING is InProgress/Starting with "Pendin
 MaxRuntimeExceeded, CANCELLED -> Stopped, anything else -> Failed naming Slurm's state.
 ``stop()`` cancels a job still in the queue, else sends SIGTERM to the agent (``scancel --batch
 --signal=TERM``), which stops the hosts (SIGTERM, SIGKILL after the grace).
+
+Every distribution runs: torch_distributed, smddp and smp model parallel start their ranks from
+each host's runtime; MPI's ``mpirun`` on the master starts each host's ranks as a step on that
+host's node (:mod:`estimator.backends.local.executors.slurm`), so it is refused only together
+with ``container_image``.
 """
 
 from __future__ import annotations
@@ -39,13 +44,14 @@ from typing import TYPE_CHECKING, Any, get_args
 from urllib.parse import urlparse
 
 from estimator import catalog
+from estimator import hyperparameters as hp
 from estimator.backends.base import Capabilities
 from estimator.backends.local.backend import LocalBackend, _agent_environment
 from estimator.backends.local.executors.slurm import SlurmExecutor
 from estimator.backends.local.layout import file_uri_path
 from estimator.backends.local.state import JobDir, JobState, write_json_atomic
 from estimator.backends.slurm_client import PENDING, Partition, SlurmClient, SlurmCommandError, SlurmJob
-from estimator.distribution import Strategy
+from estimator.distribution import Distribution, Strategy
 from estimator.errors import ConfigurationError, UnsupportedByBackendError
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -62,9 +68,8 @@ SECRET_ENVIRONMENT = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION
 """Never handed to ``sbatch`` (Slurm stores a job's environment in its state files)."""
 STATE_CACHE_SECONDS = 1.0
 """``squeue`` is asked at most this often per job by one backend (log followers poll often)."""
-_MPI_STRATEGIES = frozenset({"mpi"})
-"""Strategies whose ranks ``mpirun`` starts over ssh: not across Slurm nodes. (smp model parallel
-starts its ranks from each host's runtime, as torch_distributed does: it runs.)"""
+_CONTAINER_REFUSED = frozenset({"mpi"})
+"""Strategies not run with ``container_image``: ``mpirun``'s ``orted`` steps start outside the image."""
 
 
 def sbatch_arguments(
@@ -118,7 +123,7 @@ class SlurmBackend(LocalBackend):
         name="slurm",
         uri_schemes=frozenset({"file", "s3"}),
         input_modes=frozenset({"File"}),
-        distributions=frozenset(get_args(Strategy)) - _MPI_STRATEGIES,
+        distributions=frozenset(get_args(Strategy)),
         spot=True,
         checkpoints=True,
         interrupt_stops_job=True,
@@ -176,7 +181,21 @@ class SlurmBackend(LocalBackend):
                 f"partition {partition.name} has {partition.nodes} node(s)",
                 f"use instance_count <= {partition.nodes} or a larger partition",
             )
+        self._check_mpi_container(spec)
         self._warn_about_unshared_paths(spec)
+
+    def _check_mpi_container(self, spec: TrainingJobSpec) -> None:
+        """``mpi`` with ``container_image``: refused (each host's ``orted`` is a step of its own,
+        started outside the image)."""
+        strategy = Distribution.from_hyperparameters(hp.decode(spec.HyperParameters)).strategy
+        if self.session.container_image and strategy in _CONTAINER_REFUSED:
+            raise UnsupportedByBackendError(
+                "distribution",
+                strategy,
+                f"MPI ranks on Slurm start outside containers, and container_image="
+                f"{self.session.container_image!r} is set",
+                "drop container_image (run on the nodes' Python) or use torch_distributed",
+            )
 
     def _warn_about_unshared_paths(self, spec: TrainingJobSpec) -> None:
         """Warn for each ``file://`` path (code, channels, output, checkpoints) outside

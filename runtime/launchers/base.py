@@ -41,6 +41,10 @@ class ProcessSpec:
     rank: int | None = None
     """Global rank, when the process is exactly one rank; None for a launcher process (mpirun)."""
     split_line: LineSplitter | None = None
+    signalled_with_host: bool = False
+    """The scheduler signals this process itself whenever it signals the host (Slurm signals every
+    process of a step): a stop is not forwarded to it a second time (``mpirun`` aborts at once,
+    SIGKILL to every rank, on a second SIGTERM)."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,22 @@ local backend a non-master host is an ordinary host process that ends with the j
 is reported by the master (whose ``failure.json`` names the rank and its emulated host). The meeting
 place is :class:`runtime.launchers.mpi_local.LocalRendezvous`.
 
+**Slurm** (``SMLAUNCH_MPI_SLURM`` set by the Slurm executor; chosen by that variable, never from
+the addresses): the hosts meet in ``SMLAUNCH_MPI_DIR`` (on the shared directory) as in the local
+emulation, but the master's ``mpirun`` starts each host's ranks on that host's node, through Slurm:
+OpenMPI's ``rsh`` launcher with :mod:`runtime.mpi_slurm` as its agent has the job's agent start one
+``orted`` per host as a step of the job (``srun --overlap --nodes=1 --nodelist=<node>``, in the
+host's tree at ``/opt/ml``, with the environment the host started with), and each rank takes its
+host's published environment from the rank map (the master's too)::
+
+    mpirun --host algo-1:N,algo-2:N -np <N*hosts> ... -mca plm rsh -mca ras ^slurm
+      -mca plm_rsh_agent "<python> -m runtime.mpi_slurm" -mca plm_rsh_no_tree_spawn 1
+
+(``ras ^slurm``: the master's own step is a one-node allocation, which must not replace
+``--host``; no ``btl`` choice: the cluster's OpenMPI picks its fabric, or ``custom_mpi_options``
+does). The hosts are on different nodes, so no process id is compared across them: a non-master
+host ends when ``done.json`` appears, and the agent ends the job's steps if the master dies first.
+
 **Real multi-node** (SageMaker, Docker): the roles of :mod:`runtime.mpi_roles` (workers run sshd and
 wait for the master's job to end; the master waits, bounded, for every worker's sshd, then runs
 ``mpirun``, then tells the workers it is done).
@@ -144,9 +160,21 @@ class MpiLauncher(Launcher):
         return value
 
     @property
+    def on_slurm(self) -> bool:
+        """``SMLAUNCH_MPI_SLURM`` is set: the Slurm executor starts each host's ``orted`` on request."""
+        return bool(self.env.environ.get(contract.SMLAUNCH_MPI_SLURM))
+
+    @property
     def local_emulation(self) -> bool:
-        """Every host is this machine (the local backend maps all of them to loopback)."""
+        """Every host is this machine (the local backend maps all of them to loopback), off Slurm."""
+        if self.on_slurm:
+            return False
         return bool(self.env.host_addresses) and all(_is_loopback(self.env.address_of(h)) for h in self.hosts)
+
+    @property
+    def meets_in_directory(self) -> bool:
+        """The hosts meet in ``SMLAUNCH_MPI_DIR`` (local emulation and Slurm), not over ssh."""
+        return self.local_emulation or self.on_slurm
 
     def rendezvous(self) -> LocalRendezvous:
         raw = self.env.environ.get(contract.SMLAUNCH_MPI_DIR, "")
@@ -158,7 +186,7 @@ class MpiLauncher(Launcher):
                 "set it to a directory only you can read (mkdtemp), the same for every host; the local "
                 "backend does this for you",
             )
-        return LocalRendezvous(Path(raw), wait_seconds(self.env.environ))
+        return LocalRendezvous(Path(raw), wait_seconds(self.env.environ), same_machine=not self.on_slurm)
 
     def published_env(self) -> dict[str, str]:
         """What a non-master host's ranks need beyond the environment every emulated host inherits
@@ -183,7 +211,7 @@ class MpiLauncher(Launcher):
 
     def rank_map_value(self) -> str:
         """``SMLAUNCH_MPI_RANK_MAP``: a file in the rendezvous dir locally, inline JSON across nodes."""
-        if self.local_emulation:
+        if self.meets_in_directory:
             return str(self.rendezvous().rank_map_file)
         return json.dumps(self.rank_map(), separators=(",", ":"))
 
@@ -199,7 +227,24 @@ class MpiLauncher(Launcher):
         from runtime.code import entry_point_command
 
         total = self.num_processes
-        if self.local_emulation:
+        hosts = self.hosts if self.ppn == 1 else [f"{h}:{self.ppn}" for h in self.hosts]
+        if self.on_slurm:
+            argv = ["mpirun", "--host", ",".join(hosts), "-np", str(total)]
+            network = [
+                "-mca",
+                "plm",
+                "rsh",
+                "-mca",
+                "ras",
+                "^slurm",
+                "-mca",
+                "plm_rsh_agent",
+                f"{self.python} -m runtime.mpi_slurm",
+                "-mca",
+                "plm_rsh_no_tree_spawn",
+                "1",
+            ]
+        elif self.local_emulation:
             argv = ["mpirun", "--host", f"localhost:{total}", "-np", str(total), "--oversubscribe"]
             network = [
                 "-mca",
@@ -213,7 +258,6 @@ class MpiLauncher(Launcher):
                 "lo",
             ]
         else:
-            hosts = self.hosts if self.ppn == 1 else [f"{h}:{self.ppn}" for h in self.hosts]
             argv = ["mpirun", "--host", ",".join(hosts), "-np", str(total)]
             interface = self.env.network_interface_name
             network = [
@@ -265,18 +309,24 @@ class MpiLauncher(Launcher):
             cwd=str(self.env.code_dir),
             rank=None,
             split_line=output,
+            signalled_with_host=self.on_slurm,  # Slurm signals every process of the master's step
         )
         topology = {
             "hosts": ", ".join(self.hosts),
             "ranks": f"{self.num_processes} ({self.ppn} per host, placed host-major)",
             "master": self.env.master_hostname,
-            "mode": "local emulation: one mpirun on this machine serves every host"
-            if self.local_emulation
-            else "multi-node: mpirun over ssh",
+            "mode": self._mode(),
         }
         return LaunchPlan(
             launcher=self.name, processes=[spec] if self.env.is_master else [], topology=topology
         )
+
+    def _mode(self) -> str:
+        if self.on_slurm:
+            return "Slurm: mpirun starts each host's ranks on its node as a step of the job (srun)"
+        if self.local_emulation:
+            return "local emulation: one mpirun on this machine serves every host"
+        return "multi-node: mpirun over ssh"
 
     # --- roles -----------------------------------------------------------------------------------
 
@@ -288,8 +338,8 @@ class MpiLauncher(Launcher):
                 "needs OpenMPI's mpirun, which is not on PATH",
                 "install it (Debian/Ubuntu: apt-get install openmpi-bin)",
             )
-        if self.local_emulation:
-            return self._run_local(supervisor)
+        if self.meets_in_directory:
+            return self._run_rendezvous(supervisor)
         from runtime.mpi_roles import MasterRole, WorkerRole
 
         workers = [h for h in self.hosts if h != self.env.master_hostname]
@@ -313,14 +363,15 @@ class MpiLauncher(Launcher):
             result.first_failure = output.root_cause(result.first_failure)
         return result
 
-    def _run_local(self, supervisor: Supervisor) -> RunResult:
+    def _run_rendezvous(self, supervisor: Supervisor) -> RunResult:
         meeting = self.rendezvous()
         host = self.env.current_host
         if not self.env.is_master:
             meeting.publish(host, self.published_env(), str(self.env.code_dir))
-            supervisor.log(
-                f"MPI: the master ({self.env.master_hostname}) runs this host's ranks; waiting for it"
-            )
+            how = "runs this host's ranks"
+            if self.on_slurm:
+                how = "starts this host's ranks through Slurm"
+            supervisor.log(f"MPI: the master ({self.env.master_hostname}) {how}; waiting for it")
             for hook in supervisor.hooks:  # fault injection (kill_host) applies to a waiting host too
                 hook.on_start([])
             try:
@@ -337,6 +388,7 @@ class MpiLauncher(Launcher):
             published = meeting.gather(others)
             rank_map = self.rank_map()
             rank_map["env"] = {h: published[h]["env"] for h in others}
+            rank_map["env"][host] = self.published_env()  # the ranks' own env on Slurm; no-op locally
             rank_map["cwd"] = {h: published[h]["cwd"] for h in others}
             rank_map["cwd"][host] = str(self.env.code_dir)
             meeting.write_rank_map(rank_map)

@@ -4,7 +4,9 @@ One ``mpirun`` on the master host serves every emulated host (see :mod:`runtime.
 emulation"). :class:`LocalRendezvous` is that meeting place: non-master hosts publish what their ranks
 need and wait for ``done.json``; the master gathers them, writes the rank map, runs ``mpirun`` and
 writes the exit code. Files are 0600; every wait is bounded by ``SMLAUNCH_MPI_WAIT_SECONDS``
-(:func:`wait_seconds`).
+(:func:`wait_seconds`). On Slurm the hosts meet the same way in a directory on the shared
+filesystem, from different nodes (``same_machine=False``): no process id is compared across them;
+a host that has read ``done.json`` says so by removing its ``env-<host>.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from runtime import contract
 from runtime.errors import HostConfigurationError
+from runtime.mpi_slurm import write_private_json
 from runtime.processes import pid_alive
 
 
@@ -30,6 +33,8 @@ class LocalRendezvous:
     directory: Path
     timeout: float
     poll: float = 0.1
+    same_machine: bool = True
+    """Every host runs on this machine, so their process ids can be checked (False on Slurm)."""
 
     def env_file(self, host: str) -> Path:
         return contract.child_path(self.directory, f"env-{host}.json", "host name", single=True)
@@ -44,11 +49,7 @@ class LocalRendezvous:
 
     def _write(self, path: Path, data: Any) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, path)
+        write_private_json(path, data)
 
     def write_rank_map(self, rank_map: Mapping[str, Any]) -> Path:
         self._write(self.rank_map_file, rank_map)
@@ -88,6 +89,8 @@ class LocalRendezvous:
 
     def _waiting(self, host: str) -> bool:
         """Whether ``host`` is still alive and has not yet read ``done.json``."""
+        if not self.same_machine:
+            return self.env_file(host).exists()
         try:
             return pid_alive(int(json.loads(self.env_file(host).read_text(encoding="utf-8"))["pid"]))
         except (OSError, ValueError, KeyError):
@@ -102,6 +105,9 @@ class LocalRendezvous:
                 if self.done_file.exists():
                     return int(json.loads(self.done_file.read_text(encoding="utf-8"))["exit_code"])
                 if self.master_file.exists():
+                    if not self.same_machine:  # another node's pid: the agent ends us if it dies
+                        time.sleep(self.poll)
+                        continue
                     pid = int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"])
                     if not pid_alive(pid) and not self.done_file.exists():
                         raise RuntimeError(
@@ -119,6 +125,8 @@ class LocalRendezvous:
                 shutil.rmtree(self.directory, ignore_errors=True)  # the master cannot clean up any more
 
     def _master_alive(self) -> bool:
+        if not self.same_machine:
+            return True  # unknown from here; the master (or the job's end) cleans up
         try:
             return pid_alive(int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"]))
         except (OSError, ValueError, KeyError):

@@ -392,7 +392,7 @@ def test_stop_cancels_a_queued_job_and_signals_a_running_agent(tmp_path: Path) -
         backend.stop(name, reason="spot")
 
 
-def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi(tmp_path: Path) -> None:
+def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi_in_a_container(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     backend, _, _ = backend_with(
         tmp_path,
@@ -413,8 +413,7 @@ def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi(tmp_path: Path
             },
         }
     )
-    with pytest.raises(UnsupportedByBackendError, match="distribution='mpi'"):
-        backend.check(mpi)
+    backend.check(mpi)  # mpirun starts each host's ranks as a step on its node
     smp = mpi.model_copy(
         update={
             "TrainingJobName": "smp-job",
@@ -426,6 +425,10 @@ def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi(tmp_path: Path
         }
     )
     backend.check(smp)  # smp starts its ranks from each host's runtime, as torch_distributed does
+    backend.session.container_image = "nvcr.io#nvidia/pytorch:24.01-py3"
+    backend.check(smp)
+    with pytest.raises(UnsupportedByBackendError, match=r"distribution='mpi'.*drop container_image"):
+        backend.check(mpi)
 
 
 def test_sbatch_gets_the_agent_and_the_environment_without_aws_secrets(

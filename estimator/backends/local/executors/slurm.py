@@ -16,6 +16,15 @@ shared directory every node mounts. For each attempt it asks this executor to st
 - with ``container_image`` (pyxis/enroot clusters) the step runs the image's ``train`` with the
   shared directory mounted at the same path and the host's tree at ``/opt/ml``
   (``--container-image``, ``--container-mounts``, ``--container-workdir``);
+- MPI (``distribution={"mpi": ...}``): the hosts meet in a private directory inside the job
+  directory (``SMLAUNCH_MPI_DIR``, on the shared directory) and ``SMLAUNCH_MPI_SLURM=1`` tells the
+  runtime to start ranks through Slurm: the master's ``mpirun`` asks, through that directory
+  (:mod:`runtime.mpi_slurm`), for each host's ``orted``, which :meth:`SlurmExecutor.watch` starts
+  as a step ``<host>-mpi`` on the host's node (:func:`mpi_step_prefix`, the environment the host
+  started with, its tree at ``/opt/ml``), from the agent, outside every host's step (a step's
+  ``srun`` would kill its step at once on the SIGTERM of ``stop()``); so each rank runs on its
+  host's node, Slurm signals and ends it with the job, and ``stop()`` reaches it through
+  ``mpirun``;
 - signals go to the step, not to ``srun`` (which would end the step at once): ``scancel
   --signal=TERM <job>.<step>`` reaches the runtime, which forwards it to its ranks within the
   grace; :meth:`SlurmExecutor.kill_everything` sends SIGKILL the same way to every step left.
@@ -30,17 +39,22 @@ attempt (:attr:`SlurmExecutor.requeues`).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.slurm_client import SlurmClient, SlurmCommandError
-from runtime import contract
+from runtime import contract, mpi_slurm
 from runtime.processes import free_port
 
 if TYPE_CHECKING:
@@ -51,12 +65,16 @@ NODELIST_ENV = "SLURM_JOB_NODELIST"
 RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"
 """Set by Slurm in a requeued batch run: how many times the job was requeued (``sbatch(1)``)."""
 KILL_WAIT_SECONDS = 10.0
+MPI_POLL_SECONDS = 0.2
+"""How often the agent looks for ``orted`` requests of the master's ``mpirun``."""
 
 
 HOST_MODULE = "estimator.backends.local.executors.slurm_host"
 """Run by each step outside containers: the host's tree at ``/opt/ml``, then ``python -m runtime``."""
 CONTAINER_COMMAND = "train"
 """Run by each step in a container: the image's entry command (``python -m runtime`` in ours)."""
+MPI_STEP_SUFFIX = "-mpi"
+"""The steps that run a host's MPI daemon (``orted``) and ranks are named ``<host>-mpi``."""
 
 
 def srun_command(
@@ -85,6 +103,26 @@ def srun_command(
     return [*argv, python, "-m", HOST_MODULE]
 
 
+def mpi_step_prefix(node: str, host: str, python: str, tree: str) -> list[str]:
+    """The ``srun`` that runs a command as a new step ``<host>-mpi`` on ``node`` in the host's tree
+    ``tree`` at ``/opt/ml`` (``--overlap``: the host's own step holds the node's CPUs): ``host``'s
+    ``orted``, when the master's ``mpirun`` asks for it."""
+    return [
+        "srun",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={node}",
+        f"--job-name={host}{MPI_STEP_SUFFIX}",
+        "--kill-on-bad-exit=0",
+        "--export=ALL",
+        f"--chdir={tree}",
+        python,
+        "-m",
+        HOST_MODULE,
+    ]
+
+
 class SlurmExecutor(Executor):
     """Hosts as ``srun`` steps of the agent's own Slurm job; see the module docstring."""
 
@@ -106,6 +144,12 @@ class SlurmExecutor(Executor):
         self.python = python
         self.container_image = container_image
         self.shared_dir = shared_dir
+        self._scratch: list[Path] = []
+        self._mpi_dir: Path | None = None
+        self._placement: dict[str, tuple[str, str]] = {}
+        self._host_env: dict[str, dict[str, str]] = {}
+        self._mpi_steps: dict[str, subprocess.Popen[bytes]] = {}
+        self._mpi_seen_at = 0.0
 
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """The interpreter on the nodes, the container image and the shared directory."""
@@ -168,6 +212,13 @@ class SlurmExecutor(Executor):
             base_env.setdefault("AWS_ENDPOINT_URL_S3", str(context.settings["s3_endpoint_url"]))
         if context.settings.get("s3_region_name"):
             base_env.setdefault("AWS_REGION", str(context.settings["s3_region_name"]))
+        self._placement = placement
+        self._mpi_steps = {}
+        if not self.container_image:
+            self._mpi_dir = Path(tempfile.mkdtemp(prefix="mpi-", dir=context.job.path))  # 0700, unguessable
+            self._scratch.append(self._mpi_dir)
+            base_env[contract.SMLAUNCH_MPI_DIR] = str(self._mpi_dir)
+            base_env[contract.SMLAUNCH_MPI_SLURM] = "1"
         for host in context.hosts:
             env = dict(base_env)
             env.update(
@@ -183,6 +234,7 @@ class SlurmExecutor(Executor):
                 )
             )
             env.update(layout.requirements_environment(context.settings))
+            self._host_env[host.name] = env
             host.proc = subprocess.Popen(
                 srun_command(
                     placement[host.name][0],
@@ -199,6 +251,57 @@ class SlurmExecutor(Executor):
                 stderr=subprocess.STDOUT,
             )
 
+    def watch(self, context: LaunchContext) -> None:
+        """Start the ``orted`` steps the master's ``mpirun`` asked for (at most every
+        :data:`MPI_POLL_SECONDS`; see the module docstring)."""
+        now = time.monotonic()
+        if self._mpi_dir is None or now - self._mpi_seen_at < MPI_POLL_SECONDS:
+            return
+        self._mpi_seen_at = now
+        for path in self._mpi_dir.glob("orted-*.json"):
+            try:
+                ask = json.loads(path.read_text(encoding="utf-8"))
+                host, command = str(ask["host"]), str(ask["command"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if host in self._mpi_steps:
+                continue
+            why = self._start_mpi_step(context, host, command)
+            mpi_slurm.write_private_json(mpi_slurm.answer_file(self._mpi_dir, host), {"error": why})
+
+    def _start_mpi_step(self, context: LaunchContext, host: str, command: str) -> str | None:
+        """Start ``host``'s ``orted`` step; None, or why it could not start."""
+        assert self._mpi_dir is not None
+        known = {h.name: h for h in context.hosts}
+        if host not in known:
+            return f"no host {host!r} in this job (hosts: {sorted(known)})"
+        argv = mpi_step_prefix(self._placement[host][0], host, self.python, str(known[host].base))
+        log = contract.child_path(self._mpi_dir, f"orted-{host}.log", "host name", single=True)
+        try:
+            with log.open("ab") as out:
+                self._mpi_steps[host] = subprocess.Popen(
+                    [*argv, "/bin/sh", "-c", command],
+                    cwd=str(known[host].base),
+                    env=self._host_env[host],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+        except OSError as error:
+            return f"cannot start {argv[0]}: {error}"
+        context.say(f"MPI: started {host}'s orted as a step on {self._placement[host][0]}")
+        return None
+
+    def attempt_ended(self, context: LaunchContext) -> None:
+        """Reap the ``orted`` steps' ``srun`` (their ``orted`` ends with the master's ``mpirun``;
+        :meth:`kill_everything` has cancelled any left)."""
+        for proc in self._mpi_steps.values():
+            try:
+                proc.wait(timeout=KILL_WAIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
     def _steps(self) -> dict[str, str]:
         try:
             return self.client.steps(self.job_id)
@@ -207,26 +310,42 @@ class SlurmExecutor(Executor):
 
     def signal(self, context: LaunchContext, hosts: Sequence[Host], sig: int) -> None:
         """``scancel --signal=<sig> <job>.<step>`` for each host's step (``srun`` itself before its
-        step is registered)."""
+        step is registered). MPI steps (``<host>-mpi``) are left to ``mpirun``, which Slurm signals
+        in the master's step: on one SIGTERM it passes SIGTERM to every rank through each
+        ``orted``, then SIGKILL; a second SIGTERM, or ``orted`` signalled beside it, would make it
+        SIGKILL every rank at once (the runtime does not forward the stop to ``mpirun`` either:
+        ``ProcessSpec.signalled_with_host``). :meth:`kill_everything` kills the MPI steps."""
         steps = self._steps()
+        name = signal.Signals(sig).name.removeprefix("SIG")
         for host in hosts:
             step = steps.get(host.name)
             if step is not None:
-                try:
-                    self.client.cancel(step, signal=signal.Signals(sig).name.removeprefix("SIG"))
+                if self._cancel(context, step, name):
                     continue
-                except SlurmCommandError as error:
-                    context.say(f"WARNING: {error}; signalling srun instead")
+                context.say("WARNING: signalling srun instead")
             if host.proc is not None and host.proc.poll() is None:
                 host.proc.send_signal(sig)
 
+    def _cancel(self, context: LaunchContext, step: str, signal_name: str) -> bool:
+        """``scancel --signal=<signal_name> <step>``; False (said in the log) when it failed."""
+        try:
+            self.client.cancel(step, signal=signal_name)
+        except SlurmCommandError as error:
+            context.say(f"WARNING: {error}")
+            return False
+        return True
+
     def kill_everything(self, context: LaunchContext) -> None:
-        """SIGKILL every host step still running, then wait for their ``srun`` to end."""
+        """SIGKILL every host step still running and every MPI step (``<host>-mpi``), then wait
+        for the hosts' ``srun`` to end."""
         self.signal(
             context,
             [h for h in context.hosts if h.proc is not None and h.proc.poll() is None],
             signal.SIGKILL,
         )
+        for name, step in self._steps().items():
+            if name.endswith(MPI_STEP_SUFFIX):
+                self._cancel(context, step, "KILL")
         for host in context.hosts:
             if host.proc is None:
                 continue
@@ -235,3 +354,8 @@ class SlurmExecutor(Executor):
             except subprocess.TimeoutExpired:
                 host.proc.kill()
                 host.proc.wait()
+
+    def close(self, context: LaunchContext) -> None:
+        """Remove the MPI hosts' meeting directories."""
+        for scratch in self._scratch:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -5,7 +5,9 @@ estimator.backends.local.executors.slurm_host``, started by
 It gives the host its tree at ``/opt/ml`` in a private mount namespace
 (:class:`~estimator.backends.local.executors.spawn.PrivateOptMl`, as local process hosts get),
 so scripts that use literal ``/opt/ml`` paths work on the node, then replaces itself with ``python
--m runtime`` (same process: Slurm's signals reach the runtime). Where the node cannot give a
+-m runtime`` (same process: Slurm's signals reach the runtime); with arguments, it becomes that
+command instead (an MPI host's ``orted``, started by the master's ``mpirun`` through
+:func:`~estimator.backends.local.executors.slurm.mpi_step_prefix`). Where the node cannot give a
 private ``/opt/ml`` (no user namespaces, no ``/opt``), it says why once and runs the runtime
 anyway: ``SM_*`` paths work, literal ones do not. Imports nothing of the estimator but that class.
 """
@@ -20,7 +22,7 @@ from estimator.backends.local.executors.spawn import PrivateOptMl
 from runtime import contract
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     tree = Path(os.environ[contract.BASE_DIR_ENV])
     mounts = PrivateOptMl()
     why = mounts.unavailable(tree)
@@ -33,9 +35,10 @@ def main() -> int:
             "variables (or use SlurmSession(container_image=...))",
             flush=True,
         )
-    os.execv(sys.executable, [sys.executable, "-m", "runtime"])
+    command = argv or [sys.executable, "-m", "runtime"]
+    os.execvp(command[0], command)
     return 1  # not reached: execv replaced this process or raised
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

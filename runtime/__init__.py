@@ -20,6 +20,8 @@ imports torch, the supervisor, the watchdog or a launcher.
 - :mod:`runtime.processes`: ``free_port``, exit-code decoding, die-with-parent, subreaper, used by
   the local agent and the host supervisor alike.
 - :mod:`runtime.fastfile`: the FUSE server for ``FastFile`` channels, which the local agent runs.
+- :mod:`runtime.mpi_slurm`: how ``mpirun`` on a Slurm cluster asks the Slurm executor to start each
+  host's ``orted`` (request and answer files), and the ``plm_rsh_agent`` that asks.
 """
 
 SHARED_LAYER = (
@@ -33,5 +35,6 @@ SHARED_LAYER = (
     "runtime.errors",
     "runtime.processes",
     "runtime.fastfile",
+    "runtime.mpi_slurm",
 )
 """The ``runtime`` modules the estimator may import (see above)."""

@@ -28,6 +28,11 @@ Contracts:
   not re-read, not even by a new process. A file changed less than 2 s before it was hashed is
   not cached, so a change that leaves size and timestamps equal is still seen (git's "racy clean"
   rule). Downloads skip local files whose size and hash already match.
+- **Lean listings.** The engine reads only a listed object's key, size and ETag. While it lists
+  (and only in the listing thread), a botocore ``before-parse`` hook on the client drops the other
+  fields from the response before botocore parses it: parsing each ``LastModified`` with
+  ``dateutil`` was most of a 1,000-key page's parse time. The client's other calls, the user's
+  included, see whole responses.
 - **file://** sources and destinations behave the same way (copy to a temporary name, verify, rename).
 - **Progress.** A progress bar (``tqdm.auto``: a widget in Jupyter, text in a terminal; else one
   stderr line) for transfers of at least ``progress_min_bytes`` (files skipped as unchanged count),
@@ -46,15 +51,17 @@ key *is* the prefix keeps its base name). Runtime code may import this module; i
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -495,6 +502,44 @@ class TransferSummary:
         )
 
 
+_UNREAD_LISTING_FIELDS = re.compile(
+    rb"<(LastModified|Owner|StorageClass|ChecksumAlgorithm|ChecksumType|RestoreStatus)>.*?</\1>", re.DOTALL
+)
+"""The elements of a ``ListObjectsV2`` ``<Contents>`` entry the engine never reads. S3 escapes ``<``
+in keys, so a key cannot contain one of these tags."""
+
+_LEAN_LISTING_HOOK = "smlaunch-lean-listing"
+_listing_thread = threading.local()
+
+
+def _drop_unread_listing_fields(response_dict: dict[str, Any], **_: Any) -> None:
+    """botocore ``before-parse.s3.ListObjectsV2`` hook: while this thread lists for the engine
+    (:func:`_lean_listing`), strip :data:`_UNREAD_LISTING_FIELDS` from a successful response's body."""
+    body = response_dict.get("body")
+    if getattr(_listing_thread, "lean", False) and response_dict.get("status_code") == 200 and body:
+        response_dict["body"] = _UNREAD_LISTING_FIELDS.sub(b"", body)
+
+
+@contextlib.contextmanager
+def _lean_listing(client: Any) -> Iterator[None]:
+    """List through ``client`` in this thread without parsing the fields the engine never reads.
+
+    The hook is registered once per client (botocore de-duplicates by ``unique_id``) and does
+    nothing outside this block or in other threads. A client without botocore's event system
+    (a test double) lists as it is."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is not None:
+        events.register(
+            "before-parse.s3.ListObjectsV2", _drop_unread_listing_fields, unique_id=_LEAN_LISTING_HOOK
+        )
+    outer = getattr(_listing_thread, "lean", False)
+    _listing_thread.lean = True
+    try:
+        yield
+    finally:
+        _listing_thread.lean = outer
+
+
 def _listed_objects(bucket: str, prefix: str, page: dict[str, Any]) -> list[ObjectInfo]:
     """The objects of one ``ListObjectsV2`` page under ``prefix``; "folder" markers (keys ending in
     ``/``) hold no data and are left out."""
@@ -663,8 +708,9 @@ class TransferEngine:
             bucket, prefix = split_s3_uri(str(uri))
             out: list[ObjectInfo] = []
             paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-                out += _listed_objects(bucket, prefix, page)
+            with _lean_listing(self.client):
+                for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                    out += _listed_objects(bucket, prefix, page)
             return sorted(out, key=lambda o: o.rel)
         root = local_path(uri)
         if root.is_file():
@@ -747,7 +793,8 @@ class TransferEngine:
             found: list[ObjectInfo] = []
             while True:
                 start = {"StartAfter": after} if after else {}  # the first run starts at the prefix
-                page = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, **start)
+                with _lean_listing(self.client):
+                    page = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, **start)
                 found += _listed_objects(bucket, prefix, page)
                 contents = page.get("Contents") or []
                 if not (page.get("IsTruncated") and contents) or contents[-1]["Key"] >= last:

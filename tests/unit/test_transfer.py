@@ -10,8 +10,10 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,43 @@ def test_a_listing_of_many_keys_in_parallel_runs_misses_nothing(s3: Any, tmp_pat
     assert counts["PutObject"] == 2 and counts["HeadObject"] == 1
     # Three runs; the keys the tree lacks push the first two over 1,000 keys: a second page each.
     assert counts["ListObjectsV2"] == 5
+
+
+def test_the_engine_lists_without_timestamps_and_the_clients_other_calls_keep_them(
+    s3: Any, tmp_path: Path
+) -> None:
+    """The lean-listing hook strips LastModified (and the other unread fields) from the engine's own
+    listings only: a listing by the user on the same client, also from another thread while the
+    engine lists, is parsed whole."""
+    _tree(tmp_path / "src", 12)
+    engine = TransferEngine(s3, progress=False)
+    engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
+    pages: list[tuple[str, dict[str, Any]]] = []
+
+    def record(parsed: dict[str, Any], **_: Any) -> None:
+        pages.append((threading.current_thread().name, parsed))
+
+    s3.meta.events.register("after-call.s3.ListObjectsV2", record)
+    listed = engine.list("s3://bucket/pre")
+    assert [o.rel for o in listed] == sorted(f"d{i % 3}/f{i:03d}.bin" for i in range(12))
+    assert all(o.size > 0 and o.etag for o in listed)
+    user_pages: list[dict[str, Any]] = []
+    users = threading.Thread(
+        target=lambda: user_pages.extend(
+            s3.list_objects_v2(Bucket="bucket", Prefix="pre") for _ in range(20)
+        ),
+        name="user",
+    )
+    users.start()
+    for _ in range(20):
+        assert engine.upload_dir(tmp_path / "src", "s3://bucket/pre").transferred == []
+    users.join()
+    mine = [page for thread, page in pages if thread != "user"]
+    assert mine and all("LastModified" not in obj for page in mine for obj in page["Contents"])
+    assert all("ETag" in obj and "Size" in obj for page in mine for obj in page["Contents"])
+    assert len(user_pages) == 20
+    assert all(isinstance(obj["LastModified"], datetime) for page in user_pages for obj in page["Contents"])
+    assert isinstance(s3.list_objects_v2(Bucket="bucket")["Contents"][0]["LastModified"], datetime)
 
 
 def test_a_failed_listing_uploads_nothing(s3: Any, tmp_path: Path) -> None:

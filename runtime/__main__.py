@@ -43,7 +43,10 @@ def _raise_stopped(signum: int, _frame: Any) -> None:
 
 
 def _log(host: str, message: str) -> None:
-    print(f"[{host}] {message}", flush=True)
+    try:
+        print(f"[{host}] {message}", flush=True)
+    except (OSError, ValueError):
+        pass  # nothing reads the output any more (the agent died): the result files still tell all
 
 
 def wait_for_hosts(hosts: list[str], timeout: float, log: Any) -> None:

@@ -1,7 +1,7 @@
 """What the supervisor calls while it runs a plan, and how it sees ranks it did not spawn.
 
 :class:`SupervisorHook`: ``prepare`` each process spec before it starts, ``on_start`` once all
-started, ``on_output`` for every line, ``on_exit`` for every exit, ``poll`` about once a second (a
+started, ``on_output`` for every line, ``on_exit`` for every exit, ``poll`` every 0.2 s or sooner (a
 returned failure ends the job), and ``close`` at the end. The stall watchdog
 (:mod:`runtime.watchdog`) and fault injection (:mod:`runtime.fault_injector`) are hooks.
 
@@ -65,7 +65,7 @@ class SupervisorHook:
         """A process started by the supervisor exited."""
 
     def poll(self) -> RankFailure | None:
-        """Called about once a second; a returned failure ends the job as the root cause."""
+        """Called every 0.2 s or sooner; a returned failure ends the job as the root cause."""
         return None
 
     def close(self) -> None:

@@ -26,7 +26,8 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
    follows after ``stop_grace`` seconds (``SMLAUNCH_STOP_GRACE_SECONDS``, default 120, as SageMaker
    allows). A second signal kills at once. The host then exits ``128 + signum`` of the signal it got.
    SIGHUP means the process that started the host is gone (the local agent gives its hosts
-   ``PR_SET_PDEATHSIG=SIGHUP``): every process is SIGKILLed at once, and 6 still runs.
+   ``PR_SET_PDEATHSIG=SIGHUP``): every process is SIGKILLed at once, and 6 still runs. A signal is
+   acted on within :data:`SIGNAL_CHECK_SECONDS`, whichever of the runtime's threads took it.
 6. **No leftovers.** When the last process has exited, every process group the supervisor created
    is SIGKILLed, so grandchildren (data loader workers, shells) cannot survive; with a
    :class:`~runtime.containment.Containment` (``python -m runtime`` always passes one), daemons that
@@ -71,6 +72,10 @@ TRACEBACK_MAX_LINES = 400
 DEFAULT_FAIL_FAST_GRACE = 3.0
 KILL_WAIT_SECONDS = 10.0
 READER_JOIN_SECONDS = 2.0
+SIGNAL_CHECK_SECONDS = 0.2
+"""The supervisor's loop never waits longer than this for an event. The kernel may give a
+process-directed signal to any thread (a reader's, a waiter's); Python runs the handler in the
+main thread only, and a main thread waiting without a timeout would not wake up to run it."""
 
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
 _CHAINED = (
@@ -237,7 +242,9 @@ class Supervisor:
         self._stdout = stdout
         self._stderr = stderr
         self._print_lock = threading.Lock()
-        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        # SimpleQueue: its put() is reentrant, so the signal handler may interrupt a get() or put()
+        # of the main thread (which holds a Queue's lock then) without deadlocking it.
+        self._events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
 
     @classmethod
     def from_environ(cls, host: str, environ: Mapping[str, str], **kwargs: Any) -> Supervisor:
@@ -461,9 +468,8 @@ class Supervisor:
         while alive:
             now = time.monotonic()
             deadlines = [d for d in (kill_at, give_up_at) if d is not None]
-            timeout = max(0.0, min(deadlines) - now) if deadlines else None
-            if self.hooks:  # hooks are polled about once a second
-                timeout = min(timeout, 1.0) if timeout is not None else 1.0
+            timeout = max(0.0, min(deadlines) - now) if deadlines else SIGNAL_CHECK_SECONDS
+            timeout = min(timeout, SIGNAL_CHECK_SECONDS)  # hooks are polled as often
             try:
                 kind, payload = self._events.get(timeout=timeout)
             except queue.Empty:

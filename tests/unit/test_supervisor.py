@@ -207,6 +207,20 @@ def test_sighup_means_the_agent_is_gone_and_kills_at_once() -> None:
     assert "received SIGHUP (the process that started this host is gone)" in out.getvalue()
 
 
+def test_a_signal_another_thread_takes_still_stops_the_job() -> None:
+    # The kernel may hand a process-directed signal (SIGHUP from PR_SET_PDEATHSIG, a kill) to any
+    # thread; Python runs the handler in the main thread only, so a main thread blocked without a
+    # timeout would act on it only when some other event woke it: here, the rank's own end.
+    code = "import time\nprint('up', flush=True)\ntime.sleep(20)\n"
+    sup, out, _ = make(stop_grace=600)
+    timer = threading.Timer(1.0, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGHUP))
+    timer.start()
+    result = sup.run(LaunchPlan("t", [spec("rank 0", code, 0)]))
+    timer.join()
+    assert result.stop_signal == signal.SIGHUP and result.exit_codes == {"rank 0": 137}
+    assert "received SIGHUP" in out.getvalue()
+
+
 def test_stop_grace_comes_from_the_environment() -> None:
     assert Supervisor.from_environ("h", {}).stop_grace == contract.DEFAULT_STOP_GRACE_SECONDS
     assert Supervisor.from_environ("h", {contract.SMLAUNCH_STOP_GRACE_SECONDS: "2.5"}).stop_grace == 2.5
@@ -261,6 +275,27 @@ def test_internal_errors_are_framework_errors_and_never_exit_0(
     assert text.startswith("Framework Error: ") and "OSError: launcher exploded" in text
     details = json.loads((paths.output_dir / contract.FAILURE_DETAILS_FILE).read_text())
     assert (details["kind"], details["exit_code"], details["host"]) == ("framework_error", 1, "algo-1")
+
+
+class _BrokenPipe(io.StringIO):
+    """The stdout of a host runtime whose agent died: its pipe has no reader any more."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_host_whose_output_pipe_broke_still_reports_its_ranks_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime.__main__ as entry
+    from tests.functional._runtime_tree import write_host_tree
+
+    paths = write_host_tree(tmp_path, "algo-1", ["algo-1"], {contract.HP_PROGRAM: '"train.py"'})
+    (paths.code_dir / "train.py").write_text("import sys\nprint('training')\nsys.exit(3)\n")
+    monkeypatch.setattr(sys, "stdout", _BrokenPipe())
+    code = entry.run({**os.environ, contract.BASE_DIR_ENV: str(tmp_path), contract.SMLAUNCH_NUM_GPUS: "0"})
+    assert code == 3  # not 1: the broken log stream is not the job's failure
+    assert paths.failure_file.read_text().endswith("exited with code 3")
 
 
 def test_wait_for_hosts_is_bounded() -> None:

@@ -103,7 +103,35 @@ def assert_no_job_processes(job_name: str, job_dir: Path | None = None, settle: 
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+    assert not left, f"processes left behind: {describe_processes(left)}"
+
+
+def describe_processes(procs: list[psutil.Process]) -> str:
+    """What a process left behind is doing, for the failure message: its command line, state and
+    signal masks, and for each thread its name, state, the kernel function it sleeps in and the
+    system call it is blocked in (``/proc``; what can be read)."""
+    lines = []
+    for proc in procs:
+        root = Path(f"/proc/{proc.pid}")
+        try:
+            status = dict(
+                line.split(":\t", 1) for line in (root / "status").read_text().splitlines() if ":\t" in line
+            )
+            lines.append(
+                f"{proc.pid} {proc.cmdline()} state={status.get('State')} ppid={status.get('PPid')} "
+                f"SigPnd={status.get('SigPnd')} ShdPnd={status.get('ShdPnd')} SigBlk={status.get('SigBlk')} "
+                f"SigCgt={status.get('SigCgt')}"
+            )
+            for task in sorted((root / "task").iterdir()):
+                fields = {}
+                for name in ("comm", "wchan", "syscall"):
+                    with contextlib.suppress(OSError):
+                        fields[name] = (task / name).read_text().strip()
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                lines.append(f"  thread {task.name} {fields} state={state}")
+        except (OSError, psutil.Error) as error:
+            lines.append(f"{proc.pid}: {error}")
+    return "\n".join(lines)
 
 
 def wait_terminal(backend: Backend, job_name: str, timeout: float = WAIT_SECONDS) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from estimator.session import LocalSession
 from runtime import contract
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    describe_processes,
     kill_leftover_jobs,
     make_spec,
     wait_for_line,
@@ -113,7 +114,7 @@ def _assert_all_gone(procs: list[psutil.Process], settle: float = 60.0) -> None:
         if not alive or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert not alive, f"left behind: {[(p.pid, p.cmdline()) for p in alive]}"
+    assert not alive, f"left behind: {describe_processes(alive)}"
 
 
 def _run_with_daemons(tmp_path: Path, name: str) -> tuple[LocalBackend, list[psutil.Process]]:

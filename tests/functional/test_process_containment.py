@@ -201,6 +201,36 @@ def test_without_a_cgroup_the_subreaper_kills_a_double_forked_daemon() -> None:
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+# Every rank of a host runs in the host's cgroup from its first instruction (moved before exec).
+IN_THE_CGROUP = """
+import sys
+from runtime.containment import Containment
+from runtime.launchers.base import LaunchPlan, ProcessSpec
+from runtime.supervisor import Supervisor
+
+code = "print(open('/proc/self/cgroup').read().strip(), flush=True)"
+ranks = [
+    ProcessSpec(label=f"rank {r}", argv=[sys.executable, "-c", code], env={}, cwd=".", rank=r)
+    for r in range(3)
+]
+containment = Containment("algo-1")
+result = Supervisor("algo-1", containment=containment).run(LaunchPlan("process", ranks))
+print("cgroup:", containment.describe())
+sys.exit(result.exit_code)
+"""
+
+
+def test_every_rank_runs_in_the_hosts_cgroup() -> None:
+    out = subprocess.run([sys.executable, "-c", IN_THE_CGROUP], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    used = [line for line in out.stdout.splitlines() if "containment: " in line and " cgroup " in line]
+    if not used:
+        pytest.skip("no writable cgroup v2 hierarchy here (the subreaper alone contains the ranks)")
+    name = Path(used[0].rsplit(" cgroup ", 1)[1]).name
+    where = [line for line in out.stdout.splitlines() if line.startswith("[algo-1/rank ") and "::" in line]
+    assert len(where) == 3 and all(line.endswith("/" + name) for line in where), out.stdout
+
+
 def test_the_cgroup_of_a_runtime_that_died_is_removed_by_the_next() -> None:
     enter = "from runtime.containment import Containment as C; c = C('algo-9'); c.enter(); print(c.cgroup)"
 

@@ -15,7 +15,7 @@ import pytest
 
 from estimator.backends.local.executors import slurm as slurm_executor
 from estimator.backends.local.executors.base import Host, LaunchContext
-from estimator.backends.local.executors.slurm import SlurmExecutor, mpi_step_prefix
+from estimator.backends.local.executors.slurm import MPI_STEP_LOG_LINES, SlurmExecutor, mpi_step_prefix
 from estimator.backends.local.state import JobDir
 from estimator.backends.slurm_client import SlurmClient
 from runtime import contract, mpi_slurm
@@ -140,6 +140,20 @@ def test_executor_starts_each_asked_orted_once_as_a_step_on_its_node(
     assert "no host 'algo-9' in this job" in refused
     assert said == ["MPI: started algo-2's orted as a step on node2"]
     executor.attempt_ended(context)
+
+
+def test_what_an_orted_step_printed_reaches_the_job_log_when_the_attempt_ends(tmp_path: Path) -> None:
+    # srun's and orted's own messages go to the meeting directory, which goes with the job: a daemon
+    # that could not start or never reached mpirun must still be explained in the job's log.
+    meet = tmp_path / "mpi-x"
+    meet.mkdir(mode=0o700)
+    executor = SlurmExecutor(client=SlurmClient(), job_id="12", nodelist="node[1-2]", python="/venv/python")
+    executor._mpi_dir = meet
+    executor._mpi_steps = {"algo-1": subprocess.Popen(["true"]), "algo-2": subprocess.Popen(["true"])}
+    (meet / "orted-algo-2.log").write_text("".join(f"srun: retrying {i}\n" for i in range(60)))
+    said: list[str] = []
+    executor.attempt_ended(LaunchContext(spec(), {}, JobDir(tmp_path), _hosts(tmp_path), 10.0, said.append))
+    assert said == [f"[algo-2/orted] srun: retrying {i}" for i in range(60 - MPI_STEP_LOG_LINES, 60)]
 
 
 STEPS = "12.0|algo-1\n12.1|algo-2\n12.2|algo-2-mpi\n12.3|algo-1-mpi\n"

@@ -75,6 +75,8 @@ CONTAINER_COMMAND = "train"
 """Run by each step in a container: the image's entry command (``python -m runtime`` in ours)."""
 MPI_STEP_SUFFIX = "-mpi"
 """The steps that run a host's MPI daemon (``orted``) and ranks are named ``<host>-mpi``."""
+MPI_STEP_LOG_LINES = 50
+"""At most this many of the last lines an ``orted`` step printed go into the job's log."""
 
 
 def srun_command(
@@ -276,9 +278,8 @@ class SlurmExecutor(Executor):
         if host not in known:
             return f"no host {host!r} in this job (hosts: {sorted(known)})"
         argv = mpi_step_prefix(self._placement[host][0], host, self.python, str(known[host].base))
-        log = contract.child_path(self._mpi_dir, f"orted-{host}.log", "host name", single=True)
         try:
-            with log.open("ab") as out:
+            with self._mpi_step_log(host).open("ab") as out:
                 self._mpi_steps[host] = subprocess.Popen(
                     [*argv, "/bin/sh", "-c", command],
                     cwd=str(known[host].base),
@@ -294,13 +295,32 @@ class SlurmExecutor(Executor):
 
     def attempt_ended(self, context: LaunchContext) -> None:
         """Reap the ``orted`` steps' ``srun`` (their ``orted`` ends with the master's ``mpirun``;
-        :meth:`kill_everything` has cancelled any left)."""
-        for proc in self._mpi_steps.values():
+        :meth:`kill_everything` has cancelled any left), and put what each step printed in the
+        job's log: ``srun``'s and ``orted``'s own messages (a step that could not start, a daemon
+        that never reached ``mpirun``), which would otherwise go with the meeting directory. The
+        ranks' output is not there: it reaches the log through ``mpirun``."""
+        for host, proc in self._mpi_steps.items():
             try:
                 proc.wait(timeout=KILL_WAIT_SECONDS)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            self._say_mpi_step_output(context, host)
+
+    def _mpi_step_log(self, host: str) -> Path:
+        """Where ``host``'s ``orted`` step writes (``srun`` and ``orted`` messages)."""
+        assert self._mpi_dir is not None
+        return contract.child_path(self._mpi_dir, f"orted-{host}.log", "host name", single=True)
+
+    def _say_mpi_step_output(self, context: LaunchContext, host: str) -> None:
+        """The last :data:`MPI_STEP_LOG_LINES` lines of ``host``'s ``orted`` step, into the job's log
+        as ``[<host>/orted] ...``."""
+        try:
+            lines = self._mpi_step_log(host).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        for line in lines[-MPI_STEP_LOG_LINES:]:
+            context.say(f"[{host}/orted] {line}")
 
     def _steps(self) -> dict[str, str]:
         try:

@@ -120,9 +120,16 @@ def _estimator(
         sagemaker_session=session,
         # The two test nodes are one machine with one host name, and OpenMPI names its shared-memory
         # (vader) segments by host name, job and local rank: they would collide across the nodes.
-        # Real nodes are separate machines; here the ranks talk over TCP.
+        # Real nodes are separate machines; here the ranks talk over TCP, on 127.0.0.1 (both nodes'
+        # address) only, daemons and ranks alike.
         distribution={
-            "mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "-mca btl self,tcp"}
+            "mpi": {
+                "enabled": True,
+                "processes_per_host": 2,
+                "custom_mpi_options": (
+                    "-mca btl self,tcp -mca btl_tcp_if_include lo -mca oob_tcp_if_include lo"
+                ),
+            }
         },
         base_job_name="slurm-mpi",
         environment=environment,

@@ -386,8 +386,11 @@ def test_local_rendezvous_waits_are_bounded(tmp_path: Path) -> None:
     assert not meeting.directory.exists()
 
 
-def test_real_probes() -> None:
+def test_real_probes(tmp_path: Path) -> None:
+    import shutil
     import socket
+    import subprocess
+    import time
 
     from runtime.mpi_roles import orted_running, tcp_probe
 
@@ -397,4 +400,20 @@ def test_real_probes() -> None:
         port = server.getsockname()[1]
         assert tcp_probe("127.0.0.1", port) is True
     assert tcp_probe("127.0.0.1", port) is False
-    assert orted_running() is False
+
+    # orted_running looks at the whole machine (a container is one host): another job's daemon may
+    # run here already, so the test starts one of its own (a sleep named orted) and sees it come and go.
+    before = orted_running()
+    orted = tmp_path / "orted"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", orted)
+    daemon = subprocess.Popen([str(orted), "60"])
+    try:
+        deadline = time.monotonic() + 30
+        while not orted_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert orted_running() is True
+    finally:
+        daemon.kill()
+        daemon.wait()
+    if not before:
+        assert orted_running() is False

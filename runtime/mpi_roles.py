@@ -59,11 +59,12 @@ def tcp_probe(host: str, port: int) -> bool:
 
 
 def orted_running() -> bool:
-    """Whether an OpenMPI ``orted`` daemon runs on this machine."""
+    """Whether an OpenMPI ``orted`` daemon runs on this machine (an exited one its parent has not
+    reaped yet, a zombie, does not: in a container whose init never reaps, it would stay forever)."""
     import psutil
 
-    for proc in psutil.process_iter(["name"]):
-        if proc.info.get("name") == "orted":
+    for proc in psutil.process_iter(["name", "status"]):
+        if proc.info.get("name") == "orted" and proc.info.get("status") != psutil.STATUS_ZOMBIE:
             return True
     return False
 

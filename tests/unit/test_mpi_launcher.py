@@ -392,6 +392,8 @@ def test_real_probes(tmp_path: Path) -> None:
     import subprocess
     import time
 
+    import psutil
+
     from runtime.mpi_roles import orted_running, tcp_probe
 
     with socket.socket() as server:
@@ -412,8 +414,12 @@ def test_real_probes(tmp_path: Path) -> None:
         while not orted_running() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert orted_running() is True
+        daemon.kill()
+        deadline = time.monotonic() + 30
+        while psutil.Process(daemon.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not before:  # exited but not reaped yet: a zombie is not a running daemon
+            assert orted_running() is False
     finally:
         daemon.kill()
         daemon.wait()
-    if not before:
-        assert orted_running() is False

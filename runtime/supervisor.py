@@ -467,9 +467,8 @@ class Supervisor:
         give_up_at: float | None = None
         while alive:
             now = time.monotonic()
-            deadlines = [d for d in (kill_at, give_up_at) if d is not None]
-            timeout = max(0.0, min(deadlines) - now) if deadlines else SIGNAL_CHECK_SECONDS
-            timeout = min(timeout, SIGNAL_CHECK_SECONDS)  # hooks are polled as often
+            deadlines = [max(0.0, d - now) for d in (kill_at, give_up_at) if d is not None]
+            timeout = min([SIGNAL_CHECK_SECONDS, *deadlines])  # hooks are polled as often
             try:
                 kind, payload = self._events.get(timeout=timeout)
             except queue.Empty:

@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime import contract
 
@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     return run(os.environ)
 
 
-def _exit_now(code: int) -> None:
-    """Flush the output and end the process without the interpreter's teardown.
+def exit_now(code: int) -> NoReturn:
+    """Flush the output and end the process with ``code`` without the interpreter's teardown.
 
     The host's work is done and reported by then (every rank reaped, ``success`` or ``failure``
     written, every file closed); tearing the interpreter down would only add 10-15 ms that the
@@ -183,4 +183,4 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _exit_now(main())
+    exit_now(main())

@@ -171,6 +171,8 @@ def test_the_agent_started_early_is_the_hosts_parent(tmp_path: Path) -> None:
     assert "estimator.backends.local.early_start" in agent.cmdline()
     hosts = agent.children()
     assert len(hosts) == 2 and all(h.cmdline()[-2:] == ["-m", "runtime"] for h in hosts)
+    # Forked from the agent (executors.forked), each still names its job where others look for it.
+    assert all(h.environ()[contract.TRAINING_JOB_NAME_ENV] == "parent" for h in hosts)
     backend.stop("parent")
     assert wait_terminal(backend, "parent")["TrainingJobStatus"] == contract.STATUS_STOPPED
     assert_no_job_processes("parent", job.path)

@@ -430,7 +430,9 @@ class LocalBackend(Backend):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C in the notebook must not reach the job; stop() does
                 close_fds=True,
-                env=_agent_environment(),
+                # A host runtime forked by early_start shows this environment in /proc: it names
+                # the job there as every other process of the job does (executors.forked).
+                env=dict(_agent_environment(), **{contract.TRAINING_JOB_NAME_ENV: job.path.name}),
             )
         try:
             write_json_atomic(

@@ -5,7 +5,9 @@ tests check that what users see is what the agent alone gave them: every rank's 
 with their ``[algo-N/rank R]`` prefixes after the topology line, the status transitions, the exact
 root cause of a failing script (exit code and traceback), a stop that arrives while the agent is
 still starting, and no process left behind. A job with a channel is never planned early. The
-agent's head start to its hosts ends when each printed, at a stop, and in any case.
+agent's head start to its hosts ends when each printed, at a stop, and in any case. While the agent
+loads, the hosts' output is read for it (a rank that prints much at its start does not wait for the
+agent), every byte in order, at most ``DRAINED_BYTES`` held.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from estimator.backends.local.early_start import EarlyHosts, give_head_start
+from estimator.backends.local.early_start import EarlyHosts, drain_outputs, give_head_start
+from estimator.backends.local.executors import spawn
 from estimator.backends.local.executors.process import ProcessExecutor
 from estimator.backends.local.state import JobDir
 from estimator.session import LocalSession
@@ -184,6 +187,7 @@ def _early_hosts(tmp_path: Path, scripts: list[str]) -> EarlyHosts:
         hosts.procs[f"algo-{i + 1}"] = subprocess.Popen(
             [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
+    drain_outputs(hosts)
     return hosts
 
 
@@ -203,8 +207,12 @@ def test_the_head_start_ends_once_every_host_printed_and_leaves_the_lines_to_the
     job = JobDir(tmp_path)
     try:
         assert _returns(lambda: give_head_start(job, hosts, limit=600))
-        for name, proc in hosts.procs.items():
-            assert proc.stdout is not None and proc.stdout.readline() == f"[{name}] code extracted\n".encode()
+        for name, output in hosts.outputs.items():
+            assert hosts.procs[name].stdout is output
+            received = output.read()
+            while not received.endswith(b"\n"):  # as it came: a line may come in pieces
+                received += output.read()
+            assert received == f"[{name}] code extracted\n".encode()
     finally:
         for proc in hosts.procs.values():
             proc.kill()
@@ -226,3 +234,43 @@ def test_the_head_start_ends_at_a_stop_or_a_signal_even_if_no_host_printed(tmp_p
         for proc in hosts.procs.values():
             proc.kill()
             proc.wait()
+
+
+FLOOD = "import sys; sys.stdout.buffer.write(bytes(range(256)) * (int(sys.argv[1]) // 256)); print('end')"
+
+
+def test_a_hosts_output_is_read_while_nothing_takes_it_yet_every_byte_in_order(tmp_path: Path) -> None:
+    hosts = EarlyHosts(0, tmp_path, 0.0)
+    hosts.procs["algo-1"] = subprocess.Popen(
+        [sys.executable, "-c", FLOOD, str(8 << 20)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    drain_outputs(hosts)
+    try:
+        # Far more than a pipe holds: the host ends although nothing called read() yet.
+        assert hosts.procs["algo-1"].wait(timeout=60) == 0
+        output = hosts.outputs["algo-1"]
+        received = b"".join(iter(output.read, b""))
+        assert received == bytes(range(256)) * ((8 << 20) // 256) + b"end\n"
+        assert output.read() == b"" and output.read() == b""  # the end, as often as it is asked
+    finally:
+        hosts.procs["algo-1"].kill()
+
+
+def test_a_hosts_output_waits_in_its_pipe_beyond_the_drained_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spawn, "DRAINED_BYTES", 1 << 20)
+    hosts = EarlyHosts(0, tmp_path, 0.0)
+    hosts.procs["algo-1"] = subprocess.Popen(
+        [sys.executable, "-c", FLOOD, str(16 << 20)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    drain_outputs(hosts)
+    proc = hosts.procs["algo-1"]
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # held back: 1 MiB drained, a pipe full
+            proc.wait(timeout=2)
+        received = b"".join(iter(hosts.outputs["algo-1"].read, b""))
+        assert received == bytes(range(256)) * ((16 << 20) // 256) + b"end\n"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()

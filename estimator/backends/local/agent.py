@@ -81,14 +81,16 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from estimator.backends.local import layout
 from estimator.backends.local.artifacts import package_artifacts
 from estimator.backends.local.checkpoints import DirectorySync, host_syncs
 from estimator.backends.local.data import JobData
+from estimator.backends.local.early_start import EarlyHosts
 from estimator.backends.local.executors import executor_class
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
+from estimator.backends.local.executors.spawn import DrainedOutput
 from estimator.backends.local.metrics import METRICS_FILE, MetricRecorder
 from estimator.backends.local.spot import INTERRUPT_FILE, INTERRUPTED, Attempts, SpotFaults, spot_faults
 from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState
@@ -97,9 +99,6 @@ from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.processes import become_subreaper, exit_code_of, line_chunks, pipe_reader
 from runtime.transfer import TransferEngine
-
-if TYPE_CHECKING:
-    from estimator.backends.local.early_start import EarlyHosts
 
 FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
@@ -490,8 +489,12 @@ class Agent:
         own = (f"[{host.name}]", *(f"[{h.name}/" for h in self.hosts))
         ranks = f"[{host.name}/".encode()
         source = host.proc.stdout
-        # A pipe is read in large chunks; a container's log stream (executors.containers) by line.
-        read = pipe_reader(source.fileno()) if hasattr(source, "fileno") else source.readline
+        # A pipe is read in large chunks; a container's log stream (executors.containers) by line;
+        # what early_start read from a host it started, as it came.
+        if isinstance(source, DrainedOutput):
+            read = source.read
+        else:
+            read = pipe_reader(source.fileno()) if hasattr(source, "fileno") else source.readline
         path = self.job.host_log(host.name)
         try:
             host_log: IO[bytes] | None = open(path, "ab")

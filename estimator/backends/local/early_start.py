@@ -7,7 +7,8 @@ interpreter, the master port, the attempt's scratch directory, each host's own v
 entry starts those hosts first, as the agent would (:func:`.executors.spawn.start_host`: private
 ``/opt/ml``, parent-death signal, as a child subreaper), loading only the standard library to do
 so; where the host runs this very interpreter, each host runtime is a fork of this process instead
-of a new interpreter (:mod:`.executors.forked`: ~40 ms sooner). It then loads and runs the agent
+of a new interpreter (:mod:`.executors.forked`: ~40 ms sooner), and its output is read from then
+on (:class:`.executors.spawn.DrainedOutput`). It then loads and runs the agent
 (:mod:`estimator.backends.local.agent`), which adopts them: the agent's own start-up (the job spec,
 pydantic, its policy modules) runs while the hosts start instead of before; it even waits
 (briefly, see :func:`give_head_start`) until each host has printed its first line. The agent then
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
 import shutil
 import signal
 import subprocess
@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 
 from estimator.backends.local.executors.forked import ForkedHost, can_fork, fork_host
-from estimator.backends.local.executors.spawn import PrivateOptMl, base_environment, start_host
+from estimator.backends.local.executors.spawn import DrainedOutput, PrivateOptMl, base_environment, start_host
 from estimator.backends.local.state import JobDir
 from runtime.processes import become_subreaper
 
@@ -49,6 +49,8 @@ class EarlyHosts:
         self.procs: dict[str, subprocess.Popen[bytes] | ForkedHost] = {}
         """Host name -> its ``python -m runtime``: a fork of this process where it can be
         (:mod:`.executors.forked`), else a new interpreter."""
+        self.outputs: dict[str, DrainedOutput] = {}
+        """Host name -> its output, drained (:func:`drain_outputs`); also its ``stdout`` from then on."""
         self.port = port
         """The master port the hosts were given."""
         self.scratch = scratch
@@ -103,23 +105,33 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
             proc.wait()
         shutil.rmtree(hosts.scratch, ignore_errors=True)
         return None
+    drain_outputs(hosts)
     return hosts
+
+
+def drain_outputs(hosts: EarlyHosts) -> None:
+    """Have each host's output read into a :class:`DrainedOutput` (its ``stdout`` from now on),
+    once every host has started: a process that runs threads must not fork."""
+    for name, proc in hosts.procs.items():
+        assert proc.stdout is not None and name not in hosts.outputs
+        hosts.outputs[name] = DrainedOutput(proc.stdout)
+        proc.stdout = hosts.outputs[name]  # type: ignore[assignment]
 
 
 def give_head_start(job: JobDir, hosts: EarlyHosts, limit: float = HEAD_START_SECONDS) -> None:
     """Wait until every host has printed something (its runtime has loaded and read its
     configuration; its ranks start next) or ended, at most ``limit`` seconds, and no longer once a
     stop was asked for (the stop file, or a signal): on a busy machine the agent's own loading
-    would otherwise take the CPU the hosts need to reach the user's first line. Nothing is read
-    from the hosts' pipes: their lines wait there for the agent's log pumps."""
-    waiting = [proc.stdout.fileno() for proc in hosts.procs.values() if proc.stdout is not None]
+    would otherwise take the CPU the hosts need to reach the user's first line. The hosts' outputs
+    must be drained (:func:`drain_outputs`); their lines wait there for the agent's log pumps."""
+    waiting = list(hosts.outputs.values())
     deadline = time.monotonic() + limit
     while waiting and not hosts.signals and not job.stop_file.exists():
         left = deadline - time.monotonic()
         if left <= 0:
             return
-        ready, _, _ = select.select(waiting, [], [], min(left, _SLICE_SECONDS))
-        waiting = [fd for fd in waiting if fd not in ready]
+        waiting[0].printed.wait(min(left, _SLICE_SECONDS))
+        waiting = [output for output in waiting if not output.printed.is_set()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,24 +9,29 @@ has loaded its own machinery; so this module imports the standard library and th
 :class:`PrivateOptMl` gives each host its own tree at ``/opt/ml`` in a private mount namespace
 (described in :mod:`estimator.backends.local.executors.process`); :func:`start_host` starts one
 ``python -m runtime`` with that namespace and ``PR_SET_PDEATHSIG=SIGHUP`` against the calling
-thread (:func:`runtime.processes.die_with_parent`), in this order.
+thread (:func:`runtime.processes.die_with_parent`), in this order. :class:`DrainedOutput` reads a
+host's output while the agent is still loading.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runtime import contract
-from runtime.processes import die_with_parent
+from runtime.processes import die_with_parent, pipe_reader
 
+DRAINED_BYTES = 64 << 20
+"""At most this much of a host's output waits in a :class:`DrainedOutput` for the agent's log pump."""
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _MS_BIND = 0x1000
@@ -188,3 +193,50 @@ def _in_order(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
             hook()
 
     return run
+
+
+class DrainedOutput:
+    """A host's output pipe, read by a thread of its own from the moment
+    :mod:`~estimator.backends.local.early_start` started the hosts: the agent's log pump
+    (:meth:`read`) takes the bytes from here. Without it, nothing would read a
+    host's pipe while the agent loads (about 0.2 s, after the user's first line), so a rank that
+    prints much at its start would wait on a full pipe for the agent's start-up. Holds at most
+    :data:`DRAINED_BYTES` unread: beyond that the host's pipe fills and the rank waits, as on a
+    plain pipe."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self._pipe = pipe
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._held = 0
+        self._changed = threading.Condition()
+        self._ended = False
+        self.printed = threading.Event()
+        """Set once the host has printed something, or ended."""
+        threading.Thread(target=self._drain, name="early-output", daemon=True).start()
+
+    def _drain(self) -> None:
+        read = pipe_reader(self._pipe.fileno())
+        while True:
+            data = read()
+            with self._changed:
+                while self._held > DRAINED_BYTES:
+                    self._changed.wait()
+                self._chunks.append(data)
+                self._held += len(data)
+                self._changed.notify_all()
+            self.printed.set()
+            if not data:
+                return
+
+    def read(self) -> bytes:
+        """The host's next bytes, as they came (whole lines or not); ``b""`` once it ended."""
+        with self._changed:
+            while not self._chunks and not self._ended:
+                self._changed.wait()
+            if not self._chunks:
+                return b""
+            data = self._chunks.popleft()
+            self._held -= len(data)
+            self._ended = not data
+            self._changed.notify_all()
+            return data

@@ -30,7 +30,7 @@ from typing import IO, Any
 from runtime import contract
 from runtime.processes import die_with_parent, pipe_reader
 
-DRAINED_BYTES = 64 << 20
+DRAINED_BYTES = 16 << 20
 """At most this much of a host's output waits in a :class:`DrainedOutput` for the agent's log pump."""
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000

@@ -181,6 +181,26 @@ def test_the_agent_started_early_is_the_hosts_parent(tmp_path: Path) -> None:
     assert_no_job_processes("parent", job.path)
 
 
+def test_hosts_meant_for_another_interpreter_are_started_as_new_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = tmp_path / "other-python"  # another path: early_start must not fork itself for it
+    python.symlink_to(sys.executable)
+    backend = _backend(tmp_path, stop_grace_seconds=1)
+    settings = backend.settings
+    monkeypatch.setattr(backend, "settings", lambda spec: {**settings(spec), "python": str(python)})
+    backend.submit(make_spec(tmp_path, "other", SLEEPER, instance_count=1))
+    wait_for_line(backend, "other", "[algo-1/rank 0] ready")
+    job = backend.job_dir("other")
+    agent = psutil.Process(json.loads(job.agent_file.read_text())["pid"])
+    (host,) = agent.children()
+    assert host.cmdline() == [str(python), "-m", "runtime"]
+    assert host.environ()[contract.BASE_DIR_ENV] == str(job.host_base("algo-1"))  # its own: exec-ed
+    backend.stop("other")
+    assert wait_terminal(backend, "other")["TrainingJobStatus"] == contract.STATUS_STOPPED
+    assert_no_job_processes("other", job.path)
+
+
 def _early_hosts(tmp_path: Path, scripts: list[str]) -> EarlyHosts:
     hosts = EarlyHosts(0, tmp_path, 0.0)
     for i, script in enumerate(scripts):

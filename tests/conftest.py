@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import ctypes
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-PR_SET_CHILD_SUBREAPER = 36
+from runtime.processes import PR_SET_CHILD_SUBREAPER, prctl_function
+
 PR_GET_CHILD_SUBREAPER = 37
 
 
-def _subreaper() -> bool:
+def _subreaper(prctl: Callable[..., int]) -> bool:
     flag = ctypes.c_int(0)
-    ctypes.CDLL(None).prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
+    prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
     return bool(flag.value)
 
 
@@ -26,10 +26,11 @@ def _pytest_stays_no_subreaper() -> Iterator[None]:
     cluster's step daemons and MPI's ``orted`` among them, and the Slurm MPI tests then hang at
     start-up (seen in CI, where a Docker test ran its agent in-process before them). Undone after
     each test."""
-    if sys.platform != "linux":
+    prctl = prctl_function()
+    if prctl is None:  # no prctl (macOS): no subreaper either
         yield
         return
-    before = _subreaper()
+    before = _subreaper(prctl)
     yield
-    if _subreaper() and not before:
-        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    if _subreaper(prctl) and not before:
+        prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)

@@ -26,6 +26,7 @@ DRIVER = r"""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 from estimator.backends.local.executors.forked import can_fork, fork_host
+from estimator.backends.local.executors.spawn import PrivateOptMl
 
 base, mode = Path(sys.argv[1]), sys.argv[2]
 env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_", "SAGEMAKER_"))}
@@ -33,12 +34,11 @@ env.update({"SAGEMAKER_BASE_DIR": str(base), "PYTHONUNBUFFERED": "1", "FROM_THE_
             "TRAINING_JOB_NAME": "forked-job"})
 report = {"can_fork": can_fork(sys.executable), "can_fork_other": can_fork("/usr/bin/python3-other")}
 
-def refuse():
-    raise OSError(1, "no namespace for this test")
-
 if mode == "set-up fails":
+    # /opt/ml's parent must exist for the private mount: this one does not
+    unmountable = PrivateOptMl(str(base / "missing" / "opt" / "ml"))
     try:
-        fork_host(base, env, refuse)
+        fork_host(base, env, unmountable)
     except OSError as error:
         report["error"] = str(error)
     try:
@@ -122,5 +122,6 @@ def test_a_stopped_forked_host_stops_its_rank_and_reports_the_signal(tmp_path: P
 def test_a_host_that_cannot_be_set_up_raises_and_leaves_no_child(tmp_path: Path) -> None:
     write_host_tree(tmp_path / "algo-1", "algo-1", ["algo-1"], {contract.HP_PROGRAM: '"train.py"'})
     report = drive(tmp_path / "algo-1", "set-up fails")
-    assert "could not start" in report["error"] and "no namespace for this test" in report["error"]
+    assert "could not start: " in report["error"], report["error"]
+    assert "missing/opt does not exist" in report["error"] or "unshare" in report["error"], report["error"]
     assert report["children"] is None

@@ -81,13 +81,12 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from estimator.backends.local import layout
 from estimator.backends.local.artifacts import package_artifacts
 from estimator.backends.local.checkpoints import DirectorySync, host_syncs
 from estimator.backends.local.data import JobData
-from estimator.backends.local.early_start import EarlyHosts
 from estimator.backends.local.executors import executor_class
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.local.executors.spawn import DrainedOutput
@@ -99,6 +98,9 @@ from estimator.spec import TrainingJobSpec
 from runtime import contract
 from runtime.processes import become_subreaper, exit_code_of, line_chunks, pipe_reader
 from runtime.transfer import TransferEngine
+
+if TYPE_CHECKING:
+    from estimator.backends.local.early_start import EarlyHosts
 
 FAILURE_GRACE_SECONDS = 2.0
 """SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""

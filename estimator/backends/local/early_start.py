@@ -95,8 +95,7 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
             env.update(host["env"])
             tree = Path(host["tree"])
             if fork:
-                enter_opt_ml = hosts.opt_ml.hook(tree) if hosts.opt_ml is not None else None
-                hosts.procs[host["name"]] = fork_host(tree, env, enter_opt_ml)
+                hosts.procs[host["name"]] = fork_host(tree, env, hosts.opt_ml)
             else:
                 hosts.procs[host["name"]] = start_host(plan["python"], tree, env, hosts.opt_ml)
     except (OSError, subprocess.SubprocessError):

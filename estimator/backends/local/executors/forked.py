@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, NoReturn
 
-from runtime.processes import die_with_parent
+from estimator.backends.local.executors.spawn import PrivateOptMl, host_set_up
 
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 _FAILED_SET_UP = 127
@@ -114,13 +114,13 @@ class ForkedHost:
             self.returncode = os.waitstatus_to_exitcode(status)
 
 
-def fork_host(tree: Path, env: Mapping[str, str], enter_opt_ml: Callable[[], None] | None) -> ForkedHost:
+def fork_host(tree: Path, env: Mapping[str, str], opt_ml: PrivateOptMl | None) -> ForkedHost:
     """The host runtime of the host whose ``/opt/ml`` tree is ``tree``, in a fork of this process
-    (:func:`can_fork` must hold). ``enter_opt_ml`` is the pre-exec hook that gives the child its
-    private ``/opt/ml`` (``PrivateOptMl.hook``; None: the machine's). Returns once the child is set
-    up; raises ``OSError`` saying why when it could not be, and then no child runs."""
-    die_hook = die_with_parent(signal.SIGHUP)
-    set_up = [hook for hook in (enter_opt_ml, die_hook) if hook is not None]
+    (:func:`can_fork` must hold), its ``/opt/ml`` made private by ``opt_ml`` (None: the
+    machine's), set up as :func:`.spawn.start_host`'s child is (:func:`.spawn.host_set_up`).
+    Returns once the child is set up; raises ``OSError`` saying why when it could not be, and then
+    no child runs."""
+    set_up = host_set_up(tree, opt_ml)
     out_read, out_write = os.pipe()
     report_read, report_write = os.pipe()
     # Blocked across the fork: the child resets the handlers this process has before it can get one.
@@ -147,7 +147,7 @@ def fork_host(tree: Path, env: Mapping[str, str], enter_opt_ml: Callable[[], Non
 
 
 def _become_host(
-    tree: str, env: dict[str, str], set_up: list[Callable[[], None]], out: int, report: int
+    tree: str, env: dict[str, str], set_up: Callable[[], None] | None, out: int, report: int
 ) -> NoReturn:
     """In the child: become ``cd tree && python -m runtime`` with ``env``; never returns."""
     try:
@@ -160,8 +160,8 @@ def _become_host(
             os.closerange(3, report)  # every descriptor of the parent's but the report pipe
             os.closerange(report + 1, os.sysconf("SC_OPEN_MAX"))
             os.chdir(tree)
-            for hook in set_up:
-                hook()
+            if set_up is not None:
+                set_up()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a new interpreter has them
             signal.signal(signal.SIGHUP, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)

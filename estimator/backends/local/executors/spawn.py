@@ -166,9 +166,7 @@ def start_host(
     """One ``python -m runtime`` for the host whose ``/opt/ml`` tree is ``tree``, its stdout and
     stderr merged into one pipe. Call it from the main thread: ``PR_SET_PDEATHSIG`` is tied to the
     thread that forks. The pre-exec hooks only enter the host's mount namespace (``opt_ml``; None:
-    the machine's) and call prctl and getppid, PDEATHSIG last."""
-    # SIGHUP, not SIGKILL: a host runtime must live long enough to kill and reap everything its
-    # ranks started (runtime.supervisor, point 5).
+    the machine's) and call prctl and getppid, PDEATHSIG last (:func:`host_set_up`)."""
     return subprocess.Popen(
         [python, "-m", "runtime"],
         cwd=str(tree),
@@ -176,14 +174,18 @@ def start_host(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        preexec_fn=_in_order(
-            opt_ml.hook(tree) if opt_ml is not None else None, die_with_parent(signal.SIGHUP)
-        ),
+        preexec_fn=host_set_up(tree, opt_ml),
     )
 
 
-def _in_order(*hooks: Callable[[], None] | None) -> Callable[[], None] | None:
-    """One pre-exec hook running ``hooks`` (None ones skipped) in order."""
+def host_set_up(tree: Path, opt_ml: PrivateOptMl | None) -> Callable[[], None] | None:
+    """What a host runtime's child does before it becomes the runtime (:func:`start_host`, and
+    :func:`.forked.fork_host`): enter the host's mount namespace (``opt_ml``; None: the machine's),
+    then ``PR_SET_PDEATHSIG=SIGHUP`` against the calling thread. Make it in the parent, in the
+    thread that starts the child; None when there is nothing to do."""
+    # SIGHUP, not SIGKILL: a host runtime must live long enough to kill and reap everything its
+    # ranks started (runtime.supervisor, point 5).
+    hooks = [opt_ml.hook(tree) if opt_ml is not None else None, die_with_parent(signal.SIGHUP)]
     present = [hook for hook in hooks if hook is not None]
     if not present:
         return None

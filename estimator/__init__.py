@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from estimator.errors import (
     ConfigurationError,
     JobFailedError,
+    UnexpectedStatusException,
     UnsupportedByBackendError,
     UnsupportedFeatureError,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "TrainingJob",
     "TrainingJobAnalytics",
     "TrainingJobSpec",
+    "UnexpectedStatusException",
     "UnsupportedByBackendError",
     "UnsupportedFeatureError",
 ]

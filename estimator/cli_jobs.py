@@ -193,6 +193,7 @@ def cmd_run(args: Any, out: TextIO) -> int:
             job.name,
             contract.STATUS_STOPPED,
             description.get("FailureReason") or description.get("SecondaryStatus") or "",
+            allowed_statuses=(contract.STATUS_COMPLETED,),
         )
     return 0
 

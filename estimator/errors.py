@@ -36,20 +36,49 @@ class UnsupportedByBackendError(ConfigurationError):
     """The chosen backend cannot honour an argument; raised before anything is staged."""
 
 
-class JobFailedError(SmlaunchError):
+class UnexpectedStatusException(ValueError):
+    """A job ended in a status the caller did not allow: SageMaker SDK v2's
+    ``sagemaker.exceptions.UnexpectedStatusException``, so ``except ValueError`` and ``except
+    UnexpectedStatusException`` cells keep working.
+
+    ``actual_status`` is the status the job ended with, ``allowed_statuses`` those that would not
+    have raised (``["Completed", "Stopped"]`` for ``wait()``, as the SDK's).
+    """
+
+    def __init__(self, message: str, allowed_statuses: list[str], actual_status: str) -> None:
+        self.allowed_statuses = allowed_statuses
+        self.actual_status = actual_status
+        super().__init__(message)
+
+
+class JobFailedError(SmlaunchError, UnexpectedStatusException):
     """A training job ended Failed (a Stopped job ends ``wait()`` with a warning, as in the SDK;
     ``smlaunch run``, whose exit status must say whether the job completed, raises it for Stopped).
 
     Carries the job name, the final status and the FailureReason as DescribeTrainingJob reports
-    them, plus the exit code of the failing rank when the backend knows it.
+    them, plus the exit code of the failing rank when the backend knows it. An
+    :class:`UnexpectedStatusException` (so a ``ValueError``) whose message has the SDK's shape,
+    ``Error for Training job <name>: <status>. Reason: <reason>.``, without the SDK's link to
+    SageMaker's troubleshooting guide (most jobs here are not SageMaker's).
     """
 
-    def __init__(self, job_name: str, status: str, reason: str, exit_code: int | None = None) -> None:
+    def __init__(
+        self,
+        job_name: str,
+        status: str,
+        reason: str,
+        exit_code: int | None = None,
+        allowed_statuses: tuple[str, ...] = ("Completed", "Stopped"),
+    ) -> None:
         self.job_name = job_name
         self.status = status
         self.reason = reason
         self.exit_code = exit_code
-        super().__init__(f"Training job {job_name} ended {status}: {reason}")
+        super().__init__(
+            f"Error for Training job {job_name}: {status}. Reason: {reason}.",
+            allowed_statuses=list(allowed_statuses),
+            actual_status=status,
+        )
 
 
 class UnsupportedFeatureError(SmlaunchError, NotImplementedError):

@@ -187,7 +187,7 @@ def test_metrics_table_json_and_plot(
 def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
     failed = cli("run", "train.py", "--source-dir", "src", "--hp", "fail=true", "--job-name", "cli-failed")
     assert failed.returncode == 1, failed.stdout[-2000:]
-    assert "Training job cli-failed ended Failed" in failed.stderr
+    assert "Error for Training job cli-failed: Failed. Reason: " in failed.stderr
     assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
     assert " Failed - Training job failed" in failed.stdout
     stopped = cli(
@@ -203,7 +203,7 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
         "cli-stopped",
     )
     assert stopped.returncode == 1, stopped.stdout[-2000:]
-    assert "Training job cli-stopped ended Stopped: MaxRuntimeExceeded" in stopped.stderr
+    assert "Error for Training job cli-stopped: Stopped. Reason: MaxRuntimeExceeded" in stopped.stderr
     for args in (
         ["describe", "no-such-job"],
         ["run", "train.py", "--hp", "novalue"],

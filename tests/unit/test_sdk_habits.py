@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import JobFailedError
+from estimator import JobFailedError, UnexpectedStatusException
 from estimator.errors import ConfigurationError
 from tests.unit.test_estimator import FakeSageMakerSession, TestLocalSession, config_error, local, remote
 
@@ -108,21 +108,46 @@ def test_changes_to_the_distribution_dict_are_honoured_and_checked(src: Path) ->
 
 @pytest.mark.parametrize("status", ["Completed", "Stopped", "Failed"])
 def test_endings_match_the_sdk(status: str) -> None:
-    """The SDK's ``_check_job_status`` is the oracle: only Failed raises."""
+    """The SDK's ``_check_job_status`` is the oracle: only Failed raises, and what it raises has the
+    SDK's class, attributes and message (but for the SDK's link to its troubleshooting guide)."""
     sdk_session = pytest.importorskip("sagemaker.session")
     sdk_exceptions = pytest.importorskip("sagemaker.exceptions")
     from estimator.job import TrainingJob
     from tests.unit.test_estimator import RecordingBackend
 
-    description = {"TrainingJobStatus": status, "FailureReason": "reason"}
+    description = {"TrainingJobStatus": status, "FailureReason": "AlgorithmError: rank 0 exited 3"}
+    sdk_error = ours = None
     try:
         sdk_session._check_job_status("job-1", description, "TrainingJobStatus")
-        sdk_raised = False
-    except sdk_exceptions.UnexpectedStatusException:
-        sdk_raised = True
+    except sdk_exceptions.UnexpectedStatusException as error:
+        sdk_error = error
     try:
         TrainingJob(RecordingBackend(), "job-1")._outcome(description)
-        ours_raised = False
-    except JobFailedError:
-        ours_raised = True
-    assert ours_raised is sdk_raised is (status == "Failed")
+    except ValueError as error:  # the notebook's `except ValueError` catches it
+        ours = error
+    assert (ours is not None) is (sdk_error is not None) is (status == "Failed")
+    if ours is None or sdk_error is None:
+        return
+    assert isinstance(ours, JobFailedError) and isinstance(ours, UnexpectedStatusException)
+    assert (ours.actual_status, ours.allowed_statuses) == (
+        sdk_error.actual_status,
+        sdk_error.allowed_statuses,
+    )
+    sdk_message = str(sdk_error)
+    assert str(ours) == sdk_message[: sdk_message.index(" Check troubleshooting guide")]
+
+
+def test_a_failed_fit_is_caught_as_the_sdk_notebooks_catch_it(src: Path, tmp_path: Path) -> None:
+    """``except UnexpectedStatusException`` as notebooks import it (``sagemaker.exceptions`` with
+    the import changed), and the cell goes on."""
+    from estimator.exceptions import UnexpectedStatusException as imported
+
+    est = local(src, tmp_path)
+    est.sagemaker_session.recording.status = "Failed"
+    est.sagemaker_session.recording.failure_reason = "AlgorithmError: exit 1"
+    try:
+        est.fit(job_name="caught-job", logs=False)
+    except imported as error:
+        assert (error.actual_status, error.allowed_statuses) == ("Failed", ["Completed", "Stopped"])
+    else:
+        pytest.fail("a Failed job must raise")

@@ -1,0 +1,11 @@
+"""``sagemaker.exceptions``' import path: ``from estimator.exceptions import UnexpectedStatusException``
+is the notebook's ``from sagemaker.exceptions import UnexpectedStatusException`` with the import changed.
+
+The classes live in :mod:`estimator.errors`; this module only names them where SDK code looks.
+"""
+
+from __future__ import annotations
+
+from estimator.errors import UnexpectedStatusException
+
+__all__ = ["UnexpectedStatusException"]

@@ -38,12 +38,18 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | ``attach()``                     | loses distribution, metrics | restores both                           |
 | ``attach()`` waiting             | blocks until the job ends   | only with ``wait=True``                 |
 | ``set_hyperparameters``          | encodes values twice        | encodes once                            |
+| SDK v1 ``script_mode``           | swallowed silently          | dropped with a no-op warning            |
+| any other unknown keyword        | swallowed silently          | ``TypeError``                           |
+| ``instance_groups``              | heterogeneous cluster       | ``ConfigurationError`` at construction  |
+
+SDK v1 argument names (``train_instance_type``, ``train_max_run``, ``image_name``, ...) are taken
+with the SDK's deprecation warning and mapped to their v2 names (:mod:`estimator.keywords`).
 
 ``tensorboard_output_config`` is sent to SageMaker as given and emulated locally (event files synced
 to its ``s3_output_path`` while the job runs, see :mod:`estimator.backends.local.checkpoints`).
 
-Not supported: ``model_uri``, ``rules``, debugger/profiler config objects, ``instance_groups``,
-``training_recipe``, ``git_config``, pipeline variables.
+Not supported: ``model_uri``, ``rules``, debugger/profiler config objects, ``instance_groups``
+(refused by name), ``training_recipe``, ``git_config``, pipeline variables.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlparse
 
-from estimator import catalog, image_uris, naming, request, validation
+from estimator import catalog, image_uris, keywords, naming, request, validation
 from estimator import hyperparameters as hp
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
@@ -108,6 +114,7 @@ class Estimator:
 
     _framework: ClassVar[str | None] = None
 
+    @keywords.sdk_keywords(keywords.ESTIMATOR_RENAMED)
     def __init__(
         self,
         image_uri: str | None = None,
@@ -635,6 +642,7 @@ class Framework(Estimator):
     _metrics_since: ClassVar[tuple[int, ...]]
     _version_example: ClassVar[str]
 
+    @keywords.sdk_keywords(keywords.FRAMEWORK_RENAMED)
     def __init__(
         self,
         entry_point: str | None = None,

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from estimator import keywords
 from estimator.errors import ConfigurationError
 from estimator.estimator import Framework
 from estimator.image_uris import version_tuple
@@ -61,6 +62,7 @@ class TensorFlow(Framework):
     _metrics_since = (1, 15)
     _version_example = "framework_version='2.16', py_version='py310'"
 
+    @keywords.sdk_keywords(keywords.TENSORFLOW_RENAMED, keywords.TENSORFLOW_REMOVED)
     def __init__(
         self,
         py_version: str | None = None,

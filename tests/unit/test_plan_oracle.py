@@ -269,6 +269,7 @@ def sdk_capture():
             assert len(captured) == 1
             return captured[0]
 
+        run.session = sm_session  # type: ignore[attr-defined]  # to build SDK estimators without fit
         yield run
     telemetry._requests_helper = saved_helper
     for key, value in saved_env.items():

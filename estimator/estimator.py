@@ -36,7 +36,9 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | local input path, no scheme      | error                       | ``file://`` (local), uploaded (Session) |
 | job-name milliseconds            | 1 to 3 digits               | always 3 digits                         |
 | ``attach()``                     | loses distribution, metrics | restores both                           |
-| ``attach()`` waiting             | blocks until the job ends   | only with ``wait=True``                 |
+| ``attach()`` waiting             | blocks until the job ends   | the same; ``wait=False`` returns at once|
+| ``attach()``, Ctrl-C waiting     | stops waiting               | the same (the job goes on)              |
+| ``attach()`` model channel       | ``model_uri``, re-sent      | ``model_uri`` set, not re-sent by fit() |
 | ``set_hyperparameters``          | encodes values twice        | encodes once                            |
 | SDK v1 ``script_mode``           | swallowed silently          | dropped with a no-op warning            |
 | any other unknown keyword        | swallowed silently          | ``TypeError``                           |
@@ -113,6 +115,11 @@ class Estimator:
     """
 
     _framework: ClassVar[str | None] = None
+    model_uri: str | None = None
+    """The pre-trained model channel's URI of an attached job (see :meth:`attach`); smlaunch's
+    constructor has no ``model_uri``, so ``fit()`` does not send it again."""
+    model_channel_name: str = "model"
+    """The channel :attr:`model_uri` came from."""
 
     @keywords.sdk_keywords(keywords.ESTIMATOR_RENAMED)
     def __init__(
@@ -547,20 +554,40 @@ class Estimator:
 
     @classmethod
     def attach(
-        cls, training_job_name: str, sagemaker_session: Any | None = None, wait: bool = False
+        cls,
+        training_job_name: str,
+        sagemaker_session: Any | None = None,
+        model_channel_name: str | None = "model",
+        *,
+        wait: bool = True,
     ) -> Estimator:
         """Rebuild the estimator of an existing job from DescribeTrainingJob (``distribution`` and
-        ``metric_definitions`` included) and point ``latest_training_job`` at it."""
+        ``metric_definitions`` included), point ``latest_training_job`` at it, and, as the SDK's,
+        block until the job ends, streaming nothing (``logs()`` shows them).
+
+        A Failed job raises :class:`~estimator.errors.UnexpectedStatusException` (a ``ValueError``)
+        once it ended, as the SDK's; a Stopped one warns. ``wait=False`` (an smlaunch extension)
+        returns at once, whatever the job's state. Ctrl-C while waiting stops the waiting, never
+        the job. ``model_channel_name``: when the job has an input channel of that name,
+        ``model_uri`` and ``model_channel_name`` are set from it, as the SDK sets them.
+        """
         naming.validate_job_name(training_job_name, "training_job_name")
+        require_type("model_channel_name", model_channel_name, (str, type(None)), "pass e.g. 'model'")
+        require_type("wait", wait, bool, "pass wait=True (block until the job ends) or wait=False")
         if sagemaker_session is None:
             sagemaker_session = _default_session("ml.m5.large")
         backend = sagemaker_session.backend()
         description = backend.describe(training_job_name)
         kwargs = cls._init_params_from_description(description)
         estimator = cls(sagemaker_session=sagemaker_session, **kwargs)
+        for channel in description.get("InputDataConfig") or []:
+            if model_channel_name and channel.get("ChannelName") == model_channel_name:
+                source = (channel.get("DataSource") or {}).get("S3DataSource") or {}
+                estimator.model_uri = source.get("S3Uri")
+                estimator.model_channel_name = model_channel_name
         estimator.latest_training_job = TrainingJob(backend, training_job_name)
         if wait:
-            estimator.latest_training_job.wait(logs=False)
+            estimator.latest_training_job.wait(logs=False, stop_on_interrupt=False)
         return estimator
 
     @classmethod

@@ -85,18 +85,25 @@ class TrainingJob:
                 stream.write("\n".join(block) + "\n")
                 stream.flush()
 
-    def wait(self, logs: bool = True, out: TextIO | None = None, poll_seconds: float = 0.5) -> dict[str, Any]:
+    def wait(
+        self,
+        logs: bool = True,
+        out: TextIO | None = None,
+        poll_seconds: float = 0.5,
+        stop_on_interrupt: bool = True,
+    ) -> dict[str, Any]:
         """Wait for the job to end, streaming its logs when ``logs``; return its description.
 
         Failed raises :class:`~estimator.errors.JobFailedError` with the failure reason; Stopped warns,
-        as the SDK does. Ctrl-C stops local jobs (SageMaker jobs keep running)."""
+        as the SDK does. Ctrl-C stops local jobs (SageMaker jobs keep running) unless
+        ``stop_on_interrupt`` is False (``attach()``: the job is not this cell's)."""
         stream = out or sys.stdout
         try:
             if logs:
                 self.logs(follow=True, out=stream)
             description = self._poll_until_terminal(poll_seconds)
         except KeyboardInterrupt:
-            self._on_interrupt(stream)
+            self._on_interrupt(stream, stop_on_interrupt)
             raise
         track(getattr(self.backend, "session", None), self.backend, description)
         return self._outcome(description)
@@ -112,8 +119,8 @@ class TrainingJob:
             sleep(delay)
             delay = min(delay * 1.5, 10.0)
 
-    def _on_interrupt(self, stream: TextIO) -> None:
-        if self.backend.capabilities.interrupt_stops_job:
+    def _on_interrupt(self, stream: TextIO, stop_on_interrupt: bool) -> None:
+        if stop_on_interrupt and self.backend.capabilities.interrupt_stops_job:
             print(f"Interrupted: stopping job {self.name} (SIGTERM to every rank).", file=stream, flush=True)
             self.stop()
         else:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch
+from estimator import PyTorch, UnexpectedStatusException
 from estimator.backends.local.backend import LocalBackend
 from estimator.errors import NoSpaceLeftError
 from estimator.session import LocalSession
@@ -93,7 +93,9 @@ def test_a_run_that_fills_the_disk_fails_saying_so(tmp_path: Path, small_store: 
     assert str(small_store / "jobs" / "fills-disk") in reason.splitlines()[0], reason
     assert_no_job_processes("fills-disk", backend.job_dir("fills-disk").path)
     # The job stays readable: describe, attach, its log; the name stays taken by a Failed job.
-    attached = PyTorch.attach("fills-disk", sagemaker_session=session)
+    with pytest.raises(UnexpectedStatusException):  # as the SDK's attach to a Failed job
+        PyTorch.attach("fills-disk", sagemaker_session=session)
+    attached = PyTorch.attach("fills-disk", sagemaker_session=session, wait=False)
     assert attached.latest_training_job is not None
     assert attached.latest_training_job.describe()["TrainingJobStatus"] == contract.STATUS_FAILED
     assert any("saving the model" in line for line in backend.log_lines("fills-disk"))  # ... stays

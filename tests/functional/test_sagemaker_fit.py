@@ -157,7 +157,8 @@ def test_fit_stages_submits_follows_and_completes(
     assert est.latest_training_job is not None
     assert est.latest_training_job.metrics() == {"train:loss": [0.5, 0.25]}
 
-    # attach() rebuilds the estimator, distribution and metric definitions included, without blocking.
+    # attach() rebuilds the estimator, distribution and metric definitions included; the job has
+    # ended, so it returns without waiting.
     sleeps = len(aws.sleeps)
     attached = PyTorch.attach(job, sagemaker_session=session)
     assert len(aws.sleeps) == sleeps

@@ -300,7 +300,8 @@ def _attach_from_another_process(session: SlurmSession, name: str) -> dict[str, 
     code = (
         "import json, sys\n"
         "from estimator import Estimator, SlurmSession\n"
-        "est = Estimator.attach(sys.argv[2], sagemaker_session=SlurmSession(shared_dir=sys.argv[1]))\n"
+        "est = Estimator.attach(sys.argv[2], sagemaker_session=SlurmSession(shared_dir=sys.argv[1]), "
+        "wait=False)\n"
         "d = est.latest_training_job.describe()\n"
         "print(json.dumps({'status': d['TrainingJobStatus'], 'secondary': d['SecondaryStatus']}))\n"
     )

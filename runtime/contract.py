@@ -247,6 +247,10 @@ SM_PREFIX = "SM_"
 TRAINING_JOB_NAME_ENV = "TRAINING_JOB_NAME"
 PROGRAM_ENV = "SAGEMAKER_PROGRAM"
 TRAINING_MODULE_ENV = "SAGEMAKER_TRAINING_MODULE"
+# What the framework images set it to (``ENV SAGEMAKER_TRAINING_MODULE`` in the Deep Learning
+# Containers' Dockerfiles): the toolkit then runs that framework's ``training.main``.
+PYTORCH_TRAINING_MODULE = "sagemaker_pytorch_container.training:main"
+TENSORFLOW_TRAINING_MODULE = "sagemaker_tensorflow_container.training:main"
 
 # SDK v3 extras we also provide.
 SM_MASTER_ADDR = "SM_MASTER_ADDR"

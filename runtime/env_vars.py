@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime import contract
 from runtime import hyperparameters as hp
+from runtime.framework_env import pytorch_container_env
 
 if TYPE_CHECKING:
     from runtime.environment import Environment
@@ -135,7 +136,9 @@ def process_env(environment: Environment) -> dict[str, str]:
     into its process (``CURRENT_HOST``, ``SAGEMAKER_JOB_NAME``, ``SAGEMAKER_REGION``), plus a
     ``PYTHONPATH`` that starts with the code dir and, when the real library is not importable,
     ``runtime/compat`` (the smdistributed API shims) and ``runtime/compat/horovod_shim`` (the
-    ``horovod.torch`` API on torch.distributed).
+    ``horovod.torch`` API on torch.distributed). A job of SageMaker's PyTorch image also gets the
+    ``MASTER_ADDR`` / ``MASTER_PORT`` that image exports for every job
+    (:func:`runtime.framework_env.pytorch_container_env`); ranked launchers set the same values.
     """
     env = dict(environment.environ)
     env.update(to_env_vars(environment))
@@ -148,6 +151,8 @@ def process_env(environment: Environment) -> dict[str, str]:
         or ""
     )
     env["SAGEMAKER_REGION"] = str(region)
+    if environment.pytorch_container:
+        env.update(pytorch_container_env(environment))
     path_entries = [str(environment.code_dir)]
     for compat in (compat_dir(), horovod_compat_dir()):
         if compat is not None:

@@ -399,6 +399,12 @@ class Environment:
         return bool(self.environ.get(contract.SMLAUNCH_EMULATE_CUDA))
 
     @property
+    def pytorch_container(self) -> bool:
+        """The job runs on SageMaker's PyTorch image: ``SAGEMAKER_TRAINING_MODULE`` is its toolkit's
+        (the image sets it; the local backend sets it from the job's image URI)."""
+        return str(self.framework_module or "").startswith("sagemaker_pytorch_container.")
+
+    @property
     def host_count(self) -> int:
         return len(self.hosts)
 

@@ -20,6 +20,11 @@ those belong to torchrun's agent, so only the torchrun-style launcher adds them
 (:mod:`runtime.launchers.torchrun`, deliberately: Lightning then picks ``TorchElasticEnvironment``,
 which reads the rank variables and spawns nothing) and the launchers built on it (smddp, smp)
 inherit them; ranks started by ``mpirun`` (the MPI launcher) get none.
+
+The framework a job runs on is what SageMaker learns from the image: the ``SAGEMAKER_TRAINING_MODULE``
+a framework image sets. :func:`training_module_of_image` gives it for an image URI (the local
+backend passes it to its hosts), and :func:`pytorch_container_env` what the PyTorch image adds to
+every process of a job, distributed or not.
 """
 
 from __future__ import annotations
@@ -92,6 +97,38 @@ def framework_env(
         contract.ROLE_WORLD_SIZE: str(world_size),
         contract.TF_CONFIG: json.dumps(tf_config, separators=(",", ":")),
     }
+
+
+def training_module_of_image(image: str | None) -> str | None:
+    """The ``SAGEMAKER_TRAINING_MODULE`` the SageMaker framework image ``image`` sets, else None.
+
+    Read from the repository name, as the SDK names them: ``pytorch-training``,
+    ``huggingface-pytorch-training``, ``pytorch-training-neuronx``, ``smdistributed-modelparallel``
+    (PyTorch); ``tensorflow-training``, ``huggingface-tensorflow-training`` (TensorFlow). Any other
+    image (a generic algorithm, smlaunch's own) says nothing, as on SageMaker.
+    """
+    if not image:
+        return None
+    repository = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    words = repository.split("-")
+    if repository == "smdistributed-modelparallel" or ("training" in words and "pytorch" in words):
+        return contract.PYTORCH_TRAINING_MODULE
+    if "training" in words and "tensorflow" in words:
+        return contract.TENSORFLOW_TRAINING_MODULE
+    return None
+
+
+def pytorch_container_env(env: _Topology) -> dict[str, str]:
+    """What SageMaker's PyTorch container exports for every job before it picks a runner.
+
+    ``sagemaker_pytorch_container/training.py`` (aws/sagemaker-pytorch-training-toolkit), ``train()``
+    calls ``_set_distributed_environment``: ``MASTER_ADDR`` = the master host, ``MASTER_PORT`` =
+    ``7777``, whatever the distribution, so the classic ``dist.init_process_group(backend,
+    rank=host_rank, world_size=len(hosts))`` of a job without ``distribution=`` rendezvouses on
+    ``env://``. Here the address is the master's reachable address and the port the job's
+    (:attr:`~runtime.environment.Environment.master_port`: 7777 unless a local job picked a free one).
+    """
+    return {contract.MASTER_ADDR: env.master_addr, contract.MASTER_PORT_ENV: str(env.master_port)}
 
 
 def framework_env_for(env: _Topology, local_rank: int, local_world_size: int) -> dict[str, str]:

@@ -179,6 +179,37 @@ def test_process_env_exports_what_the_toolkit_exports(tmp_path: Path) -> None:
     assert process_env["SM_CURRENT_HOST"] == "algo-1"
 
 
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        (contract.PYTORCH_TRAINING_MODULE, True),
+        (contract.TENSORFLOW_TRAINING_MODULE, False),
+        (None, False),
+    ],
+)
+def test_pytorch_image_jobs_get_master_addr_and_port_without_a_distribution(
+    tmp_path: Path, module: str | None, expected: bool
+) -> None:
+    # As sagemaker_pytorch_container.training.train(): every job of the PyTorch image, ranked or not.
+    environ = {
+        **NO_GPU,
+        contract.SMLAUNCH_HOST_ADDRESSES: '{"algo-1": "10.0.0.1", "algo-2": "10.0.0.2"}',
+        contract.SMLAUNCH_MASTER_PORT: "29501",
+    }
+    if module is not None:
+        environ[contract.TRAINING_MODULE_ENV] = module
+    env = Environment.from_files(tree(tmp_path, host="algo-2", hosts=("algo-1", "algo-2")), environ)
+    process_env = env.process_env()
+    if expected:
+        assert (process_env[contract.MASTER_ADDR], process_env[contract.MASTER_PORT_ENV]) == (
+            "10.0.0.1",
+            "29501",
+        )
+    else:  # SageMaker's TensorFlow and generic images set neither
+        assert contract.MASTER_ADDR not in process_env and contract.MASTER_PORT_ENV not in process_env
+    assert process_env["SM_FRAMEWORK_MODULE"] == (module or "")
+
+
 def test_modelparallel_flag_reports_what_the_script_sees(tmp_path: Path) -> None:
     on = Environment.from_files(tree(tmp_path, {contract.HP_MP_PARAMETERS: '{"partitions": 2}'}), NO_GPU)
     off = Environment.from_files(tree(tmp_path, {contract.HP_MP_PARAMETERS: "{}"}), NO_GPU)

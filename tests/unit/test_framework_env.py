@@ -9,7 +9,7 @@ import pytest
 
 from runtime import contract
 from runtime.environment import Environment
-from runtime.framework_env import framework_env, framework_env_for
+from runtime.framework_env import framework_env, framework_env_for, training_module_of_image
 from tests.functional._runtime_tree import write_host_tree
 
 
@@ -94,3 +94,40 @@ def test_from_environment_uses_distribution_hosts_and_addresses(tmp_path: Path) 
     assert env["NODE_RANK"] == "1"
     assert env["MASTER_ADDR"] == "127.0.0.1"
     assert env["MASTER_PORT"] == "45000"
+
+
+@pytest.mark.parametrize(
+    ("image", "module"),
+    [
+        (
+            "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-gpu-py310",
+            contract.PYTORCH_TRAINING_MODULE,
+        ),
+        ("pytorch-training:2.1.0-cpu-py310", contract.PYTORCH_TRAINING_MODULE),
+        (
+            "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-training:2.1.0-transformers4.36.0-gpu-py310-cu121-ubuntu20.04",
+            contract.PYTORCH_TRAINING_MODULE,
+        ),
+        (
+            "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training-neuronx:1.13.1-neuronx-py310-sdk2.18.0-ubuntu20.04",
+            contract.PYTORCH_TRAINING_MODULE,
+        ),
+        (
+            "658645717510.dkr.ecr.us-west-2.amazonaws.com/smdistributed-modelparallel:2.0.1-gpu-py310-cu121",
+            contract.PYTORCH_TRAINING_MODULE,
+        ),
+        ("localhost:5000/pytorch-training@sha256:abc", contract.PYTORCH_TRAINING_MODULE),
+        (
+            "763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.13-cpu-py310",
+            contract.TENSORFLOW_TRAINING_MODULE,
+        ),
+        ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-inference:2.1.0-cpu-py310", None),
+        ("382416733822.dkr.ecr.us-east-1.amazonaws.com/xgboost:1", None),
+        ("smlaunch:cpu", None),
+        ("my-pytorch-trainer:latest", None),
+        (None, None),
+        ("", None),
+    ],
+)
+def test_training_module_of_image(image: str | None, module: str | None) -> None:
+    assert training_module_of_image(image) == module

@@ -192,5 +192,17 @@ def test_host_environment_and_gpu_counts(tmp_path: Path) -> None:
     assert env[contract.SMLAUNCH_PROCESSES_PER_HOST] == "8"
     assert env[contract.SMLAUNCH_NUM_GPUS] == "0"
     assert env[contract.SMLAUNCH_STOP_GRACE_SECONDS] == "120"
+    assert contract.TRAINING_MODULE_ENV not in env  # "img" is no framework image
     assert layout.instance_gpu_count("ml.p3.16xlarge") == 8
     assert layout.instance_gpu_count("ml.c5.xlarge") == 0
+
+
+def test_a_framework_image_names_its_training_module_to_the_hosts(tmp_path: Path) -> None:
+    image = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
+    spec = _spec(AlgorithmSpecification={"TrainingImage": image, "TrainingInputMode": "File"})
+    env = layout.host_environment(spec, tmp_path, {"algo-1": "127.0.0.1"}, 29500, 1, 1.0, 0)
+    assert env[contract.TRAINING_MODULE_ENV] == contract.PYTORCH_TRAINING_MODULE
+    # The request's own environment wins, as a variable set on the job overrides the image's.
+    spec = spec.model_copy(update={"Environment": {contract.TRAINING_MODULE_ENV: "mine.training:main"}})
+    env = layout.host_environment(spec, tmp_path, {"algo-1": "127.0.0.1"}, 29500, 1, 1.0, 0)
+    assert env[contract.TRAINING_MODULE_ENV] == "mine.training:main"

@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlparse
 
 from estimator.spec import Channel, TrainingJobSpec
 from runtime import contract
+from runtime.framework_env import training_module_of_image
 
 
 def host_names(count: int) -> list[str]:
@@ -301,8 +302,13 @@ def host_environment(
     """What a host runtime needs besides the inherited environment (``spec.Environment`` included).
 
     ``emulate_cuda`` (from :func:`emulated_gpus`) becomes ``SMLAUNCH_EMULATE_CUDA``, which makes
-    every rank emulate those GPUs on the CPU."""
+    every rank emulate those GPUs on the CPU. A framework image's ``SAGEMAKER_TRAINING_MODULE``
+    (:func:`runtime.framework_env.training_module_of_image`) tells the runtime the job's framework,
+    as the image's own setting does on SageMaker; ``environment=`` may set it for another image."""
     env = dict(spec.Environment or {})
+    module = training_module_of_image(spec.AlgorithmSpecification.TrainingImage)
+    if module is not None:
+        env.setdefault(contract.TRAINING_MODULE_ENV, module)
     env.update(
         {
             contract.BASE_DIR_ENV: str(base_dir),

@@ -1,0 +1,126 @@
+"""What a job's processes get that public SageMaker examples rely on without saying so.
+
+Each script here is written the way the public examples write theirs (argparse hyperparameters with
+``SM_*`` defaults, ``torch.distributed`` on ``env://``), and runs as a real local job.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from estimator import LocalSession, PyTorch, TensorFlow
+from runtime import contract
+from tests.functional._local_helpers import kill_leftover_jobs
+
+# The shape of the classic pytorch_mnist example's mnist.py: no distribution= on the estimator, the
+# script ranks itself by host and calls init_process_group on env:// without a master of its own.
+PYTORCH_MNIST_SHAPE = """
+import argparse, json, os
+
+import torch
+import torch.distributed as dist
+
+
+def train(args):
+    is_distributed = len(args.hosts) > 1 and args.backend is not None
+    if is_distributed:
+        world_size = len(args.hosts)
+        os.environ["WORLD_SIZE"] = str(world_size)
+        host_rank = args.hosts.index(args.current_host)
+        os.environ["RANK"] = str(host_rank)
+        dist.init_process_group(backend=args.backend, rank=host_rank, world_size=world_size)
+        print(f"Initialized the distributed environment: '{args.backend}' backend on "
+              f"{dist.get_world_size()} nodes. Current host rank is {dist.get_rank()}.")
+    weight = torch.tensor([float(args.hosts.index(args.current_host) + 1)])
+    if is_distributed:
+        dist.all_reduce(weight)
+    print(f"{args.current_host} all_reduce={weight.item()} epochs={args.epochs}")
+    if not is_distributed or dist.get_rank() == 0:
+        with open(os.path.join(args.model_dir, "model.pth"), "w") as handle:
+            handle.write(f"{weight.item()}\\n")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--backend", type=str, default=None)
+    parser.add_argument("--hosts", type=list, default=json.loads(os.environ["SM_HOSTS"]))
+    parser.add_argument("--current-host", type=str, default=os.environ["SM_CURRENT_HOST"])
+    parser.add_argument("--model-dir", type=str, default=os.environ["SM_MODEL_DIR"])
+    train(parser.parse_args())
+"""
+
+# What a TensorFlow job's process sees of the torch rendezvous variables: SageMaker's TensorFlow
+# container sets none.
+REPORT_MASTER = """
+import argparse, os
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model_dir", type=str)
+parser.add_argument("--sm-model-dir", type=str, default=os.environ.get("SM_MODEL_DIR"))
+args, _ = parser.parse_known_args()
+with open(os.path.join(args.sm_model_dir, "master.txt"), "w") as handle:
+    handle.write(f"{os.environ.get('MASTER_ADDR')} {os.environ.get('MASTER_PORT')}\\n")
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    kill_leftover_jobs(tmp_path / "jobs")
+
+
+def _estimator(cls: type[PyTorch] | type[TensorFlow], tmp_path: Path, script: str, **kwargs: Any) -> Any:
+    """The notebook's estimator for ``script`` (saved as ``train.py``), run on this machine."""
+    source = tmp_path / "src"
+    source.mkdir(exist_ok=True)
+    (source / "train.py").write_text(script)
+    return cls(
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/r",
+        py_version="py310",
+        instance_type="ml.c5.xlarge",
+        output_path=(tmp_path / "out").as_uri(),
+        sagemaker_session=LocalSession(tmp_path / "jobs"),
+        **kwargs,
+    )
+
+
+def _model(uri: str) -> dict[str, bytes]:
+    with tarfile.open(uri.removeprefix("file://")) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_pytorch_mnist_shape_rendezvous_on_two_hosts_without_a_distribution(tmp_path: Path) -> None:
+    estimator = _estimator(
+        PyTorch,
+        tmp_path,
+        PYTORCH_MNIST_SHAPE,
+        framework_version="2.1.0",
+        instance_count=2,
+        hyperparameters={"epochs": 1, "backend": "gloo"},
+    )
+    estimator.fit(logs=False, job_name="pytorch-mnist-shape")
+    job = estimator.latest_training_job
+    assert job is not None
+    description = job.describe()
+    assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, description.get("FailureReason")
+    # Both hosts joined one group of 2: the all_reduce of 1 and 2 is 3, and only rank 0 saved.
+    assert _model(estimator.model_data) == {"model.pth": b"3.0\n"}
+    lines = list(estimator.sagemaker_session.backend().log_lines("pytorch-mnist-shape"))
+    for host in ("algo-1", "algo-2"):
+        assert f"[{host}/rank 0] {host} all_reduce=3.0 epochs=1" in lines
+
+
+@pytest.mark.slow
+def test_tensorflow_jobs_get_no_torch_master(tmp_path: Path) -> None:
+    estimator = _estimator(TensorFlow, tmp_path, REPORT_MASTER, framework_version="2.13", instance_count=1)
+    estimator.fit(logs=False, job_name="tensorflow-no-master")
+    assert _model(estimator.model_data) == {"master.txt": b"None None\n"}

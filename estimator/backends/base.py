@@ -58,6 +58,7 @@ class Capabilities(BaseModel):
     vpc: bool = False
     network_isolation: bool = False
     retry_strategy: bool = False
+    """``max_retry_attempts`` (``RetryStrategy``) is accepted; what a retry means is the backend's."""
     spot_interruptions: bool = False
     """``stop(job, reason="spot")`` interrupts the job, which then resumes on fresh hosts."""
     interrupt_stops_job: bool = True
@@ -199,10 +200,10 @@ class Backend(ABC):
             )
         if spec.RetryStrategy is not None and not caps.retry_strategy:
             refuse(
-                "retry_strategy",
+                "max_retry_attempts",
                 spec.RetryStrategy.MaximumRetryAttempts,
-                "retry strategy not supported",
-                "drop retry_strategy",
+                "retrying a job (RetryStrategy) is not supported",
+                "drop max_retry_attempts, or use another backend",
             )
 
     def reserve(self, spec: TrainingJobSpec) -> None:

@@ -126,6 +126,7 @@ class SlurmBackend(LocalBackend):
         distributions=frozenset(get_args(Strategy)),
         spot=True,
         checkpoints=True,
+        retry_strategy=True,  # as the local backend's (same agent): see its module docstring
         interrupt_stops_job=True,
     )
 

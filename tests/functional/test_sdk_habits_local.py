@@ -66,3 +66,17 @@ def test_experiment_config_and_keep_alive_are_recorded(tmp_path: Path) -> None:
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED
     assert description["ExperimentConfig"] == config
     assert description["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
+
+
+@pytest.mark.slow
+def test_max_retry_attempts_is_recorded_and_a_failing_script_is_not_retried(tmp_path: Path) -> None:
+    """As SageMaker: a retry is for the platform's internal errors, never for the script's own."""
+    est = _estimator(tmp_path, max_retry_attempts=2, hyperparameters={"sleep": "not-a-number"})
+    with pytest.raises(Exception, match="Failed"):
+        est.fit(job_name="retry-recorded", logs=False)
+    assert est.latest_training_job is not None
+    description = est.latest_training_job.describe()
+    assert description["TrainingJobStatus"] == contract.STATUS_FAILED
+    assert description["RetryStrategy"] == {"MaximumRetryAttempts": 2}
+    log = "\n".join(est.sagemaker_session.backend().log_lines("retry-recorded"))
+    assert log.count("invalid float value") == 1, log

@@ -19,7 +19,7 @@ from estimator.backends.sagemaker import SageMakerBackend
 from estimator.distribution import Distribution, Strategy
 from estimator.errors import ConfigurationError, UnsupportedByBackendError
 from estimator.session import LocalSession
-from estimator.spec import CheckpointConfig, TensorBoardOutputConfig, TrainingJobSpec
+from estimator.spec import CheckpointConfig, RetryStrategy, TensorBoardOutputConfig, TrainingJobSpec
 
 DISTRIBUTIONS: dict[str, dict[str, Any] | None] = {
     "none": None,
@@ -216,3 +216,16 @@ def test_gzip_channels_in_pipe_mode_pass(tmp_path: Path) -> None:
     gzipped = {**s3_channel("train", "Pipe"), "CompressionType": "Gzip"}
     plain = {**s3_channel("val"), "CompressionType": "None"}
     LocalBackend(LocalSession(tmp_path)).check(make_spec(channels=[gzipped, plain]))
+
+
+def test_a_backend_without_retries_names_max_retry_attempts() -> None:
+    spec = make_spec().model_copy(update={"RetryStrategy": RetryStrategy(MaximumRetryAttempts=2)})
+    with pytest.raises(
+        UnsupportedByBackendError, match=r"^max_retry_attempts=2: .*Fix: drop max_retry_attempts"
+    ):
+        NarrowBackend().check(spec)
+
+
+def test_the_local_backend_accepts_max_retry_attempts(tmp_path: Path) -> None:
+    spec = make_spec().model_copy(update={"RetryStrategy": RetryStrategy(MaximumRetryAttempts=2)})
+    LocalBackend(LocalSession(tmp_path)).check(spec)

@@ -19,6 +19,13 @@ Every other operation reads or writes files of the job directory only, so any ha
 Python process (``LocalSession(root).backend().describe(name)``) can describe, stream, wait on or
 stop a job that another process submitted.
 
+``max_retry_attempts`` is accepted and recorded (``RetryStrategy`` in ``describe()``) and honoured
+as SageMaker defines it: SageMaker retries a job only when it fails with an internal error of the
+platform (``InternalServerError``), never for the script (``AlgorithmError``) or its configuration
+(``ClientError``). Locally the platform's own failures are smlaunch's (the agent's exception, or the
+agent killed), which a second run on the same machine would repeat; so no local job is retried, and
+a failed script fails at once, as on SageMaker.
+
 Over 500 lines but one concept: the four operations of the backend contract on a job directory
 (reserve/submit, describe, logs, stop) and the checks only this machine can make before them.
 """
@@ -91,6 +98,7 @@ class LocalBackend(Backend):
         spot=True,
         spot_interruptions=True,
         checkpoints=True,
+        retry_strategy=True,
         interrupt_stops_job=True,
     )
     agent_module: str = "estimator.backends.local.agent"

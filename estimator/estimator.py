@@ -163,6 +163,9 @@ class Estimator:
         tensorboard_output_config: TensorBoardOutputConfig | None = None,
         keep_alive_period_in_seconds: int | None = None,
     ) -> None:
+        # Every argument, before anything reads one: a NUL fails here, naming it, rather than as an
+        # internal traceback when a host starts (locals() holds exactly the arguments here).
+        naming.refuse_nul({name: value for name, value in locals().items() if name != "self"})
         self.instance = catalog.lookup(instance_type, "instance_type")
         self.instance_type: str = self.instance.name
         count = validation.check_instance_count(instance_count)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from estimator.errors import ConfigurationError
+from estimator.naming import HYPERPARAMETER_PATTERN
 from runtime import contract
 
 
@@ -115,3 +116,12 @@ def check_limits(encoded: Mapping[str, str], field: str = "hyperparameters") -> 
                 f"{contract.MAX_HYPERPARAMETER_VALUE_CHARS}",
                 "put large values in a file in source_dir or an input channel and pass its path",
             )
+        for part, text in (("key", key), ("value", value)):
+            if not HYPERPARAMETER_PATTERN.fullmatch(text):
+                raise ConfigurationError(
+                    f"{field} key" if part == "key" else f"{field}[{key!r}]",
+                    key if part == "key" else value,
+                    f"the {part} sent holds a line break, which CreateTrainingJob refuses in "
+                    "hyperparameters (its pattern is one line)",
+                    "pass the text without line breaks, or put it in a file and pass its path",
+                )

@@ -28,12 +28,13 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from estimator.errors import ConfigurationError
+from estimator.naming import CHANNEL_NAME_PATTERN
 from estimator.spec import Channel
 
 DEFAULT_CHANNEL = "training"
-CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9.\-_]+$")
 MAX_CHANNEL_NAME_CHARS = 64
-_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+BUCKET_PATTERN = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+"""S3 bucket names (a whole-string match: ``fullmatch``)."""
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "distribution": ("FullyReplicated", "ShardedByS3Key"),
@@ -149,7 +150,7 @@ def validate_channel_name(name: object, field: str = "inputs") -> str:
     if (
         not isinstance(name, str)
         or len(name) > MAX_CHANNEL_NAME_CHARS
-        or not CHANNEL_NAME_PATTERN.match(name)
+        or not CHANNEL_NAME_PATTERN.fullmatch(name)
         or name in (".", "..")
     ):
         raise ConfigurationError(
@@ -165,7 +166,7 @@ def validate_channel_name(name: object, field: str = "inputs") -> str:
 def validate_s3_uri(uri: str, field: str) -> str:
     """``s3://<bucket>[/<key>]`` with a valid bucket name."""
     parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not _BUCKET_PATTERN.match(parsed.netloc or "") or ".." in parsed.netloc:
+    if parsed.scheme != "s3" or not BUCKET_PATTERN.fullmatch(parsed.netloc or "") or ".." in parsed.netloc:
         raise ConfigurationError(
             field,
             uri,

@@ -19,7 +19,6 @@ the local backend, processes by default or ``executor="docker"`` for one contain
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
+from estimator import naming
 from estimator.errors import ConfigurationError, require_type
+from estimator.inputs import BUCKET_PATTERN
 from estimator.local_session import LocalSession, _check_quota
 from estimator.tracking import check_tracking_uri
 
@@ -50,7 +51,7 @@ def session_for_job(job_name: str, sagemaker: bool = False) -> LocalSession | Se
 # --- Amazon SageMaker ---------------------------------------------------------------------------
 
 
-_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+MAX_ROLE_ARN_CHARS = 2048  # RoleArn
 _CREDENTIALS_FIX = (
     "configure AWS credentials (`aws configure`, AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
     "AWS_SECRET_ACCESS_KEY; `aws sso login` for SSO profiles), or run on this machine with "
@@ -151,7 +152,7 @@ class Session:
         )
         self.instance_count_quota = _check_quota(instance_count_quota)
         self.mlflow = check_tracking_uri(mlflow)
-        if default_bucket is not None and not _BUCKET_RE.match(default_bucket):
+        if default_bucket is not None and not BUCKET_PATTERN.fullmatch(default_bucket):
             raise ConfigurationError(
                 "default_bucket",
                 default_bucket,
@@ -353,7 +354,7 @@ class Session:
                 "pass role='arn:aws:iam::<account>:role/<name>' (or the role's name)",
             )
         if role.startswith("arn:"):
-            if not _ROLE_ARN_RE.match(role):
+            if not naming.ROLE_ARN_PATTERN.fullmatch(role) or len(role) > MAX_ROLE_ARN_CHARS:
                 raise ConfigurationError(
                     "role",
                     role,
@@ -471,6 +472,3 @@ class Session:
             key=lambda job: job["CreationTime"].timestamp() if job.get("CreationTime") else 0.0, reverse=True
         )
         return jobs[:max_results]
-
-
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

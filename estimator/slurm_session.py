@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from estimator.backends.base import Backend
 
 
-_SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 SLURM_JOBS_DIR = "jobs"
 """Under ``SlurmSession.shared_dir``: one folder per job (``<shared_dir>/jobs/<job>/``)."""
 SBATCH_OWNED_OPTIONS = {
@@ -41,7 +41,7 @@ SBATCH_OWNED_OPTIONS = {
 
 def _slurm_name(field: str, value: object, example: str) -> str | None:
     require_type(field, value, (str, type(None)), f"pass the name as a string, e.g. {example!r}")
-    if value is not None and not _SLURM_NAME_RE.match(str(value)):
+    if value is not None and not _SLURM_NAME_RE.fullmatch(str(value)):
         raise ConfigurationError(
             field,
             value,

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from estimator import inputs as channel_inputs
+from estimator import naming
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.errors import ConfigurationError, require_type
 from estimator.packaging import check_readable_dir
@@ -29,7 +30,7 @@ per-instance-type limits: the per-type quotas ("<type> for training job usage") 
 often 0 on new accounts, so this documented per-job default is the one limit checked, for every type."""
 # botocore ResourceConfig.KeepAlivePeriodInSeconds (max) and ExperimentEntityName (pattern, 1..120).
 MAX_KEEP_ALIVE_SECONDS = 21600
-_EXPERIMENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,119}$")
+MAX_ENVIRONMENT_CHARS = 512  # TrainingEnvironmentKey and TrainingEnvironmentValue
 
 
 def experiment_config(config: Any) -> ExperimentConfig | None:
@@ -49,7 +50,9 @@ def experiment_config(config: Any) -> ExperimentConfig | None:
             f"use only {', '.join(ExperimentConfig.model_fields)}",
         )
     for key, value in config.items():
-        if value is not None and (not isinstance(value, str) or not _EXPERIMENT_NAME.match(value)):
+        if value is not None and (
+            not isinstance(value, str) or not naming.EXPERIMENT_NAME_PATTERN.fullmatch(value)
+        ):
             raise ConfigurationError(
                 f"experiment_config[{key!r}]",
                 value,
@@ -327,14 +330,22 @@ def check_environment(environment: Mapping[str, str] | None) -> dict[str, str] |
             "pass fewer",
         )
     for key, value in environment.items():
-        if not isinstance(key, str) or not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$", key):
+        if (
+            not isinstance(key, str)
+            or len(key) > MAX_ENVIRONMENT_CHARS
+            or not naming.ENVIRONMENT_KEY_PATTERN.fullmatch(key)
+        ):
             raise ConfigurationError(
                 "environment key",
                 key,
                 "not a valid variable name",
                 "use letters, digits and '_', not starting with a digit",
             )
-        if not isinstance(value, str) or len(value) > 512:
+        if (
+            not isinstance(value, str)
+            or len(value) > MAX_ENVIRONMENT_CHARS
+            or not naming.ENVIRONMENT_VALUE_PATTERN.fullmatch(value)
+        ):
             raise ConfigurationError(
                 f"environment[{key!r}]",
                 value,

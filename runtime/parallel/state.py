@@ -9,6 +9,8 @@ names are the placement letters, and the process groups of every :class:`CommGro
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import warnings
 from collections.abc import Mapping
@@ -194,6 +196,8 @@ def init(config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | N
     if rank == 0:
         for key, why in cfg.ignored():
             warnings.warn(f"smp config parameter {key} has no effect in smlaunch: {why}.", stacklevel=2)
+    atexit.unregister(_release_at_exit)  # once per process, however often tests re-init
+    atexit.register(_release_at_exit)
     STATE.__dict__.update(
         initialized=True,
         config=cfg,
@@ -218,6 +222,20 @@ def shutdown() -> None:
     if STATE.owns_process_group and dist.is_initialized():
         dist.destroy_process_group()
     STATE.__dict__.update(State().__dict__)
+
+
+def _release_at_exit() -> None:
+    """At interpreter exit, drop every reference the smp state holds (the mesh, the subgroups, the
+    model and optimizer) and free them while the interpreter is whole. Left to finalization, a gloo
+    group held here is freed after Python refuses its worker threads the GIL, and the rank aborts
+    ("terminate called without an active exception", exit 134) after training succeeded: the
+    rank bootstrap's exit handler destroys the groups, but cannot free ones this state still holds.
+    Never raises: it runs after the script's outcome is decided."""
+    try:
+        shutdown()
+    except Exception:  # a group that cannot be closed cleanly is left to the interpreter
+        STATE.__dict__.update(State().__dict__)
+    gc.collect()
 
 
 def letters_of(group: CommGroup | RankType) -> str:

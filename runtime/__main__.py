@@ -2,7 +2,8 @@
 
 Steps: read the environment (``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``, and ``os.environ``), create
 the directories the script writes to, fetch the code into the code dir (skipped when it is already
-there), install ``requirements.txt``, wait (bounded) until every host name resolves when the job
+there), install ``requirements.txt``, put the ranks' interpreter first on ``PATH``
+(:mod:`runtime.interpreter`), wait (bounded) until every host name resolves when the job
 spans hosts without an address map, pick the launcher, run it under the supervisor, and report.
 
 Exit code: 0 on success; the failing process's exit code (``128 + N`` for a death by signal N);
@@ -72,10 +73,13 @@ def wait_for_hosts(hosts: list[str], timeout: float, log: Any) -> None:
 
 def run(environ: Mapping[str, str]) -> int:
     """One host's job; returns the exit code. Writes ``success`` or ``failure`` before returning."""
+    from dataclasses import replace
+
     from runtime.archive import UnsafeArchiveError
     from runtime.code import CodeFetcher
     from runtime.environment import Environment
     from runtime.errors import HostConfigurationError
+    from runtime.interpreter import job_path
     from runtime.report import report_run, write_failure
     from runtime.requirements import InstallRequirementsError, prepare
 
@@ -97,6 +101,9 @@ def run(environ: Mapping[str, str]) -> int:
         if CodeFetcher().fetch(env.sagemaker_hyperparameters.get(contract.HP_SUBMIT_DIRECTORY), env.code_dir):
             _log(host, f"code from {env.module_dir} extracted into {env.code_dir}")
         python = prepare(env.code_dir, env.user_entry_point, env.environ, lambda m: _log(host, m))
+        # `python` and `pip` in the job (a .sh entry point, subprocess, os.system) are the ranks'
+        # interpreter, as in SageMaker's images, whatever came first on the caller's PATH.
+        env = replace(env, environ={**env.environ, "PATH": job_path(python, env.environ.get("PATH"))})
         if len(env.hosts) > 1 and not env.host_addresses:
             wait_for_hosts(env.hosts, HOST_RESOLUTION_TIMEOUT_SECONDS, lambda m: _log(host, m))
 

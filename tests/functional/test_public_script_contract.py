@@ -6,6 +6,11 @@ Each script here is written the way the public examples write theirs (argparse h
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import shutil
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,19 +74,77 @@ with open(os.path.join(args.sm_model_dir, "master.txt"), "w") as handle:
 """
 
 
+# A .sh entry point that runs `python` and `pip` by name, then a script that shells out to both, as
+# notebooks' launch scripts do. Every rank writes what it found.
+RUN_SH = """#!/bin/sh
+set -e
+SH_PYTHON=$(python -c 'import sys; print(sys.prefix)')
+SH_PIP=$(pip --version)
+export SH_PYTHON SH_PIP
+exec python check.py "$@"
+"""
+
+CHECK_PY = """
+import argparse, json, os, subprocess, sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--mpi", type=int, default=0)
+args = parser.parse_args()
+rank = 0
+if args.mpi:
+    from mpi4py import MPI  # the interpreter `python` found must be the one with mpi4py
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    assert MPI.COMM_WORLD.allreduce(1) == MPI.COMM_WORLD.Get_size()
+python = subprocess.run(["python", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+pip = subprocess.run(["pip", "--version"], capture_output=True, text=True)
+found = {
+    "sh_python": os.environ["SH_PYTHON"],
+    "sh_pip": os.environ["SH_PIP"],
+    "script": sys.prefix,
+    "python": [python.returncode, python.stdout.strip()],
+    "pip": [pip.returncode, pip.stdout.strip()],
+    "os_system_pip": os.system("pip list > /dev/null") >> 8,
+}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank{rank}.json"), "w") as handle:
+    json.dump(found, handle)
+"""
+
+
+@pytest.fixture
+def foreign_python_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's PATH starts with a `python` and a `pip` that are not the job's (they exit 99)."""
+    fakes = tmp_path / "foreign-bin"
+    fakes.mkdir()
+    for name in ("python", "python3", "pip", "pip3"):
+        (fakes / name).write_text("#!/bin/sh\necho foreign >&2\nexit 99\n")
+        (fakes / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakes}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 @pytest.fixture(autouse=True)
 def _no_leftovers(tmp_path: Path) -> Iterator[None]:
     yield
     kill_leftover_jobs(tmp_path / "jobs")
 
 
-def _estimator(cls: type[PyTorch] | type[TensorFlow], tmp_path: Path, script: str, **kwargs: Any) -> Any:
-    """The notebook's estimator for ``script`` (saved as ``train.py``), run on this machine."""
+def _estimator(
+    cls: type[PyTorch] | type[TensorFlow],
+    tmp_path: Path,
+    script: str,
+    *,
+    entry_point: str = "train.py",
+    files: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The notebook's estimator for ``script`` (saved as ``entry_point``, beside ``files``), run on
+    this machine."""
     source = tmp_path / "src"
     source.mkdir(exist_ok=True)
-    (source / "train.py").write_text(script)
+    for name, text in {entry_point: script, **(files or {})}.items():
+        (source / name).write_text(text)
     return cls(
-        entry_point="train.py",
+        entry_point=entry_point,
         source_dir=str(source),
         role="arn:aws:iam::111122223333:role/r",
         py_version="py310",
@@ -124,3 +187,47 @@ def test_tensorflow_jobs_get_no_torch_master(tmp_path: Path) -> None:
     estimator = _estimator(TensorFlow, tmp_path, REPORT_MASTER, framework_version="2.13", instance_count=1)
     estimator.fit(logs=False, job_name="tensorflow-no-master")
     assert _model(estimator.model_data) == {"master.txt": b"None None\n"}
+
+
+def _assert_job_interpreter(members: dict[str, bytes], ranks: int) -> None:
+    assert sorted(members) == [f"rank{r}.json" for r in range(ranks)]
+    for name, body in members.items():
+        found = json.loads(body)
+        assert found["sh_python"] == found["script"] == sys.prefix, name
+        assert found["python"] == [0, sys.prefix], name
+        assert found["sh_pip"].startswith("pip ") and f" from {sys.prefix}" in found["sh_pip"], name
+        assert found["pip"][0] == 0 and f" from {sys.prefix}" in found["pip"][1], name
+        assert found["os_system_pip"] == 0, name
+
+
+needs_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,
+    reason="needs mpirun and mpi4py",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("foreign_python_first")
+@pytest.mark.parametrize(
+    ("distribution", "ranks"),
+    [
+        pytest.param(None, 1, id="process"),
+        pytest.param({"mpi": {"enabled": True, "processes_per_host": 2}}, 2, id="mpi", marks=needs_mpi),
+    ],
+)
+def test_python_and_pip_in_a_job_are_the_ranks_interpreter(
+    tmp_path: Path, distribution: dict[str, Any] | None, ranks: int
+) -> None:
+    estimator = _estimator(
+        PyTorch,
+        tmp_path,
+        RUN_SH,
+        entry_point="run.sh",
+        files={"check.py": CHECK_PY},
+        framework_version="2.1.0",
+        instance_count=1,
+        hyperparameters={"mpi": int(distribution is not None)},
+        distribution=distribution,
+    )
+    estimator.fit(logs=False, job_name="job-interpreter")
+    _assert_job_interpreter(_model(estimator.model_data), ranks)

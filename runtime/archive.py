@@ -3,7 +3,8 @@
 - :func:`create_tarball` writes the same bytes for the same files whatever the clock, the umask or
   the owner: entries sorted, mtimes fixed, owner root, gzip header without a timestamp. So the
   archive's hash identifies its content and unchanged code is never uploaded twice. The archive is
-  streamed to its file: memory stays flat whatever the size of the code.
+  streamed to its file: memory stays flat whatever the size of the code. :func:`pack_files` writes
+  the same way what a job wrote, as :mod:`runtime.artifact_tree` walked it (regular files only).
 - :func:`safe_extract` is the one extractor of code archives (local runs, containers, ``python -m
   runtime``). It never relies on ``tarfile``'s ``filter`` (absent from Debian bookworm's Python
   3.11.2, and fooled by links whose resolved path exceeds the OS path limit, CVE-2025-4517).
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from runtime import contract
+from runtime.artifact_tree import ArtifactFile, NotARegularFile, Skipped
 from runtime.errors import HostConfigurationError
 
 FIXED_MTIME = 0
@@ -76,7 +78,8 @@ def create_tarball(
     Symlinks are followed (as the SageMaker SDK does), directories recurse, and every member is
     added in sorted order with normalised metadata. The tar stream goes straight through gzip to
     ``dest`` (never held in memory). ``on_file(size)`` is called as each file is added (progress).
-    Returns the SHA-256 of the bytes written.
+    Returns the SHA-256 of the bytes written. For the code the user hands over; what a job wrote
+    is packed by :func:`pack_files`.
     """
     members: dict[str, Path] = {}
     for local, arcname in entries:
@@ -87,12 +90,7 @@ def create_tarball(
                 rel_root = PurePosixPath(arcname) / PurePosixPath(Path(root).relative_to(local).as_posix())
                 for name in dirs + files:
                     members[str(rel_root / name)] = Path(root) / name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        open(dest, "wb") as out,
-        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-    ):
+    with _tar_stream(dest) as tar:
         for arcname in sorted(members):
             local = members[arcname]
             info = _normalized(tar.gettarinfo(str(local), arcname=str(PurePosixPath(arcname))))
@@ -106,6 +104,40 @@ def create_tarball(
             else:
                 tar.addfile(info)
     return sha256_file(dest)
+
+
+def pack_files(files: Iterable[ArtifactFile], dest: Path, on_skip: Callable[[Skipped], None]) -> str:
+    """Write a gzipped tar of the regular ``files`` a walk found (:func:`runtime.artifact_tree.walk`)
+    to ``dest``, as :func:`create_tarball` writes (sorted, normalised metadata, streamed).
+
+    Each file is read through :func:`runtime.artifact_tree.open_regular`: one that is no longer a
+    regular file is left out and passed to ``on_skip``. Returns the SHA-256 of the bytes written.
+    """
+    with _tar_stream(dest) as tar:
+        for item in sorted(files, key=lambda f: f.name):
+            try:
+                handle = item.open()
+            except NotARegularFile as error:
+                on_skip(Skipped(item.name, error.strerror or "no longer a regular file"))
+                continue
+            with handle:
+                info = tarfile.TarInfo(item.name)
+                found = os.fstat(handle.fileno())
+                info.size, info.mode = found.st_size, stat.S_IMODE(found.st_mode)
+                tar.addfile(_normalized(info), handle)
+    return sha256_file(dest)
+
+
+@contextmanager
+def _tar_stream(dest: Path) -> Iterator[tarfile.TarFile]:
+    """A PAX tar written through gzip (no timestamp in its header) straight to ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        open(dest, "wb") as out,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        yield tar
 
 
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:

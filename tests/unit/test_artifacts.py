@@ -37,10 +37,11 @@ def test_merge_unions_hosts_and_reports_conflicts_naming_both_hosts(tmp_path: Pa
         "algo-1": _host(tmp_path, "algo-1", {"model.pt": "A", "same.json": "{}", "sub/one.txt": "1"}),
         "algo-2": _host(tmp_path, "algo-2", {"model.pt": "B", "same.json": "{}", "sub/two.txt": "2"}),
     }
-    entries, conflicts = merge_entries({h: contract.Paths(b).model_dir for h, b in bases.items()})
-    assert [name for _, name in entries] == ["model.pt", "same.json", "sub/one.txt", "sub/two.txt"]
-    assert len(conflicts) == 1  # identical bytes are not a conflict
-    message = conflicts[0].message("model")
+    merge = merge_entries({h: contract.Paths(b).model_dir for h, b in bases.items()})
+    assert [item.name for item in merge.files] == ["model.pt", "same.json", "sub/one.txt", "sub/two.txt"]
+    assert len(merge.conflicts) == 1  # identical bytes are not a conflict
+    assert merge.skipped == {}
+    message = merge.conflicts[0].message("model")
     assert "'model.pt'" in message and "algo-1" in message and "algo-2" in message
 
 

@@ -12,6 +12,11 @@ overwrite (SageMaker's local mode silently lets the last host win). With ``confl
 (``LocalSession(artifact_conflicts="error")``) a clash raises :class:`ArtifactConflictError` instead,
 before anything is delivered, and the job ends Failed naming every clashing path.
 
+What is delivered of each host's directory is :mod:`runtime.artifact_tree`'s rule: regular files,
+and links to them inside the directory (dereferenced); links out of it, dangling links, loops,
+FIFOs, sockets and devices are skipped, each named in the job log, and the rest is delivered.
+Nothing but a regular file is ever opened, to pack it or to compare two hosts' copies.
+
 Destinations: ``file://`` (the directory is created) or ``s3://`` (through the injected boto3 client).
 Nothing already at ``<output_path>/<job>/output/`` is ever overwritten: the backend refuses such a
 job at check time, and should a job of the same name (another job store) deliver there while this
@@ -20,6 +25,7 @@ one runs, :class:`ArtifactExistsError` fails this one instead.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +33,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 from estimator.backends.base import output_prefix
-from estimator.backends.local.layout import file_uri_path, list_files
-from runtime import contract
-from runtime.archive import create_tarball, sha256_file
+from estimator.backends.local.layout import file_uri_path
+from runtime import artifact_tree, contract
+from runtime.archive import pack_files
+from runtime.artifact_tree import ArtifactFile, NotARegularFile, Skipped
 from runtime.transfer import TransferEngine
 
 
@@ -56,26 +63,51 @@ class Conflict:
         )
 
 
-def merge_entries(trees: Mapping[str, Path]) -> tuple[list[tuple[Path, str]], list[Conflict]]:
-    """Union of the files of ``trees`` (host -> directory) as ``(local path, archive name)``.
+@dataclass(frozen=True)
+class Merge:
+    """The union of several hosts' directories: the files to deliver (one per name, sorted), the
+    names written with different bytes, and each host's skipped entries (see
+    :mod:`runtime.artifact_tree`)."""
 
-    Hosts are visited in the mapping's order; the first host to write a path wins.
+    files: list[ArtifactFile]
+    conflicts: list[Conflict]
+    skipped: dict[str, list[Skipped]]
+
+
+def _sha256(item: ArtifactFile) -> str:
+    digest = hashlib.sha256()
+    with item.open() as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def merge_entries(trees: Mapping[str, Path], seen_at: str | None = None) -> Merge:
+    """Union of the regular files of ``trees`` (host -> directory), walked by
+    :func:`runtime.artifact_tree.walk`: links out, loops, FIFOs, sockets and devices are skipped.
+    ``seen_at``: where the hosts' code saw its directory (``/opt/ml/model``), for absolute links.
+
+    Hosts are visited in the mapping's order; the first host to write a path wins. Only regular
+    files are ever opened to compare two hosts' copies.
     """
-    chosen: dict[str, tuple[str, Path]] = {}
+    chosen: dict[str, tuple[str, ArtifactFile]] = {}
     conflicts: list[Conflict] = []
+    skipped: dict[str, list[Skipped]] = {}
     for host, root in trees.items():
-        if not root.is_dir():
-            continue
-        for rel in list_files(root):
-            local = root / rel
-            if rel not in chosen:
-                chosen[rel] = (host, local)
+        listing = artifact_tree.walk(root, seen_at)
+        skipped[host] = listing.skipped
+        for item in listing.files:
+            if item.name not in chosen:
+                chosen[item.name] = (host, item)
                 continue
-            kept_host, kept = chosen[rel]
-            if sha256_file(kept) != sha256_file(local):
-                conflicts.append(Conflict(rel, kept_host, host))
-    entries = [(local, rel) for rel, (_, local) in sorted(chosen.items())]
-    return entries, conflicts
+            kept_host, kept = chosen[item.name]
+            try:
+                if _sha256(kept) != _sha256(item):
+                    conflicts.append(Conflict(item.name, kept_host, host))
+            except NotARegularFile as error:  # replaced since the walk: packing skips it, and says so
+                skipped[host].append(Skipped(item.name, error.strerror or "no longer a regular file"))
+    files = [item for _, (_, item) in sorted(chosen.items())]
+    return Merge(files, conflicts, {host: found for host, found in skipped.items() if found})
 
 
 def _listable(uri: str) -> str:
@@ -127,9 +159,12 @@ def package_artifacts(
         ("output", "output/data", contract.OUTPUT_TARBALL, lambda p: p.output_data_dir),
     )
     for key, what, tarball, tree in trees:
-        entries, clashes = merge_entries({host: tree(p) for host, p in paths.items()})
-        merged.append((key, tarball, entries))
-        for clash in clashes:
+        merge = merge_entries({host: tree(p) for host, p in paths.items()}, str(tree(contract.Paths())))
+        merged.append((key, what, tarball, merge.files))
+        for host, skipped in merge.skipped.items():
+            for line in artifact_tree.skip_report(skipped, f"{what} directory of {host}"):
+                log(line)
+        for clash in merge.conflicts:
             log(clash.message(what))
             if conflicts == "error":
                 raise ArtifactConflictError(
@@ -138,7 +173,7 @@ def package_artifacts(
                 )
     destinations = [
         f"{prefix}/model/" if key == "model" and not compress else f"{prefix}/{tarball}"
-        for key, tarball, _ in merged
+        for key, _, tarball, _ in merged
     ]
     with TransferEngine(client_factory=s3_client, progress=False) as engine:
         existing = [found for uri in destinations for found in engine.list(_listable(uri))]
@@ -147,18 +182,21 @@ def package_artifacts(
             f"{existing[0].uri} already exists (another job named {job_name}); this job's artifacts "
             "are not delivered over it. Use another job name or output_path"
         )
-    for key, tarball, entries in merged:
+    for key, what, tarball, files in merged:
         if key == "model" and not compress:
             local = staging_dir / "model"
-            for source, arcname in entries:  # the merged tree, as links to the hosts' files
-                (local / arcname).parent.mkdir(parents=True, exist_ok=True)
-                (local / arcname).symlink_to(source.resolve())
+            for item in files:  # the merged tree, as links to the hosts' (link-free) files
+                (local / item.name).parent.mkdir(parents=True, exist_ok=True)
+                (local / item.name).symlink_to(item.path)
             uri = f"{prefix}/model/"
             put(local, uri, s3_client)
             delivered[key] = uri
             continue
         local = staging_dir / tarball
-        create_tarball(entries, local)
+        late: list[Skipped] = []  # replaced by something else since the walk
+        pack_files(files, local, late.append)
+        for line in artifact_tree.skip_report(late, f"{what} directory"):
+            log(line)
         uri = f"{prefix}/{tarball}"
         put(local, uri, s3_client)
         delivered[key] = uri

@@ -228,6 +228,16 @@ def check_code(
                 "source_dir is packaged and shipped to the hosts",
                 "move the script into source_dir and pass its path relative to it, e.g. 'train.py'",
             ) from None
+    # What the containers run is sagemaker_program: the path inside source_dir, else the file name.
+    program = entry_point if source_dir is not None else os.path.basename(entry_point)
+    problem = contract.entry_point_problem(program)
+    if problem is not None:
+        raise ConfigurationError(
+            "entry_point",
+            entry_point,
+            problem if program == entry_point else f"its file name {program!r} {problem}",
+            contract.ENTRY_POINT_FIX,
+        )
     if source_dir is not None and is_uri(str(source_dir)):
         # A pre-built sourcedir.tar.gz (as the SDK accepts for s3://; file:// for local runs).
         if not str(source_dir).endswith(".tar.gz"):

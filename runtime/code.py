@@ -10,7 +10,9 @@
 - :func:`entry_point_command` turns the entry point into the argv head: ``.py`` runs under the
   runtime's Python; any other file (``.sh``, a binary) runs directly when it has a shebang or is a
   binary, else under ``/bin/sh``. Never through ``sh -c``: arguments are never re-split. An entry
-  point that is absolute, has ``..`` segments or resolves outside the code dir is refused.
+  point the training toolkit refuses (:func:`runtime.contract.entry_point_problem`: absolute, a
+  leading ``-``, ``.``/``..`` segments, characters beyond ``[A-Za-z0-9._+/-]``) or one that resolves
+  outside the code dir is refused.
 """
 
 from __future__ import annotations
@@ -112,14 +114,10 @@ def resolve_entry_point(code_dir: Path, entry_point: str | None) -> Path:
             "no entry point was given",
             "set sagemaker_program (entry_point=)",
         )
+    problem = contract.entry_point_problem(entry_point)  # what SageMaker's containers refuse
+    if problem is not None:
+        raise HostConfigurationError(contract.HP_PROGRAM, entry_point, problem, contract.ENTRY_POINT_FIX)
     name = PurePosixPath(entry_point)
-    if name.is_absolute() or ".." in name.parts:
-        raise HostConfigurationError(
-            contract.HP_PROGRAM,
-            entry_point,
-            "must be a relative path inside the code directory",
-            "name a file of source_dir, e.g. train.py",
-        )
     root = Path(code_dir).resolve()
     path = (root / name).resolve()
     if root not in path.parents:

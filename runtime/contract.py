@@ -12,6 +12,7 @@ Sources: SageMaker's training toolkit (``params.py``, ``environment.py``) and th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 # --- /opt/ml layout -----------------------------------------------------------------------------
@@ -136,6 +137,40 @@ def child_path(parent: str | Path, name: str, what: str, *, single: bool = False
         raise PathEscapeError(f"{what} {name!r} does not name a path inside {parent}")
     return Path(parent) / name
 
+
+# sagemaker-training 5.1.4's rule for ``sagemaker_program`` (``process.validate_entry_point``), which
+# the containers apply before running anything: a plain relative path of letters, digits and
+# ``. _ + - /``, not starting with ``-`` (an interpreter option) or ``/``, without ``.``/``..``
+# segments. Matched whole here: the toolkit's ``$`` also lets a trailing newline through.
+ENTRY_POINT_PATTERN = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*")
+_ENTRY_POINT_CHARACTER = re.compile(r"[A-Za-z0-9._+/-]")
+
+
+def entry_point_problem(name: str) -> str | None:
+    """Why SageMaker's training toolkit would refuse ``name`` as the entry point (its wording),
+    or None when it accepts it."""
+    if not name:
+        return "the entry point name is empty"
+    if not ENTRY_POINT_PATTERN.fullmatch(name):
+        unsupported = sorted({char for char in name if not _ENTRY_POINT_CHARACTER.fullmatch(char)})
+        if unsupported:
+            detail = "the character(s) " + ", ".join(repr(char) for char in unsupported)
+        elif name.startswith("-"):
+            detail = "a leading '-', which is read as a command-line option"
+        elif name.startswith("/"):
+            detail = "a leading '/', which makes it an absolute path"
+        else:
+            detail = "an unsupported character at the start of the name"
+        return f"contains {detail}; SageMaker's training containers refuse it"
+    if any(segment in (".", "..") for segment in name.split("/")):
+        return "contains '.' or '..' path segments; SageMaker's training containers refuse them"
+    return None
+
+
+ENTRY_POINT_FIX = (
+    "rename the script so its path holds only letters, digits, '.', '_', '+', '-' and '/', does "
+    "not start with '-' or '/' and has no '.' or '..' segments, e.g. 'train.py' or 'bin/train.sh'"
+)
 
 HYPERPARAMETERS_FILE = "hyperparameters.json"
 RESOURCE_CONFIG_FILE = "resourceconfig.json"

@@ -139,7 +139,6 @@ def test_entry_point_commands(tmp_path: Path) -> None:
     (code / "plain.sh").write_text("echo hi\n")
     assert entry_point_command(code, "train.py", "py") == ["py", "train.py"]
     assert entry_point_command(code, "sub/main.py", "py") == ["py", "sub/main.py"]
-    assert entry_point_command(code, "./train.py", "py") == ["py", "train.py"]
     assert entry_point_command(code, "run.sh", "py") == [str((code / "run.sh").resolve())]
     assert os.access(code / "run.sh", os.X_OK)  # made executable, as the toolkit does
     assert entry_point_command(code, "plain.sh", "py") == ["/bin/sh", "plain.sh"]
@@ -148,8 +147,11 @@ def test_entry_point_commands(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("entry", "problem"),
     [
-        ("../train.py", "relative path inside"),
-        ("/etc/passwd", "relative path inside"),
+        ("../train.py", "'..' path segments"),
+        ("./train.py", "'..' path segments"),  # as the toolkit: "'.' or '..'"
+        ("/etc/passwd", "leading '/'"),
+        ("-c.py", "leading '-'"),
+        ("my train.py", "' '"),
         ("link.py", "resolves outside"),
         ("missing.py", "not found"),
         ("", "no entry point"),

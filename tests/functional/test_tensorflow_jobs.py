@@ -11,6 +11,7 @@ import json
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,10 +86,11 @@ if task["index"] == 0:  # the chief writes the model
 """
 
 
-def test_mwms_keras_script_trains_across_two_hosts(tmp_path: Path) -> None:
+def _run(tmp_path: Path, script: str, **kwargs: Any) -> tuple[dict[str, Any], str, Path]:
+    """Run ``script`` as a TensorFlow job with ``kwargs``; its description, log and job directory."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "train.py").write_text(textwrap.dedent(MWMS))
+    (src / "train.py").write_text(textwrap.dedent(script))
     root = tmp_path / "jobs"
     session = LocalSession(root)
     estimator = TensorFlow(
@@ -96,15 +98,10 @@ def test_mwms_keras_script_trains_across_two_hosts(tmp_path: Path) -> None:
         source_dir=str(src),
         role=ROLE,
         instance_type="ml.c5.xlarge",
-        instance_count=2,
-        framework_version="2.16",
         py_version="py310",
-        hyperparameters={"epochs": 3},
-        distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
-        environment={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"},
-        base_job_name="tf-mwms",
         max_run=300,
         sagemaker_session=session,
+        **kwargs,
     )
     try:
         estimator.fit(wait=False)
@@ -116,6 +113,20 @@ def test_mwms_keras_script_trains_across_two_hosts(tmp_path: Path) -> None:
     finally:
         kill_leftover_jobs(root)
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log[-4000:]
+    return description, log, root / job.name
+
+
+def test_mwms_keras_script_trains_across_two_hosts(tmp_path: Path) -> None:
+    _, log, job_dir = _run(
+        tmp_path,
+        MWMS,
+        instance_count=2,
+        framework_version="2.16",
+        hyperparameters={"epochs": 3},
+        distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
+        environment={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"},
+        base_job_name="tf-mwms",
+    )
 
     configs = {}
     for host in ("algo-1", "algo-2"):
@@ -135,7 +146,7 @@ def test_mwms_keras_script_trains_across_two_hosts(tmp_path: Path) -> None:
     sums = re.findall(r"worker (\d) kernel_sum=(\S+) first_loss=(\S+) last_loss=(\S+)", log)
     assert sorted(s[0] for s in sums) == ["0", "1"]
     assert sums[0][1] == sums[1][1]  # the replicas stayed in sync
-    result = read_tar_json(_tar_members(root / job.name), "result.json")
+    result = read_tar_json(_tar_members(job_dir), "result.json")
     assert result["losses"][-1] < result["losses"][0] / 2  # it learned
 
 
@@ -144,3 +155,41 @@ def _tar_members(job_dir: Path) -> dict[str, bytes]:
 
     with tarfile.open(job_dir / "output" / "model.tar.gz") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+# The shape of the multi_worker_mirrored_strategy example's single-instance mnist.py (TF 2.14):
+# model.save(<directory>) for a SavedModel, which Keras 3 refuses.
+KERAS_SAVE = """
+import argparse, os
+import numpy as np
+import tensorflow as tf
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--model-dir", type=str, default=os.environ["SM_MODEL_DIR"])
+args, _ = parser.parse_known_args()
+
+x = np.random.RandomState(0).normal(size=(64, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(x, y, epochs=args.epochs, verbose=2)
+print("keras from", tf.keras.__name__, flush=True)
+model.save(os.path.join(args.model_dir, "000000001"))
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tf_keras") is None,
+    reason="needs tf-keras (pip install --no-deps 'tf-keras==<TensorFlow major.minor>.*')",
+)
+def test_a_tf_2_14_keras_script_gets_the_images_keras_2(tmp_path: Path) -> None:
+    _, log, job_dir = _run(
+        tmp_path,
+        KERAS_SAVE,
+        instance_count=1,
+        framework_version="2.14.1",
+        environment={"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert "keras from tf_keras" in log
+    assert "000000001/saved_model.pb" in _tar_members(job_dir)

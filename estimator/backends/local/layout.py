@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from estimator.backends.local.image_env import image_environment
 from estimator.spec import Channel, TrainingJobSpec
 from runtime import contract
 from runtime.framework_env import training_module_of_image
@@ -304,11 +305,15 @@ def host_environment(
     ``emulate_cuda`` (from :func:`emulated_gpus`) becomes ``SMLAUNCH_EMULATE_CUDA``, which makes
     every rank emulate those GPUs on the CPU. A framework image's ``SAGEMAKER_TRAINING_MODULE``
     (:func:`runtime.framework_env.training_module_of_image`) tells the runtime the job's framework,
-    as the image's own setting does on SageMaker; ``environment=`` may set it for another image."""
+    as the image's own setting does on SageMaker; ``environment=`` may set it for another image. What
+    else the image provides comes from :func:`.image_env.image_environment` (Keras 2 for TensorFlow
+    images before 2.16), again below ``environment=``."""
     env = dict(spec.Environment or {})
     module = training_module_of_image(spec.AlgorithmSpecification.TrainingImage)
     if module is not None:
         env.setdefault(contract.TRAINING_MODULE_ENV, module)
+    for name, value in image_environment(spec.AlgorithmSpecification.TrainingImage).items():
+        env.setdefault(name, value)
     env.update(
         {
             contract.BASE_DIR_ENV: str(base_dir),

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from estimator.catalog import InstanceType
 from estimator.errors import ConfigurationError
 from runtime import contract
+from runtime.hyperparameters import truthy
 
 Strategy = Literal[
     "none",
@@ -398,19 +399,21 @@ class Distribution(_Strict):
 
     @classmethod
     def from_hyperparameters(cls, hyperparameters: Mapping[str, Any]) -> Distribution:
-        """Rebuild the distribution from decoded hyperparameters (``attach``; the SDK loses it)."""
+        """Rebuild the distribution from decoded hyperparameters (``attach``; the SDK loses it). Flags
+        read as the runtime reads them (``"True"``, as the generic ``Estimator`` sends ``True``, is on;
+        ``"False"`` is off)."""
         hps = hyperparameters
         result: dict[str, Any] = {}
         if contract.HP_PYTORCH_DDP_ENABLED in hps:
-            result["pytorchddp"] = {"enabled": bool(hps[contract.HP_PYTORCH_DDP_ENABLED])}
+            result["pytorchddp"] = {"enabled": truthy(hps[contract.HP_PYTORCH_DDP_ENABLED])}
         if contract.HP_TORCH_DISTRIBUTED_ENABLED in hps:
-            result["torch_distributed"] = {"enabled": bool(hps[contract.HP_TORCH_DISTRIBUTED_ENABLED])}
+            result["torch_distributed"] = {"enabled": truthy(hps[contract.HP_TORCH_DISTRIBUTED_ENABLED])}
         if contract.HP_PARAMETER_SERVER_ENABLED in hps:
-            result["parameter_server"] = {"enabled": bool(hps[contract.HP_PARAMETER_SERVER_ENABLED])}
+            result["parameter_server"] = {"enabled": truthy(hps[contract.HP_PARAMETER_SERVER_ENABLED])}
         if contract.HP_MWMS_ENABLED in hps:
-            result["multi_worker_mirrored_strategy"] = {"enabled": bool(hps[contract.HP_MWMS_ENABLED])}
+            result["multi_worker_mirrored_strategy"] = {"enabled": truthy(hps[contract.HP_MWMS_ENABLED])}
         if contract.HP_MPI_ENABLED in hps:
-            mpi: dict[str, Any] = {"enabled": bool(hps[contract.HP_MPI_ENABLED])}
+            mpi: dict[str, Any] = {"enabled": truthy(hps[contract.HP_MPI_ENABLED])}
             if hps.get(contract.HP_MPI_PROCESSES_PER_HOST):
                 mpi["processes_per_host"] = int(hps[contract.HP_MPI_PROCESSES_PER_HOST])
             if hps.get(contract.HP_MPI_CUSTOM_OPTIONS):
@@ -422,7 +425,7 @@ class Distribution(_Strict):
                     "modelparallel": {"enabled": True, "parameters": dict(hps[contract.HP_MP_PARAMETERS])}
                 }
             else:
-                dataparallel: dict[str, Any] = {"enabled": bool(hps[contract.HP_SMDDP_ENABLED])}
+                dataparallel: dict[str, Any] = {"enabled": truthy(hps[contract.HP_SMDDP_ENABLED])}
                 if hps.get(contract.HP_SMDDP_CUSTOM_MPI_OPTIONS):
                     dataparallel["custom_mpi_options"] = str(hps[contract.HP_SMDDP_CUSTOM_MPI_OPTIONS])
                 result["smdistributed"] = {"dataparallel": dataparallel}

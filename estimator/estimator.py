@@ -40,6 +40,7 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | ``attach()``, Ctrl-C waiting     | stops waiting               | the same (the job goes on)              |
 | ``attach()`` model channel       | ``model_uri``, re-sent      | ``model_uri`` set, not re-sent by fit() |
 | ``set_hyperparameters``          | encodes values twice        | encodes once                            |
+| launcher hp vs ``distribution``  | replaced, or sent beside it | refused, naming the hyperparameter      |
 | SDK v1 ``script_mode``           | swallowed silently          | dropped with a no-op warning            |
 | any other unknown keyword        | swallowed silently          | ``TypeError``                           |
 | ``instance_groups``              | heterogeneous cluster       | ``ConfigurationError`` at construction  |
@@ -226,8 +227,7 @@ class Estimator:
         self.source_dir = validation.check_code(entry_point, source_dir, self.dependencies, self.is_local)
 
         self._hyperparameters = dict(hyperparameters or {})
-        hp.check_user_keys(self._hyperparameters)
-        hp.check_limits(hp.encode(self._hyperparameters))
+        hp.check_limits(self._hyperparameters_wire())
         self._distribution_arg: dict[str, Any] = {}
         self._distribution_checked: dict[str, Any] = {}
         self._set_distribution(distribution)
@@ -301,6 +301,7 @@ class Estimator:
         self._distribution = parsed
         try:
             self._check_framework_distribution()
+            self._check_sagemaker_keys()
         except ConfigurationError:
             if previous is not None:
                 self._distribution = previous
@@ -310,6 +311,19 @@ class Estimator:
 
     def _check_framework_distribution(self) -> None:
         """Limits the framework's image puts on the distribution (a generic image has none)."""
+
+    def _check_sagemaker_keys(self) -> None:
+        """The user's own ``sagemaker_*`` hyperparameters, taken as the SDK takes them: launcher keys
+        must not contradict ``distribution=`` (:func:`estimator.hyperparameters.check_launcher_keys`);
+        a ``sagemaker_submit_directory`` the user names (an image run without ``entry_point``) must be
+        where the hosts can fetch it. The script-mode keys are replaced when code is staged."""
+        wire = self._hyperparameters_wire()
+        launcher = hp.encode(self._distribution.to_hyperparameters(self.instance_type), "distribution")
+        hp.check_launcher_keys(wire, launcher, self._distribution.to_dict())
+        if self.entry_point is None and contract.HP_SUBMIT_DIRECTORY in wire:
+            validation.check_submit_directory(
+                hp.decode_value(wire[contract.HP_SUBMIT_DIRECTORY]), self.is_local
+            )
 
     def enable_network_isolation(self) -> bool:
         """Whether the job runs without network access (a method, as in the SDK)."""
@@ -323,11 +337,22 @@ class Estimator:
         return dict(self._hyperparameters)
 
     def set_hyperparameters(self, **kwargs: Any) -> None:
-        """Add or replace hyperparameters. Unlike SDK v2, values are encoded once, not twice."""
-        merged = {**self._hyperparameters, **kwargs}
-        hp.check_user_keys(merged)
-        hp.check_limits(hp.encode(merged))
-        self._hyperparameters = merged
+        """Add or replace hyperparameters. Unlike SDK v2's framework estimators, values are encoded
+        once, not twice."""
+        previous = self._hyperparameters
+        self._hyperparameters = {**previous, **kwargs}
+        try:
+            hp.check_limits(self._hyperparameters_wire())
+            self._check_sagemaker_keys()
+        except ConfigurationError:
+            self._hyperparameters = previous
+            raise
+
+    def _hyperparameters_wire(self) -> dict[str, str]:
+        """The user's hyperparameters as the SDK's generic ``Estimator`` sends them: ``str(value)``,
+        or ``json.dumps(value)`` when it has a ``source_dir`` (its ``set_hyperparameters`` encodes
+        them then), so a value the notebook JSON-encoded itself reaches the script decoded."""
+        return hp.encode(self._hyperparameters, as_str=not self.source_dir)
 
     def _image(self, region: str) -> str | None:
         return self.image_uri
@@ -719,6 +744,10 @@ class Framework(Estimator):
             distribution=distribution,
             **kwargs,
         )
+
+    def _hyperparameters_wire(self) -> dict[str, str]:
+        """Every value ``json.dumps``-encoded, as the SDK's framework estimators send them."""
+        return hp.encode(self._hyperparameters)
 
     def _image(self, region: str) -> str | None:
         if self.image_uri is not None:

@@ -1,14 +1,21 @@
 """Hyperparameter encoding as SageMaker SDK v2 sends it, and the CreateTrainingJob limits.
 
-Every value goes on the wire as ``json.dumps(value)`` (``10 -> "10"``, ``3e-5 -> "3e-05"``,
-``"x" -> "\\"x\\""``, ``True -> "true"``, dicts and lists as JSON text), keys as ``str(key)``:
-exactly ``EstimatorBase._json_encode_hyperparameters``. The training toolkit and our runtime
-``json.loads`` each value back. Pure functions, no I/O.
+Framework estimators send every value as ``json.dumps(value)`` (``10 -> "10"``, ``3e-5 ->
+"3e-05"``, ``"x" -> "\\"x\\""``, ``True -> "true"``, dicts and lists as JSON text), keys as
+``str(key)``: exactly ``EstimatorBase._json_encode_hyperparameters``. The SDK's generic
+``Estimator`` sends ``str(value)`` instead (``True -> "True"``, ``"x" -> "x"``), and JSON only when it
+has a ``source_dir`` (its ``set_hyperparameters``): :func:`encode` does both. The training toolkit
+and our runtime ``json.loads`` each value back, keeping a value that is not JSON as the raw string.
+
+``sagemaker_*`` keys the user passes are sent as the SDK sends them: the script-mode keys are
+replaced by the estimator's own when it stages code, launcher keys (``sagemaker_mpi_enabled``...)
+are the launcher settings when there is no ``distribution=``; :func:`check_launcher_keys` refuses
+only a launcher key that contradicts ``distribution=``.
 
 Deliberate differences from the SDK: a value ``json.dumps`` cannot encode fails here, naming the
 key, instead of a bare ``TypeError`` at ``fit()``; keys that become the same string (``1`` and
-``"1"``) are refused instead of one silently winning; user keys the runtime reads as launcher
-settings (``sagemaker_*``, ``mp_parameters``) are refused (:func:`check_user_keys`); and the
+``"1"``) are refused instead of one silently winning; a launcher key that contradicts
+``distribution=`` is refused instead of silently replaced or sent beside it; and the
 CreateTrainingJob limits (at most 100 entries, key <= 256 characters, value <= 2500 characters) are
 checked before anything is staged instead of by the service.
 """
@@ -19,9 +26,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from estimator.distribution import DISTRIBUTION_KEYS
 from estimator.errors import ConfigurationError
 from estimator.naming import HYPERPARAMETER_PATTERN
 from runtime import contract
+from runtime.hyperparameters import truthy
 
 
 def encode_value(key: str, value: Any, field: str = "hyperparameters") -> str:
@@ -37,8 +46,12 @@ def encode_value(key: str, value: Any, field: str = "hyperparameters") -> str:
         ) from exc
 
 
-def encode(hyperparameters: Mapping[Any, Any] | None, field: str = "hyperparameters") -> dict[str, str]:
-    """Encode every value as SDK v2 does; insertion order is kept (it is the wire order)."""
+def encode(
+    hyperparameters: Mapping[Any, Any] | None, field: str = "hyperparameters", *, as_str: bool = False
+) -> dict[str, str]:
+    """Encode every value as SDK v2 does: ``json.dumps`` (framework estimators), or with ``as_str``
+    ``str()`` (the generic ``Estimator`` without ``source_dir``). Insertion order is kept (it is
+    the wire order)."""
     if hyperparameters is None:
         return {}
     if not isinstance(hyperparameters, Mapping):
@@ -57,37 +70,55 @@ def encode(hyperparameters: Mapping[Any, Any] | None, field: str = "hyperparamet
                 "keep one of them (hyperparameter names are sent as strings)",
             )
         originals[name] = key
-        encoded[name] = encode_value(name, value, field)
+        encoded[name] = str(value) if as_str else encode_value(name, value, field)
     return encoded
 
 
-def check_user_keys(hyperparameters: Mapping[Any, Any], field: str = "hyperparameters") -> None:
-    """Refuse user keys that the runtime reads as launcher settings rather than script arguments:
-    ``sagemaker_*`` (``sagemaker_mpi_enabled``, ``sagemaker_program``, ...) and ``mp_parameters``.
-    Set by hand, they would start a launcher ``distribution`` never asked for (or one it refuses),
-    or be silently replaced by the script-mode keys."""
-    for key in hyperparameters:
-        name = str(key)
-        if name.startswith(contract.FRAMEWORK_PARAM_PREFIX) or name == contract.HP_MP_PARAMETERS:
-            raise ConfigurationError(
-                f"{field} key",
-                key,
-                "is reserved: the runtime reads it as a launcher setting, not as a script argument",
-                "set launchers through distribution=... (e.g. {'mpi': {'enabled': True}}) and the code "
-                "through entry_point/source_dir; rename your own hyperparameter",
-            )
+LAUNCHER_KEYS = frozenset({*DISTRIBUTION_KEYS, *contract.DISTRIBUTION_ENABLED_FLAGS})
+"""Keys the runtime reads as launcher settings (what ``distribution=`` sends, and the flags)."""
+
+
+def check_launcher_keys(user: Mapping[str, str], launcher: Mapping[str, str], distribution: Any) -> None:
+    """Refuse a launcher key among the user's hyperparameters (``user``, wire form) that contradicts
+    ``distribution=`` (``launcher``: the keys it sends, wire form): a different value than the one it
+    sends (the SDK would silently replace it), or a launcher it does not start turned on (the SDK
+    would send both). Without ``distribution=`` (``launcher`` empty) the user's keys are the
+    launcher settings, sent as given, as the SDK sends them."""
+    if not launcher:
+        return
+    for key, raw in user.items():
+        if key not in LAUNCHER_KEYS:
+            continue
+        value, sent = decode_value(raw), launcher.get(key)
+        if sent is None:
+            if key not in contract.DISTRIBUTION_ENABLED_FLAGS or not truthy(value):
+                continue  # a setting of a launcher that is off: the runtime never reads it
+            problem = f"turns on a launcher that distribution={distribution!r} does not start"
+        else:
+            wanted = decode_value(sent)
+            if value == wanted or (isinstance(wanted, bool) and truthy(value) == wanted):
+                continue
+            problem = f"contradicts distribution={distribution!r}, which sends {key}={wanted!r}"
+        raise ConfigurationError(
+            f"hyperparameters[{key!r}]",
+            value,
+            problem,
+            f"drop {key!r} from hyperparameters: distribution= sets the launcher",
+        )
+
+
+def decode_value(raw: str) -> Any:
+    """One wire value as the toolkit reads it: ``json.loads``, else the raw string (the generic
+    ``Estimator`` sends ``str()``, and requests from other tools are not always JSON-encoded)."""
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return raw
 
 
 def decode(encoded: Mapping[str, str]) -> dict[str, Any]:
-    """Inverse of :func:`encode`; a value that is not JSON text is kept as the raw string
-    (requests written by other tools, e.g. the console, are not always JSON-encoded)."""
-    decoded: dict[str, Any] = {}
-    for key, value in encoded.items():
-        try:
-            decoded[key] = json.loads(value)
-        except (TypeError, ValueError):
-            decoded[key] = value
-    return decoded
+    """Inverse of :func:`encode`, value by value (:func:`decode_value`)."""
+    return {key: decode_value(value) for key, value in encoded.items()}
 
 
 def check_limits(encoded: Mapping[str, str], field: str = "hyperparameters") -> None:

@@ -106,7 +106,7 @@ def build(
     staged_inputs = _stage_plan_inputs(estimator, inputs, name, output_path, uploads)
     channels = channel_inputs.channels(staged_inputs, local=estimator.is_local)
 
-    wire = hp.encode(estimator.hyperparameters())
+    wire = estimator._hyperparameters_wire()
     code_uri_ = code_uri(estimator, name, output_path)
     if code_uri_ is not None:
         submit_directory = code_uri_

@@ -280,6 +280,36 @@ def check_code(
     return source_dir
 
 
+def check_submit_directory(submit_directory: Any, is_local: bool) -> None:
+    """A ``sagemaker_submit_directory`` hyperparameter the user sets (an image run without
+    ``entry_point``, as notebooks run the framework images): code the hosts can fetch. SageMaker
+    hosts fetch ``s3://`` only; local hosts also an existing ``file://`` URI or path."""
+    field = f"hyperparameters[{contract.HP_SUBMIT_DIRECTORY!r}]"
+    fix = "pass s3://<bucket>/<prefix>/sourcedir.tar.gz, or entry_point=/source_dir= to stage the code"
+    if not isinstance(submit_directory, str) or not submit_directory:
+        raise ConfigurationError(field, submit_directory, "must be the code's URI", fix)
+    scheme = urlparse(submit_directory).scheme
+    if scheme == "s3":
+        channel_inputs.validate_s3_uri(submit_directory, field)
+        return
+    if not is_local:
+        raise ConfigurationError(field, submit_directory, "SageMaker hosts fetch code from S3 only", fix)
+    if scheme not in ("", "file"):
+        raise ConfigurationError(field, submit_directory, f"unsupported scheme {scheme!r}", fix)
+    path = channel_inputs.file_uri_path(submit_directory, field) if scheme else Path(submit_directory)
+    if not path.is_absolute():  # each host resolves it from its own working directory
+        raise ConfigurationError(
+            field, submit_directory, "a relative path", f"pass {path.resolve().as_uri()!r}"
+        )
+    if not path.exists():
+        raise ConfigurationError(
+            field,
+            submit_directory,
+            f"{path} does not exist",
+            "pass the path of a sourcedir.tar.gz or a directory",
+        )
+
+
 def check_location(uri: str | None, field: str, is_local: bool) -> str | None:
     """An output location (``s3://``; ``file://`` or a path only for local runs, writable)."""
     if uri is None:

@@ -24,7 +24,6 @@ waiting.
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import posixpath
 import random
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from estimator import hyperparameters as hp
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.cloudwatch import LogEvent, LogStreamMerger
 from estimator.backends.status import StatusTracker, instance_count, summary_lines
@@ -84,7 +84,7 @@ def _claim_location(spec: TrainingJobSpec) -> tuple[str, str] | None:
     raw = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
     if not raw:
         return None
-    uri = json.loads(raw)
+    uri = hp.decode_value(raw)
     if not isinstance(uri, str) or not uri.startswith("s3://"):
         return None
     bucket, _, key = uri[len("s3://") :].partition("/")

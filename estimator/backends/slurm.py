@@ -35,7 +35,6 @@ with ``container_image``.
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 import time
@@ -205,7 +204,7 @@ class SlurmBackend(LocalBackend):
         uris = [("output_path", spec.OutputDataConfig.S3OutputPath)]
         submit = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
         if submit:
-            uris.append(("source_dir", str(json.loads(submit))))
+            uris.append(("source_dir", str(hp.decode_value(submit))))
         uris += [
             (f"inputs[{c.ChannelName!r}]", c.DataSource.S3DataSource.S3Uri)
             for c in spec.InputDataConfig or []

@@ -50,6 +50,7 @@ from urllib.parse import urlparse
 
 import psutil
 
+from estimator import hyperparameters as hp
 from estimator import naming
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.local import data as local_data
@@ -372,7 +373,7 @@ class LocalBackend(Backend):
         needed, parts = 0, []
         submit = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
         with contextlib.suppress(ValueError, TypeError, OSError):
-            code = file_uri_path(json.loads(submit or '""'))
+            code = file_uri_path(str(hp.decode_value(submit or '""')))
             size = code.stat().st_size * spec.ResourceConfig.InstanceCount
             needed += size
             parts.append(f"code {size / 2**20:.1f} MiB")
@@ -632,6 +633,8 @@ def _uses_s3(spec: TrainingJobSpec) -> bool:
         uris.append(spec.CheckpointConfig.S3Uri)
     if spec.TensorBoardOutputConfig is not None:
         uris.append(spec.TensorBoardOutputConfig.S3OutputPath)
+    # The code: the hosts fetch an s3:// submit directory themselves (one the user named, too).
+    uris.append(str(hp.decode_value((spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY) or '""')))
     return any(urlparse(uri).scheme == "s3" for uri in uris)
 
 

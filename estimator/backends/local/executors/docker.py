@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
+from estimator import hyperparameters as hp
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, LaunchContext
 from estimator.backends.local.executors.container_ssh import (
@@ -147,8 +148,7 @@ def read_only_sources(spec: TrainingJobSpec, job: JobDir | None) -> list[Path]:
     sources: list[Path] = []
     submit = spec.HyperParameters.get(contract.HP_SUBMIT_DIRECTORY) if spec.HyperParameters else None
     if submit:
-        with contextlib.suppress(ValueError):
-            submit = json.loads(submit)
+        submit = hp.decode_value(submit)
         if isinstance(submit, str) and urlparse(submit).scheme == "file":
             path = layout.file_uri_path(submit)
             sources.append(path.parent if path.suffix == ".gz" or path.is_file() else path)

@@ -44,6 +44,7 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | SDK v1 ``script_mode``           | swallowed silently          | dropped with a no-op warning            |
 | any other unknown keyword        | swallowed silently          | ``TypeError``                           |
 | ``instance_groups``              | heterogeneous cluster       | ``ConfigurationError`` at construction  |
+| ``Estimator(image_name=...)``    | ``TypeError`` (v1 name)     | renamed ``image_uri``, with the warning |
 
 SDK v1 argument names (``train_instance_type``, ``train_max_run``, ``image_name``, ...) are taken
 with the SDK's deprecation warning and mapped to their v2 names (:mod:`estimator.keywords`).
@@ -122,7 +123,7 @@ class Estimator:
     model_channel_name: str = "model"
     """The channel :attr:`model_uri` came from."""
 
-    @keywords.sdk_keywords(keywords.ESTIMATOR_RENAMED)
+    @keywords.sdk_keywords(keywords.RENAMED)
     def __init__(
         self,
         image_uri: str | None = None,
@@ -697,7 +698,7 @@ class Framework(Estimator):
     _metrics_since: ClassVar[tuple[int, ...]]
     _version_example: ClassVar[str]
 
-    @keywords.sdk_keywords(keywords.FRAMEWORK_RENAMED)
+    @keywords.sdk_keywords(keywords.RENAMED)
     def __init__(
         self,
         entry_point: str | None = None,

@@ -8,7 +8,8 @@ name's value wins, as in the SDK. The tables below are the SDK's ``renamed_kwarg
 (``EstimatorBase``, ``Framework``, ``TensorFlow``); ``tests/unit/test_sdk_v1_keywords.py`` checks
 them against the installed SDK.
 
-Deliberate differences: TensorFlow's ``script_mode`` (SDK v1), which SDK v2 swallows silently, is
+Deliberate differences: the generic ``Estimator`` takes ``image_name`` too (see
+:data:`RENAMED`); TensorFlow's ``script_mode`` (SDK v1), which SDK v2 swallows silently, is
 dropped with a warning saying it has no effect; any other keyword the SDK would swallow is a
 ``TypeError`` here, as Python raises it; arguments smlaunch does not provide (``instance_groups``)
 are refused with a :class:`ConfigurationError` naming them instead of a bare ``TypeError``.
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 V2_URL = "https://sagemaker.readthedocs.io/en/stable/v2.html"
 """The migration page the SDK's deprecation messages point at."""
 
-ESTIMATOR_RENAMED: Mapping[str, str] = {
+RENAMED: Mapping[str, str] = {
     "train_instance_count": "instance_count",
     "train_instance_type": "instance_type",
     "train_max_run": "max_run",
@@ -38,11 +39,14 @@ ESTIMATOR_RENAMED: Mapping[str, str] = {
     "train_max_wait": "max_wait",
     "train_volume_size": "volume_size",
     "train_volume_kms_key": "volume_kms_key",
+    "image_name": "image_uri",
 }
-"""``EstimatorBase.__init__``'s ``renamed_kwargs``: every estimator accepts these."""
-FRAMEWORK_RENAMED: Mapping[str, str] = {**ESTIMATOR_RENAMED, "image_name": "image_uri"}
-"""``Framework.__init__`` adds ``image_name`` (the generic ``Estimator`` of the SDK does not)."""
-TENSORFLOW_RENAMED: Mapping[str, str] = {**FRAMEWORK_RENAMED, "distributions": "distribution"}
+"""``EstimatorBase.__init__``'s ``renamed_kwargs`` and ``Framework.__init__``'s ``image_name``: the
+generic ``Estimator``'s table and the frameworks' (renamed before their own checks run).
+SDK v2 renames ``image_name`` in ``Framework`` only: its generic ``Estimator`` requires
+``image_uri``, so a v1 cell passing ``image_name`` (v1's name of that very argument) fails there
+with a ``TypeError``; smlaunch's generic ``Estimator`` takes it as well (a deliberate difference)."""
+TENSORFLOW_RENAMED: Mapping[str, str] = {**RENAMED, "distributions": "distribution"}
 """``TensorFlow.__init__`` adds ``distributions`` (``PyTorch`` does not)."""
 
 TENSORFLOW_REMOVED = frozenset({"script_mode"})

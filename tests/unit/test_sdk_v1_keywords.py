@@ -24,6 +24,7 @@ from sagemaker.pytorch import PyTorch as SdkPyTorch
 from sagemaker.tensorflow import TensorFlow as SdkTensorFlow
 
 from estimator import ConfigurationError, Estimator, LocalSession, PyTorch, TensorFlow
+from estimator.keywords import renamed_message
 from tests.unit.test_plan_oracle import (  # noqa: F401
     INPUTS,
     ROLE,
@@ -241,3 +242,18 @@ def test_instance_groups_is_refused_by_name(name: str) -> None:
         PAIRS[name][1](
             role=ROLE, instance_groups=groups, sagemaker_session=FakeSageMakerSession(), **BASE[name]
         )
+
+
+def test_the_generic_estimator_takes_v1_image_name_where_the_sdk_raises(sdk_capture: Any) -> None:
+    """SDK v1's generic ``Estimator(image_name, role, train_instance_count, ...)``: SDK v2 renames
+    ``image_name`` only in ``Framework``, so its generic ``Estimator`` misses ``image_uri``."""
+    kwargs: dict[str, Any] = dict(
+        image_name=IMAGE, role=ROLE, train_instance_count=1, train_instance_type="ml.m5.large"
+    )
+    with pytest.raises(TypeError, match="image_uri"):
+        SdkEstimator(sagemaker_session=sdk_capture.session, **kwargs)
+    ours, our_warnings, _ = _construct(
+        Estimator, {k: v for k, v in kwargs.items() if k != "role"}, FakeSageMakerSession()
+    )
+    assert ours.image_uri == IMAGE
+    assert renamed_message("image_name") in our_warnings

@@ -63,6 +63,7 @@ from runtime import contract
 from runtime.containment import Containment
 from runtime.launchers.base import LaunchPlan, ProcessSpec
 from runtime.processes import die_with_parent, exit_code_of, line_chunks, pipe_reader, prefix_lines
+from runtime.tracebacks import CHAINED, failure_summary, is_ignored_traceback
 
 if TYPE_CHECKING:
     from runtime.hooks import SupervisorHook
@@ -78,10 +79,6 @@ process-directed signal to any thread (a reader's, a waiter's); Python runs the 
 main thread only, and a main thread waiting without a timeout would not wake up to run it."""
 
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
-_CHAINED = (
-    "During handling of the above exception, another exception occurred:",
-    "The above exception was the direct cause of the following exception:",
-)
 
 
 @dataclass
@@ -109,11 +106,9 @@ class RankFailure:
 
     @property
     def error_message(self) -> str:
-        """The exception line of the traceback (``ValueError: boom``), else the last stderr line."""
-        for line in reversed(self.stderr_tail):
-            if line.strip() and not line.startswith((" ", "\t")):
-                return line.strip()
-        return ""
+        """The exception it died of (``ValueError: boom``), whatever followed on stderr; for a
+        process that is not Python, its last stderr line (:func:`runtime.tracebacks.failure_summary`)."""
+        return failure_summary(self.stderr_tail, self.exit_code)
 
     def describe(self) -> str:
         """Failure text: host, rank, exit code first (FailureReason keeps 1024 chars), then stderr."""
@@ -176,7 +171,11 @@ class _StderrTail:
     def add(self, line: str) -> None:
         self.lines.append(line)
         if line.startswith(_TRACEBACK_HEAD):
-            if self.traceback is not None and self._previous.strip() in _CHAINED:
+            # A chained exception, or one Python printed and ignored (at shutdown, typically), goes
+            # on the traceback already kept: the cause stays in the tail.
+            if self.traceback is not None and (
+                self._previous.strip() in CHAINED or is_ignored_traceback(self._previous)
+            ):
                 self.traceback.append(line)
             else:
                 self.traceback = [line]

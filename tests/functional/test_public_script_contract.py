@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from estimator import LocalSession, PyTorch, TensorFlow
+from estimator.errors import UnexpectedStatusException
 from runtime import contract
 from tests.functional._local_helpers import kill_leftover_jobs
 
@@ -143,8 +144,10 @@ def _estimator(
     source.mkdir(exist_ok=True)
     for name, text in {entry_point: script, **(files or {})}.items():
         (source / name).write_text(text)
+    kwargs.setdefault("instance_count", 1)
     return cls(
         entry_point=entry_point,
+        framework_version="2.1.0" if cls is PyTorch else "2.13",
         source_dir=str(source),
         role="arn:aws:iam::111122223333:role/r",
         py_version="py310",
@@ -166,7 +169,6 @@ def test_pytorch_mnist_shape_rendezvous_on_two_hosts_without_a_distribution(tmp_
         PyTorch,
         tmp_path,
         PYTORCH_MNIST_SHAPE,
-        framework_version="2.1.0",
         instance_count=2,
         hyperparameters={"epochs": 1, "backend": "gloo"},
     )
@@ -184,7 +186,7 @@ def test_pytorch_mnist_shape_rendezvous_on_two_hosts_without_a_distribution(tmp_
 
 @pytest.mark.slow
 def test_tensorflow_jobs_get_no_torch_master(tmp_path: Path) -> None:
-    estimator = _estimator(TensorFlow, tmp_path, REPORT_MASTER, framework_version="2.13", instance_count=1)
+    estimator = _estimator(TensorFlow, tmp_path, REPORT_MASTER)
     estimator.fit(logs=False, job_name="tensorflow-no-master")
     assert _model(estimator.model_data) == {"master.txt": b"None None\n"}
 
@@ -224,10 +226,44 @@ def test_python_and_pip_in_a_job_are_the_ranks_interpreter(
         RUN_SH,
         entry_point="run.sh",
         files={"check.py": CHECK_PY},
-        framework_version="2.1.0",
-        instance_count=1,
         hyperparameters={"mpi": int(distribution is not None)},
         distribution=distribution,
     )
     estimator.fit(logs=False, job_name="job-interpreter")
     _assert_job_interpreter(_model(estimator.model_data), ranks)
+
+
+# A Keras-style failure: the traceback, then what TensorFlow's C++ runtime logs and an atexit
+# handler prints on the way out.
+FAILS_THEN_LOGS = """
+import argparse, atexit, os, sys
+
+atexit.register(lambda: print("Saving run metadata before exit", file=sys.stderr, flush=True))
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--model_dir", type=str)
+args, _ = parser.parse_known_args()
+
+
+def fit(epochs):
+    raise ValueError(f"Shapes (None, 10) and (None, 1) are incompatible after {epochs} epochs")
+
+
+try:
+    fit(args.epochs)
+finally:
+    print("2025-05-01 12:00:00.123456: I tensorflow/core/common_runtime/executor.cc:1197] "
+          "Executor start aborting", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_the_failure_summary_is_the_exception_whatever_follows_it(tmp_path: Path) -> None:
+    estimator = _estimator(TensorFlow, tmp_path, FAILS_THEN_LOGS, hyperparameters={"epochs": 2})
+    with pytest.raises(UnexpectedStatusException) as failed:
+        estimator.fit(logs=False, job_name="fails-then-logs")
+    expected = "ErrorMessage: ValueError: Shapes (None, 10) and (None, 1) are incompatible after 2 epochs"
+    reason = estimator.latest_training_job.describe()["FailureReason"]
+    assert reason.splitlines()[1] == expected
+    assert "Saving run metadata before exit" in reason  # the whole tail is still there, after it
+    assert expected in str(failed.value)

@@ -134,9 +134,23 @@ def test_the_tail_of_a_stderr_flood_keeps_the_last_traceback_whole() -> None:
     assert failure.stderr_tail[0] == "Traceback (most recent call last):"
     assert any("KeyError: 'missing'" in line for line in failure.stderr_tail)
     assert failure.stderr_tail[-4:] == ["RuntimeError: while handling", "after 0", "after 1", "after 2"]
+    assert failure.error_message == "RuntimeError: while handling"  # not what followed it
     assert not any(line.startswith("noise") for line in failure.stderr_tail)
     noise = [line for line in err.getvalue().splitlines() if line.startswith("[algo-1/rank 0] noise ")]
     assert noise == [f"[algo-1/rank 0] noise {i}" for i in range(20000)]
+
+
+def test_an_error_python_ignores_at_shutdown_never_hides_the_cause() -> None:
+    crasher = (
+        "class Leaky:\n    def __del__(self):\n        raise AttributeError('gone')\n"
+        "leaky = Leaky()\n"
+        "raise OSError(28, 'No space left on device')\n"
+    )
+    sup, _, _ = make()
+    failure = sup.run(LaunchPlan("t", [spec("rank 0", crasher, 0)])).first_failure
+    assert failure is not None and failure.stderr_tail[0] == "Traceback (most recent call last):"
+    assert "AttributeError: gone" in failure.stderr_tail  # kept, after the cause
+    assert failure.error_message == "OSError: [Errno 28] No space left on device"
 
 
 def test_a_rank_killed_by_a_signal_reports_128_plus_signum() -> None:

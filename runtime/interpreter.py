@@ -36,16 +36,19 @@ PIP_NAMES = ("pip", "pip3")
 def job_path(python: str, path: str | None) -> str:
     """``PATH`` for every process of a job run by ``python`` (see the module docstring).
 
-    Creates the shim directory when one is needed; when it cannot be made safely, the interpreter's
-    directory alone goes first."""
+    Creates the shim directory when one is needed; when it cannot be made or written safely, the
+    interpreter's directory alone goes first."""
     directory = os.path.dirname(os.path.abspath(python))
     missing = missing_names(python)
     first = [directory]
     if missing:
         shims = _shim_dir(python)
-        if shims is not None:
-            _write_shims(shims, python, missing)
-            first.insert(0, str(shims))
+        try:
+            if shims is not None:
+                _write_shims(shims, python, missing)
+                first.insert(0, str(shims))
+        except OSError:
+            pass  # a full or read-only temp dir: the names the directory has are still first
     rest = [entry for entry in (path or "").split(os.pathsep) if entry and entry not in first]
     return os.pathsep.join(first + rest)
 

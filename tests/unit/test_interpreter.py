@@ -82,3 +82,11 @@ def test_a_shim_directory_that_is_not_private_is_never_used(env_bin: Path, priva
     (shims,) = private_tmp.iterdir()
     shims.chmod(0o777)  # as if someone else had made it first, writable by all
     assert job_path(python, "/usr/bin").split(os.pathsep) == [str(env_bin), "/usr/bin"]
+
+
+def test_an_unwritable_temp_dir_leaves_the_interpreter_directory_first(
+    env_bin: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (env_bin / "python").unlink()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp / "missing" / "deeper"))
+    assert job_path(str(env_bin / "python3"), "/usr/bin").split(os.pathsep) == [str(env_bin), "/usr/bin"]

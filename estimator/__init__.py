@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from estimator.job import TrainingJob
     from estimator.local_session import LocalSession
     from estimator.pytorch import PyTorch
+    from estimator.roles import get_execution_role
     from estimator.s3 import S3Downloader, S3Uploader
     from estimator.session import Session
     from estimator.slurm_session import SlurmSession
@@ -40,6 +41,7 @@ _LAZY = {
     "TrainingJobAnalytics": "estimator.analytics",
     "HyperparameterTuner": "estimator.tuner",
     "PyTorch": "estimator.pytorch",
+    "get_execution_role": "estimator.roles",
     "ShuffleConfig": "estimator.inputs",
     "S3Downloader": "estimator.s3",
     "S3Uploader": "estimator.s3",
@@ -74,6 +76,7 @@ __all__ = [
     "UnexpectedStatusException",
     "UnsupportedByBackendError",
     "UnsupportedFeatureError",
+    "get_execution_role",
 ]
 
 

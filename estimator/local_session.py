@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 LOCAL_ROOT_ENV = "SMLAUNCH_HOME"
 LOCAL_EXECUTOR_ENV = "SMLAUNCH_EXECUTOR"
 Executor = Literal["process", "docker"]
+PLACEHOLDER_ROLE_ARN = "arn:aws:iam::000000000000:role/smlaunch-local"
+"""The role of local jobs, which need none: it only keeps the request's shape."""
 
 
 def default_local_root() -> Path:
@@ -150,7 +152,7 @@ class LocalSession:
     def expand_role(self, role: str | None) -> str:
         """The role as given (local runs need none), or a placeholder ARN so the request keeps its shape."""
         # Local runs need no IAM role; keep the user's value so the request looks like SageMaker's.
-        return role or "arn:aws:iam::000000000000:role/smlaunch-local"
+        return role or PLACEHOLDER_ROLE_ARN
 
     def default_output_path(self) -> str:
         """``file://<root>/``: where jobs without ``output_path`` put their artifacts."""

@@ -30,6 +30,8 @@ from estimator import naming
 from estimator.errors import ConfigurationError, require_type
 from estimator.inputs import BUCKET_PATTERN
 from estimator.local_session import LocalSession, _check_quota
+from estimator.roles import caller_identity_arn
+from estimator.roles import get_execution_role as get_execution_role  # sagemaker.session's name
 from estimator.tracking import check_tracking_uri
 
 if TYPE_CHECKING:
@@ -249,6 +251,19 @@ class Session:
     def logs_client(self) -> Any:
         """A boto3 CloudWatch Logs client in the session's region."""
         return self._client("logs")
+
+    def sts_client(self) -> Any:
+        """A boto3 STS client in the session's region."""
+        return self._client("sts")
+
+    def iam_client(self) -> Any:
+        """A boto3 IAM client."""
+        return self._client("iam")
+
+    def get_caller_identity_arn(self) -> str:
+        """The ARN of the role (or user) whose credentials this session uses, resolved as SDK v2's
+        method of this name (:func:`estimator.roles.caller_identity_arn`)."""
+        return caller_identity_arn(self)
 
     def cloudwatch_client(self) -> Any:
         """CloudWatch (metrics), where SageMaker publishes a job's ``MetricDefinitions`` values."""

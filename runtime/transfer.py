@@ -58,6 +58,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -65,7 +66,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from runtime import contract
@@ -145,12 +146,37 @@ class FileDigest:
     etag: str | None
 
 
+_SOURCE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_source(path: Path) -> BinaryIO:
+    """``path`` opened for reading; it must be a regular file. Opened with ``O_NONBLOCK`` and checked
+    with ``fstat``, so a FIFO (or a device) found where a file was listed raises
+    :class:`TransferError` instead of blocking the transfer for ever."""
+    fd = os.open(path, _SOURCE_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TransferError(f"{path} is not a regular file (it was replaced since it was listed?)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _name_of(handle: BinaryIO, path: Path) -> str:
+    """A name that opens the very file ``handle`` holds (``/proc/self/fd/N``), for code that opens
+    by name; ``path`` where ``/proc`` is not there."""
+    name = f"/proc/self/fd/{handle.fileno()}"
+    return name if os.path.exists(name) else str(path)
+
+
 def digest_file(path: Path, multipart_threshold: int) -> FileDigest:
     """Read ``path`` once; compute its SHA-256, and its MD5 ETag when it is uploaded in one part."""
     sha = hashlib.sha256()
     md5 = hashlib.md5(usedforsecurity=False) if path.stat().st_size < multipart_threshold else None
     size = 0
-    with open(path, "rb") as handle:
+    with open_source(path) as handle:
         while data := handle.read(MiB):
             sha.update(data)
             if md5 is not None:
@@ -580,6 +606,17 @@ def _walk_files(root: Path) -> list[tuple[str, os.stat_result]]:
     return sorted(found, key=lambda item: item[0])
 
 
+def _stat_files(files: Sequence[tuple[str, Path]]) -> list[tuple[str, Path, os.stat_result]]:
+    """``(relative path, path, stat)`` of each of ``files`` still there, sorted by relative path."""
+    found = []
+    for rel, path in files:
+        try:
+            found.append((rel, path, os.stat(path)))
+        except OSError:  # gone since it was listed
+            continue
+    return sorted(found, key=lambda item: item[0])
+
+
 # --- the engine ---------------------------------------------------------------------------------
 
 
@@ -751,25 +788,34 @@ class TransferEngine:
         skip_unchanged: bool = True,
         extra_args: dict[str, Any] | None = None,
         include: Callable[[str], bool] | None = None,
+        files: Sequence[tuple[str, Path]] | None = None,
     ) -> TransferSummary:
         """Upload every file under ``directory`` to ``uri`` (prefix), keeping relative paths.
 
         ``include(rel)`` filters files. Unchanged files (same size and hash) are skipped.
+        ``files``: the files to send, as (relative path, where its bytes are), instead of every
+        file below ``directory`` (what :func:`runtime.artifact_tree.walk` found there, say); one
+        gone since is left out.
         """
         directory = local_path(directory)
         if directory.is_file():
             raise NotADirectoryError(
                 f"upload_dir needs a directory, not the file {directory}: use upload_file"
             )
-        files = [(rel, st) for rel, st in _walk_files(directory) if include is None or include(rel)]
+        found = (
+            [(rel, directory / rel, st) for rel, st in _walk_files(directory)]
+            if files is None
+            else _stat_files(files)
+        )
+        chosen = [item for item in found if include is None or include(item[0])]
         if not is_s3(uri):
             dest = local_path(uri)
-            pairs = [(directory / rel, dest / rel) for rel, _st in files]
+            pairs = [(path, dest / rel) for rel, path, _st in chosen]
             return self._copy_files(pairs, skip_unchanged, "copy")
         bucket, prefix = split_s3_uri(uri)
-        jobs = [(directory / rel, bucket, join_key(prefix, rel)) for rel, _st in files]
-        stats = [st for _rel, st in files]
-        if not (skip_unchanged and files):
+        jobs = [(path, bucket, join_key(prefix, rel)) for rel, path, _st in chosen]
+        stats = [st for _rel, _path, st in chosen]
+        if not (skip_unchanged and chosen):
             return self._upload_many(jobs, dict, skip_unchanged, extra_args, "upload", stats)
         listing_prefix = prefix.rstrip("/") + "/" if prefix else ""
         keys = sorted(key for _path, _bucket, key in jobs)
@@ -853,6 +899,7 @@ class TransferEngine:
         progress = self._progress(sum(d.size for *_, d in todo), label, sum(d.size for d in digests))
         small = [job for job in todo if job[3].size < self.multipart_threshold]
         large = [job for job in todo if job[3].size >= self.multipart_threshold]
+        opened = contextlib.ExitStack()
         try:
             futures: list[Future[Any]] = []
             if large:
@@ -865,13 +912,15 @@ class TransferEngine:
                 manager = self._transfer_manager()
                 for path, bucket, key, digest in large:
                     args = self._put_args(digest, extra_args)
-                    futures.append(
-                        manager.upload(str(path), bucket, key, extra_args=args, subscribers=[_Sub()])
-                    )
+                    # s3transfer opens the file by name, part by part: give it the name of what was
+                    # opened (and checked) here, so nothing swapped in meanwhile is read or waited on.
+                    name = _name_of(opened.enter_context(open_source(path)), path)
+                    futures.append(manager.upload(name, bucket, key, extra_args=args, subscribers=[_Sub()]))
 
             def put_small(job: tuple[Path, str, str, FileDigest]) -> None:
                 path, bucket, key, digest = job
-                body = path.read_bytes()
+                with open_source(path) as handle:
+                    body = handle.read()
                 if len(body) != digest.size or hashlib.sha256(body).hexdigest() != digest.sha256:
                     raise TransferError(f"{path} changed while it was being uploaded")
                 self.client.put_object(
@@ -883,6 +932,7 @@ class TransferEngine:
             for future in futures:
                 future.result()
         finally:
+            opened.close()
             progress.close()
         for _path, bucket, key, digest in todo:
             summary.transferred.append(f"s3://{bucket}/{key}")
@@ -1086,7 +1136,8 @@ class TransferEngine:
             fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PARTIAL_SUFFIX, dir=dest.parent)
             os.close(fd)
             try:
-                shutil.copyfile(src, tmp_name)
+                with open_source(src) as source:  # copyfile, by that name, keeps its kernel fast path
+                    shutil.copyfile(_name_of(source, src), tmp_name)
                 want = self._digest(src)
                 if sha256_file(Path(tmp_name)) != want.sha256:
                     raise TransferVerificationError(f"copy of {src} to {dest} does not match its source")

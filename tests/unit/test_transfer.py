@@ -545,3 +545,33 @@ def test_where_the_cache_lives_and_turning_it_off(
             engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
             assert len(engine.upload_dir(tmp_path / "src", "s3://bucket/pre").skipped) == 5
     assert not (tmp_path / "xdg").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.timeout(60)  # opening a FIFO by name used to block the upload for ever
+def test_a_fifo_where_a_file_was_listed_fails_the_upload_instead_of_blocking(s3: Any, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.bin").write_bytes(b"ok")
+    os.mkfifo(src / "pipe")  # listed as a file by the caller, then replaced: no writer will ever come
+    files = [("ok.bin", src / "ok.bin"), ("later/pipe", src / "pipe")]
+    engine = TransferEngine(s3, progress=False, hash_cache=HashCache())
+    with pytest.raises(TransferError, match="pipe is not a regular file"):
+        engine.upload_dir(src, "s3://bucket/pre", files=files)
+    with pytest.raises(TransferError, match="pipe is not a regular file"):
+        engine.upload_dir(src, (tmp_path / "dest").as_uri(), files=files)
+    summary = engine.upload_dir(src, "s3://bucket/pre", files=[*files[:1], ("gone", src / "absent")])
+    assert summary.transferred == ["s3://bucket/pre/ok.bin"]  # a file gone since it was listed: left out
+
+
+def test_upload_dir_sends_the_files_given_under_their_names(s3: Any, tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "w.pt").write_bytes(b"w" * (6 * MiB))
+    files = [("latest/w.pt", tmp_path / "real" / "w.pt"), ("step-3/w.pt", tmp_path / "real" / "w.pt")]
+    engine = TransferEngine(s3, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, progress=False)
+    engine.upload_dir(tmp_path / "real", "s3://bucket/ckpt", files=files)
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="bucket", Prefix="ckpt/")["Contents"])
+    assert keys == ["ckpt/latest/w.pt", "ckpt/step-3/w.pt"]
+    body = s3.get_object(Bucket="bucket", Key="ckpt/latest/w.pt")["Body"].read()
+    assert body == b"w" * (6 * MiB)  # multipart, read through the descriptor opened and checked
+    engine.upload_dir(tmp_path / "real", (tmp_path / "copy").as_uri(), files=files)
+    assert (tmp_path / "copy" / "step-3" / "w.pt").read_bytes() == body

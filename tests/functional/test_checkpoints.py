@@ -126,6 +126,42 @@ def test_deletions_after_upload_and_on_a_file_uri(tmp_path: Path) -> None:
     assert sync.deleted == ["a/x.bin", "y.bin"]
 
 
+@pytest.mark.timeout(60)  # the loop links below used to make the sync walk for ever
+def test_sync_sends_regular_files_and_names_each_skipped_entry_once(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    local = tmp_path / "host" / "checkpoints"
+    (local / "step-3").mkdir(parents=True)
+    (local / "step-3" / "w.pt").write_bytes(b"3")
+    (local / "latest").symlink_to("/opt/ml/checkpoints/step-3")  # as the job saw its directory
+    (local / "a").symlink_to(".")
+    (local / "b").symlink_to(".")
+    (local / "etc").symlink_to("/etc")
+    os.mkfifo(local / "pipe")
+    logs: list[str] = []
+    sync = DirectorySync(
+        TransferEngine(progress=False),
+        store.as_uri(),
+        {"algo-1": local},
+        logs.append,
+        deletions=True,
+        what="checkpoint directory",
+        seen_at="/opt/ml/checkpoints",
+    )
+    sync.sync(final=True)
+    sync.sync(final=True)  # every tick walks again; each entry is named once
+    files = {p.relative_to(store).as_posix(): p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    assert files == {"latest/w.pt": b"3", "step-3/w.pt": b"3"}
+    named = sorted(line.split("skipped ")[1].split(":")[0] for line in logs if "skipped " in line)
+    assert named == ["'a'", "'b'", "'etc'", "'pipe'"]
+    warnings = [line for line in logs if "skipped" in line]
+    assert all(line.startswith("WARNING: checkpoint directory of algo-1: ") for line in warnings)
+    (local / "step-3" / "w.pt").unlink()
+    os.mkfifo(local / "step-3" / "w.pt")  # no longer a regular file: gone, as a deleted checkpoint
+    sync.stop()
+    assert not (store / "step-3" / "w.pt").exists()
+    assert sync.deleted == ["latest/w.pt", "step-3/w.pt"]
+
+
 CUSTOM_PATH_SCRIPT = """
 import json, os, pathlib
 base = pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"])

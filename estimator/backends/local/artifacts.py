@@ -26,7 +26,8 @@ one runs, :class:`ArtifactExistsError` fails this one instead.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,15 +121,17 @@ def _listable(uri: str) -> str:
     return uri
 
 
-def put(local: Path, uri: str, s3_client: Callable[[], Any]) -> None:
-    """Copy ``local`` (a file, or a directory's files) to ``uri`` (``file://`` or ``s3://``) through
-    the transfer engine (parallel multipart, verified, written under a temporary name)."""
+def put(local: Path | Sequence[ArtifactFile], uri: str, s3_client: Callable[[], Any]) -> None:
+    """Copy ``local`` (a file, or files a walk found, under their names) to ``uri`` (``file://`` or
+    ``s3://``) through the transfer engine (parallel multipart, verified, written under a temporary
+    name)."""
     uri = _listable(uri)
     with TransferEngine(client_factory=s3_client, progress=False) as engine:
-        if local.is_dir():
-            engine.upload_dir(local, uri)
-        else:
+        if isinstance(local, Path):
             engine.upload_file(local, uri)
+        else:
+            common = Path(os.path.commonpath([item.root for item in local])) if local else Path.cwd()
+            engine.upload_dir(common, uri, files=[(item.name, item.path) for item in local])
 
 
 def package_artifacts(
@@ -184,12 +187,8 @@ def package_artifacts(
         )
     for key, what, tarball, files in merged:
         if key == "model" and not compress:
-            local = staging_dir / "model"
-            for item in files:  # the merged tree, as links to the hosts' (link-free) files
-                (local / item.name).parent.mkdir(parents=True, exist_ok=True)
-                (local / item.name).symlink_to(item.path)
             uri = f"{prefix}/model/"
-            put(local, uri, s3_client)
+            put(files, uri, s3_client)
             delivered[key] = uri
             continue
         local = staging_dir / tarball

@@ -24,6 +24,11 @@ SageMaker platform handles them:
 - **Several hosts** sync to the same ``S3Uri``, as on SageMaker: if two hosts write the same file
   name, the later upload wins. Save checkpoints from one host (or use host-specific names).
 
+What each tick sends of a host's directory is :mod:`runtime.artifact_tree`'s rule: regular files,
+and links to them inside the directory (as SageMaker uploads regular files); links out of it,
+dangling links, loops, FIFOs, sockets and devices are skipped, each named once in the job log. A
+file that stops being a regular file counts as deleted.
+
 Managed spot (attempts, interruptions) is :mod:`estimator.backends.local.spot`.
 """
 
@@ -32,13 +37,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from estimator.backends.base import output_prefix
 from estimator.backends.local import layout
 from estimator.spec import TrainingJobSpec
-from runtime import contract
+from runtime import artifact_tree, contract
+from runtime.artifact_tree import Skipped
 from runtime.transfer import TransferEngine, TransferSummary
 
 Log = Callable[[str], None]
@@ -57,8 +63,12 @@ class DirectorySync:
         interval: float = 0.5,
         settle: float = 0.5,
         deletions: bool = False,
+        what: str = "directory",
+        seen_at: str | None = None,
     ) -> None:
         self.engine = engine
+        self.what = what
+        self.seen_at = seen_at
         self.uri = uri.rstrip("/") + "/"
         self.host_dirs = dict(host_dirs)
         self.log = log
@@ -72,6 +82,7 @@ class DirectorySync:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._baseline: dict[tuple[str, str], tuple[int, int]] = {}
+        self._reported: set[tuple[str, Skipped]] = set()
 
     def restore(self) -> int:
         """Download every checkpoint under the URI into every host's directory; return the count."""
@@ -88,12 +99,21 @@ class DirectorySync:
 
     def _remember(self, host: str, directory: Path) -> None:
         """Record what every file of ``directory`` looks like now: only later changes are sent."""
-        for path in directory.rglob("*"):
+        for item in artifact_tree.walk(directory, self.seen_at).files:
             with contextlib.suppress(OSError):
-                if path.is_file():
-                    st = path.stat()
-                    rel = path.relative_to(directory).as_posix()
-                    self._baseline[(host, rel)] = (st.st_size, st.st_mtime_ns)
+                st = item.path.stat()
+                self._baseline[(host, item.name)] = (st.st_size, st.st_mtime_ns)
+
+    def _report(self, host: str, skipped: list[Skipped]) -> None:
+        """Name in the log each entry skipped on ``host`` not named before, up to
+        :data:`runtime.artifact_tree.MAX_REPORTED` for this sync (every tick walks again)."""
+        new = [entry for entry in skipped if (host, entry) not in self._reported]
+        room = artifact_tree.MAX_REPORTED - len(self._reported)
+        if not new or room <= 0:
+            return
+        self._reported.update((host, entry) for entry in new[:room])
+        for line in artifact_tree.skip_report(new, f"{self.what} of {host}", limit=room):
+            self.log(line)
 
     def sync(self, final: bool = False) -> TransferSummary:
         """Upload the files of every host created or modified since the restore (or their last
@@ -104,20 +124,23 @@ class DirectorySync:
             for host, directory in self.host_dirs.items():
                 if not directory.is_dir():
                     continue
+                listing = artifact_tree.walk(directory, self.seen_at)
+                self._report(host, listing.skipped)
+                files = {item.name: item.path for item in listing.files}
                 if self.deletions:
-                    self._delete_gone(host, directory)
+                    self._delete_gone(host, files.keys())
                 cutoff = time.time() - self.settle
                 seen: dict[str, tuple[int, int]] = {}
 
                 def wanted(
                     rel: str,
                     host: str = host,
-                    directory: Path = directory,
+                    files: dict[str, Path] = files,
                     cutoff: float = cutoff,
                     seen: dict[str, tuple[int, int]] = seen,
                 ) -> bool:
                     try:
-                        st = (directory / rel).stat()
+                        st = files[rel].stat()
                     except OSError:
                         return False  # deleted since the listing
                     print_ = (st.st_size, st.st_mtime_ns)
@@ -128,18 +151,16 @@ class DirectorySync:
                     seen[rel] = print_
                     return True
 
-                total.merge(self.engine.upload_dir(directory, self.uri, include=wanted))
+                total.merge(
+                    self.engine.upload_dir(directory, self.uri, include=wanted, files=list(files.items()))
+                )
                 for rel, print_ in seen.items():
                     self._baseline[(host, rel)] = print_
         self.uploaded += total.transferred
         return total
 
-    def _delete_gone(self, host: str, directory: Path) -> None:
-        gone = [
-            rel
-            for (known_host, rel) in self._baseline
-            if known_host == host and not (directory / rel).is_file()
-        ]
+    def _delete_gone(self, host: str, present: Collection[str]) -> None:
+        gone = [rel for (known_host, rel) in self._baseline if known_host == host and rel not in present]
         if not gone:
             return
         self.deleted += self.engine.delete(self.uri, gone)
@@ -202,13 +223,20 @@ def host_syncs(
             {name: d for name, d in directories.items() if d is not None},
             log,
             deletions=True,
+            what="checkpoint directory",
+            seen_at=layout.checkpoint_local_path(spec),
         )
         checkpoints.restore()
         syncs.append(checkpoints)
     intermediate = output_prefix(spec.OutputDataConfig.S3OutputPath, spec.TrainingJobName) + "/intermediate"
     syncs.append(
         DirectorySync(
-            engine, intermediate, {name: p.output_intermediate_dir for name, p in hosts.items()}, log
+            engine,
+            intermediate,
+            {name: p.output_intermediate_dir for name, p in hosts.items()},
+            log,
+            what="intermediate output directory",
+            seen_at=str(contract.Paths().output_intermediate_dir),
         )
     )
     if spec.TensorBoardOutputConfig is not None:
@@ -220,6 +248,8 @@ def host_syncs(
                 {name: d for name, d in tensorboard.items() if d is not None},
                 log,
                 settle=0.0,
+                what="TensorBoard directory",
+                seen_at=layout.tensorboard_local_path(spec),
             )
         )
     return syncs

@@ -4,10 +4,11 @@ Real local jobs (process hosts) whose script saves its model as SageMaker script
 (``torch.save`` to ``$SM_MODEL_DIR``, and to the literal ``/opt/ml/model`` where the host's mount
 namespace provides it) and then leaves beside it: a link loop (``a -> .``, ``b -> .`` and a
 ``latest`` link to the directory itself), a dangling link, a link to ``/etc``, a unix socket, and,
-on both hosts of a two-host job, a FIFO of the same name. Each job must end on its own (the
-pytest timeout only guards the hangs these cases used to cause), ``Completed``, with the regular
-files in ``model.tar.gz`` and every skipped entry named in the job log. The jobs run side by side
-to keep the suite fast.
+on both hosts of a two-host job, a FIFO of the same name; every job also leaves a loop in
+``$SM_OUTPUT_DATA_DIR``. Each job must end on its own (the pytest timeout only guards the hangs
+these cases used to cause), ``Completed``, with the regular files in ``model.tar.gz`` and
+``output.tar.gz`` and every skipped entry named in the job log. The jobs run side by side to keep
+the suite fast.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ elif case == "socket":
     server.bind(os.path.join(model_dir, "ipc.sock"))  # left behind, as a crashed server leaves it
 elif case == "fifo":
     os.mkfifo(os.path.join(model_dir, "progress.pipe"))  # the same name on every host
+output_data = os.environ["SM_OUTPUT_DATA_DIR"]  # output.tar.gz follows the same rule
+with open(os.path.join(output_data, "metrics.json"), "w") as metrics:
+    metrics.write("{}")
+os.symlink(".", os.path.join(output_data, "again"))
 print("saved", flush=True)
 """
 
@@ -102,6 +107,10 @@ def test_odd_entries_are_skipped_and_named_and_the_model_is_delivered(tmp_path: 
         assert all(m.isfile() for m in members.values()), (case, members)  # no link, no FIFO
         literal = {"literal.pt", "best/state.pt"} if "literal.pt" in members else set()
         assert set(members) == {"model.pt", "checkpoint-3/state.pt", *literal}, case
+        output = description["OutputArtifacts"]["S3OutputArtifacts"]
+        with tarfile.open(local_path(output)) as tar:
+            assert [(m.name, m.isfile()) for m in tar.getmembers()] == [("metrics.json", True)], case
+        assert "output/data directory of algo-1: skipped 'again': a link to its own" in log, case
         for name, why in skipped.items():
             for host in (contract.host_name(i) for i in range(count)):
                 lines = [

@@ -126,21 +126,24 @@ def walk(directory: Path, seen_at: str | None = None, limit: int = DEFAULT_MAX_E
     while pending:
         prefix, real_dir, ancestors = pending.pop()
         try:
-            with os.scandir(real_dir) as entries:
-                names = sorted(entry.name for entry in entries)
+            with os.scandir(real_dir) as listed:
+                entries = sorted(listed, key=lambda entry: entry.name)
         except OSError as error:
             skipped.append(Skipped(prefix.rstrip("/") or ".", f"cannot be listed ({error.strerror})"))
             continue
-        for base in names:
-            name = prefix + base
+        for entry in entries:
+            name = prefix + entry.name
             visited += 1
             if visited > limit:
                 skipped.append(
                     Skipped(name, f"past the limit of {limit} entries walked; the rest is not delivered")
                 )
                 return Listing(sorted(files, key=lambda f: f.name), skipped)
-            path = os.path.join(real_dir, base)
+            path = entry.path
             try:
+                if entry.is_file(follow_symlinks=False):  # the directory entry says so: no stat
+                    files.append(ArtifactFile(name, root, os.path.relpath(path, root)))
+                    continue
                 found = _resolve(path, root, (seen_at, str(directory)) if seen_at else None)
                 if isinstance(found, str):
                     skipped.append(Skipped(name, found))

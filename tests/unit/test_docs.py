@@ -1,9 +1,11 @@
-"""The documentation in ``docs/`` stays true: its variable tables name exactly what the runtime sets,
-and nothing in the repository points at material outside it."""
+"""The documentation stays true: the variable tables of ``docs/`` name exactly what the runtime sets,
+the README's set-up commands are the ones CI runs (torch alone from PyTorch's CPU wheel index), and
+nothing in the repository points at material outside it."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -60,3 +62,51 @@ def test_nothing_in_the_repository_points_outside_it() -> None:
             ):
                 offenders.append(f"{name}:{number}: {line.strip()}")
     assert offenders == []
+
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+README = ROOT / "README.md"
+
+
+def _setup_commands() -> list[str]:
+    """The fenced ``bash`` commands of the README's set-up section, in order."""
+    section = README.read_text().split("## Set up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
+
+
+def _pip_installs(command: str) -> list[list[str]]:
+    """Each ``pip install`` of a ``&&`` chain, as its argument list (after ``install``)."""
+    steps = [shlex.split(step) for step in command.split("&&")]
+    return [step[2:] for step in steps if step[:2] == ["pip", "install"]]
+
+
+def test_the_readme_set_up_installs_torch_alone_from_the_cpu_index() -> None:
+    commands = _setup_commands()
+    assert len(commands) == 2, commands  # the quickstart, then the tests
+    for command, extra in zip(commands, ("examples", "test"), strict=True):
+        assert "\n" not in command, command
+        torch, package = _pip_installs(command)
+        assert [a for a in torch if a != "-q"] == ["torch==2.13.0", "--extra-index-url", CPU_INDEX]
+        # The project's own install never sees the extra index (pip would look every package up there).
+        assert [a for a in package if a != "-q"] == ["-e", f".[{extra}]"]
+        assert re.search(rf"^{extra} = \[", (ROOT / "pyproject.toml").read_text(), re.M), extra
+    assert commands[0].endswith("&& python examples/quickstart/run.py")
+    assert (ROOT / "examples" / "quickstart" / "run.py").is_file()
+    assert commands[1].endswith("&& python -m pytest")
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    marker = lines.index("# The README's test command, verbatim:")
+    assert lines[marker + 1] == _setup_commands()[1]
+    # Every torch install in CI takes the CPU index, and for torch alone.
+    for command in re.findall(r"^pip install .*torch==.*$", "\n".join(lines), re.M):
+        torch = _pip_installs(command.rstrip("\\ "))[0]
+        assert torch == ["-q", "torch==2.13.0", "--extra-index-url", CPU_INDEX]
+
+
+def test_the_readme_says_which_runs_are_local() -> None:
+    intro = README.read_text().split("```python", 1)[0]
+    assert "(the default" not in intro
+    for needed in ('instance_type="local"', '"local_gpu"', "sagemaker_session=LocalSession()", "`smlaunch`"):
+        assert needed in intro, needed

@@ -32,7 +32,8 @@ from estimator.backends.local.executors.containers import (
     _LineReader,
     sweep,
 )
-from estimator.backends.local.executors.docker import CONTAINER_BASE_DIR, DockerExecutor, read_only_sources
+from estimator.backends.local.executors.docker import CONTAINER_BASE_DIR, DockerExecutor
+from estimator.backends.local.layout import read_only_sources
 from estimator.backends.local.state import JobDir, write_json_atomic
 from estimator.errors import ConfigurationError
 from estimator.session import LocalSession

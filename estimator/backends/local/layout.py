@@ -38,13 +38,17 @@ import os
 import posixpath
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from estimator import hyperparameters as hp
 from estimator.backends.local.image_env import image_environment
 from estimator.spec import Channel, TrainingJobSpec
 from runtime import contract
 from runtime.framework_env import training_module_of_image
+
+if TYPE_CHECKING:
+    from estimator.backends.local.state import JobDir
 
 
 def host_names(count: int) -> list[str]:
@@ -210,6 +214,36 @@ def write_host_tree(
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def read_only_sources(spec: TrainingJobSpec, job: JobDir | None) -> list[Path]:
+    """Host paths a container reads at their own absolute path: ``file://`` code (the submit
+    directory), ``file://`` channel originals (the channel views link to them) and, with ``job``,
+    the job's ``s3://`` download cache."""
+    sources: list[Path] = []
+    submit = spec.HyperParameters.get(contract.HP_SUBMIT_DIRECTORY) if spec.HyperParameters else None
+    if submit:
+        submit = hp.decode_value(submit)
+        if isinstance(submit, str) and urlparse(submit).scheme == "file":
+            path = file_uri_path(submit)
+            sources.append(path.parent if path.suffix == ".gz" or path.is_file() else path)
+    uses_s3 = False
+    for channel in spec.InputDataConfig or []:
+        s3 = channel.DataSource.S3DataSource
+        if s3 is None:
+            continue
+        if urlparse(s3.S3Uri).scheme == "file":
+            sources.append(file_uri_path(s3.S3Uri))
+        else:
+            uses_s3 = True
+    if uses_s3 and job is not None:
+        sources.append(job.s3_cache_dir)
+    unique: list[Path] = []
+    for source in sources:
+        resolved = Path(os.path.abspath(source))
+        if resolved not in unique:
+            unique.append(resolved)
+    return unique
 
 
 # --- channels -----------------------------------------------------------------------------------

@@ -50,9 +50,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlparse
 
-from estimator import hyperparameters as hp
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, LaunchContext
 from estimator.backends.local.executors.container_ssh import (
@@ -139,36 +137,6 @@ def _require_train(client: Any, image: str, found: Any) -> None:
             "has no `train` command on its PATH (SageMaker runs `docker run IMAGE train`)",
             "install smlaunch in the image (container/Dockerfile.cpu does) or the SageMaker training toolkit",
         )
-
-
-def read_only_sources(spec: TrainingJobSpec, job: JobDir | None) -> list[Path]:
-    """Host paths a container reads at their own absolute path: ``file://`` code (the submit
-    directory), ``file://`` channel originals (the channel views link to them) and, with ``job``,
-    the job's ``s3://`` download cache."""
-    sources: list[Path] = []
-    submit = spec.HyperParameters.get(contract.HP_SUBMIT_DIRECTORY) if spec.HyperParameters else None
-    if submit:
-        submit = hp.decode_value(submit)
-        if isinstance(submit, str) and urlparse(submit).scheme == "file":
-            path = layout.file_uri_path(submit)
-            sources.append(path.parent if path.suffix == ".gz" or path.is_file() else path)
-    uses_s3 = False
-    for channel in spec.InputDataConfig or []:
-        s3 = channel.DataSource.S3DataSource
-        if s3 is None:
-            continue
-        if urlparse(s3.S3Uri).scheme == "file":
-            sources.append(layout.file_uri_path(s3.S3Uri))
-        else:
-            uses_s3 = True
-    if uses_s3 and job is not None:
-        sources.append(job.s3_cache_dir)
-    unique: list[Path] = []
-    for source in sources:
-        resolved = Path(os.path.abspath(source))
-        if resolved not in unique:
-            unique.append(resolved)
-    return unique
 
 
 class DockerExecutor(Executor):
@@ -365,7 +333,10 @@ class DockerExecutor(Executor):
         return env
 
     def _mounts(self, context: LaunchContext) -> dict[str, dict[str, str]]:
-        return {str(p): {"bind": str(p), "mode": "ro"} for p in read_only_sources(context.spec, context.job)}
+        return {
+            str(p): {"bind": str(p), "mode": "ro"}
+            for p in layout.read_only_sources(context.spec, context.job)
+        }
 
     def _container_dir_mounts(
         self, context: LaunchContext, paths: contract.Paths

@@ -92,5 +92,43 @@ def test_the_agent_says_once_when_hosts_cannot_have_their_own_opt_ml(
         say=said.append,
     )
     executor = ProcessExecutor()
-    assert executor._private_opt_ml(context) is None and executor._private_opt_ml(context) is None
+    assert executor._private_opt_ml(context, {}) is None and executor._private_opt_ml(context, {}) is None
     assert len(said) == 1 and "user namespaces are disabled" in said[0] and "SM_*" in said[0]
+
+
+def test_the_job_store_shows_only_what_the_host_keeps(tmp_path: Path) -> None:
+    opt, _ = _tree(tmp_path)
+    store = tmp_path / "store"
+    job, other = store / "job", store / "other"
+    tree, code, scratch = job / "hosts" / "algo-1", job / "source", job / "scratch-x"
+    for directory in (tree / "model", code, scratch, other / "hosts" / "algo-1" / "model"):
+        directory.mkdir(parents=True)
+    for record in (job / "state.json", other / "state.json", code / "sourcedir.tar.gz"):
+        record.write_text("{}")
+    mounts = PrivateOptMl(str(opt / "ml"), str(store), [str(job / "hosts"), str(scratch)], [str(code)])
+    _skip_without_namespaces(mounts, tree)
+    script = (
+        f"ls -A {store} {job}; cat {code}/sourcedir.tar.gz; echo; echo saved > {opt}/ml/model/m.pth; "
+        f"echo shared > {scratch}/s; for f in {job}/state.json {other}/state.json {job}/stop "
+        f"{code}/x; do (echo x > $f) 2>/dev/null && echo wrote $f || echo refused $f; done"
+    )
+    done = subprocess.run(
+        ["sh", "-c", script], preexec_fn=mounts.hook(tree), capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines() == [
+        f"{store}:",
+        "job",
+        "",
+        f"{job}:",
+        "hosts",
+        "scratch-x",
+        "source",
+        "{}",
+        f"refused {job}/state.json",
+        f"refused {other}/state.json",
+        f"refused {job}/stop",
+        f"refused {code}/x",
+    ]
+    assert (tree / "model" / "m.pth").read_text() == "saved\n" and (scratch / "s").read_text() == "shared\n"
+    assert (job / "state.json").read_text() == "{}" and not (job / "stop").exists()
+    assert sorted(os.listdir(store)) == ["job", "other"]  # nothing changed on the machine

@@ -73,8 +73,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -112,6 +114,8 @@ PREEMPTION_HOLD_SECONDS = 5.0
 """How long a managed-spot job on a requeueing scheduler (Slurm) waits for the agent's own signal
 when hosts ended "Stopped" by one the agent did not send, before it calls that a failure."""
 LOG_TAIL_LINES = 20
+HOST_REPORT_BYTES = 4 << 20
+"""A host's ``failure.json`` larger than this is not read (its runtime writes a few KiB)."""
 _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
 _MESSAGES = {
@@ -136,9 +140,12 @@ class Agent:
         self._early = early
         """The first attempt's hosts when :mod:`estimator.backends.local.early_start` started them
         (``executor`` adopts them); None once that attempt is launched."""
-        self.spec = TrainingJobSpec.model_validate(job.read_json(job.spec_file))
-        self.settings = job.read_json(job.settings_file)
-        self.state = job.read_state()
+        # Read before any host of the job ran (by early_start, or here), and never again: what the
+        # agent runs the job from is what submit wrote, whatever a rank may write later.
+        record = early.record if early is not None else {}
+        self.spec = TrainingJobSpec.model_validate(record.get("spec") or job.read_json(job.spec_file))
+        self.settings = record.get("settings") or job.read_json(job.settings_file)
+        self.state = record.get("state") or job.read_state()
         self.executor = executor or executor_class(str(self.settings.get("executor", "process"))).for_agent(
             self.settings
         )
@@ -672,11 +679,8 @@ class Agent:
         """The first failure across hosts: earliest failure.json, else the first non-zero exit."""
         details: list[dict[str, Any]] = []
         for host in self.hosts:
-            try:
-                data = json.loads(host.failure_details.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict) and "time" in data:
+            data = host_report(host.failure_details)
+            if data is not None and "time" in data:
                 data.setdefault("host", host.name)
                 details.append(data)
         # Hosts we SIGTERMed report kind "stopped": a consequence, never the root cause. A host that
@@ -712,11 +716,29 @@ class Agent:
 
 def _stopped_from_outside(host: Host) -> bool:
     """The host ended on a signal (it says "stopped", or it died by one without a word)."""
-    try:
-        details = json.loads(host.failure_details.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    details = host_report(host.failure_details)
+    if details is None:
         return host.exit_code is not None and host.exit_code > 128
-    return isinstance(details, dict) and details.get("kind") == "stopped"
+    return details.get("kind") == "stopped"
+
+
+def host_report(path: Path) -> dict[str, Any] | None:
+    """A host's ``output/failure.json`` as a dict, or None. Read as what it is, a file the job's
+    ranks can replace: only a regular file (never a FIFO, which would block the agent for ever, nor
+    a link to a device) of at most :data:`HOST_REPORT_BYTES`, holding a JSON object."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with open(handle, "rb") as report:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return None
+        data = report.read(HOST_REPORT_BYTES + 1)
+    try:
+        details = json.loads(data) if len(data) <= HOST_REPORT_BYTES else None
+    except ValueError:
+        return None
+    return details if isinstance(details, dict) else None
 
 
 def _tail(path: Path, lines: int) -> str:

@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from estimator.backends.local.executors.forked import ForkedHost, can_fork, fork_host
 from estimator.backends.local.executors.spawn import DrainedOutput, PrivateOptMl, base_environment, start_host
@@ -45,7 +46,9 @@ class EarlyHosts:
     """The first attempt's hosts, started before the agent loaded its machinery. (A plain class:
     dataclasses loads inspect, which this entry would pay before it starts the hosts.)"""
 
-    def __init__(self, port: int, scratch: Path, started: float) -> None:
+    def __init__(
+        self, port: int, scratch: Path, started: float, record: dict[str, dict[str, Any]] | None = None
+    ) -> None:
         self.procs: dict[str, subprocess.Popen[bytes] | ForkedHost] = {}
         """Host name -> its ``python -m runtime``: a fork of this process where it can be
         (:mod:`.executors.forked`), else a new interpreter."""
@@ -63,6 +66,9 @@ class EarlyHosts:
         """``time.time()`` when the first host was started: the job's TrainingStartTime."""
         self.signals: list[int] = []
         """SIGTERM / SIGINT received before the agent installed its own handlers."""
+        self.record = record or {}
+        """The job's ``spec``, ``settings`` and ``state`` as read before any host started: what the
+        agent runs the job from (the hosts were not there yet to write it); empty: the agent reads it."""
 
 
 def start_hosts(job: JobDir) -> EarlyHosts | None:
@@ -74,7 +80,9 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
     except FileNotFoundError:
         return None
     job.early_start_file.unlink()
-    hosts = EarlyHosts(int(plan["port"]), Path(plan["scratch"]), time.time())
+    record = {"spec": job.read_json(job.spec_file), "settings": job.read_json(job.settings_file)}
+    record["state"] = job.read_state()
+    hosts = EarlyHosts(int(plan["port"]), Path(plan["scratch"]), time.time(), record)
 
     def remember(signum: int, _frame: FrameType | None) -> None:
         hosts.signals.append(signum)
@@ -84,10 +92,10 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
     become_subreaper()
     with contextlib.suppress(OSError):  # before any rank can fill the store; the agent says if it failed
         job.set_space_aside()
-    mounts = PrivateOptMl()
+    mounts = PrivateOptMl.from_view(plan.get("view"))
     hosts.no_opt_ml = mounts.unavailable(Path(plan["hosts"][0]["tree"]))
     hosts.opt_ml = mounts if hosts.no_opt_ml is None else None
-    base = base_environment(job.read_json(job.settings_file), hosts.scratch)
+    base = base_environment(record["settings"], hosts.scratch)
     fork = can_fork(plan["python"])
     try:
         for host in plan["hosts"]:

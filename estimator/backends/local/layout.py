@@ -246,6 +246,32 @@ def read_only_sources(spec: TrainingJobSpec, job: JobDir | None) -> list[Path]:
     return unique
 
 
+def host_view(
+    spec: TrainingJobSpec, settings: Mapping[str, Any], job: JobDir, shared: Iterable[Path]
+) -> dict[str, Any]:
+    """What of the job store the hosts of one attempt reach, as
+    :meth:`~estimator.backends.local.executors.spawn.PrivateOptMl.from_view` takes it.
+
+    The store (the session's root: every job's record) is hidden from the hosts, who see at their
+    own paths only: writable, the job's host trees (one ``mpirun`` on the master serves every
+    emulated host), ``shared`` (the attempt's scratch directory) and the requirements cache (hosts
+    build and copy environments there: created here, as the store hides where it would be made);
+    read-only, the job's code, its ``file://`` channel originals and its ``s3://`` download cache
+    (:func:`read_only_sources`). Never ``state.json``, ``spec.json``, the stop file or the logs, of
+    this job or any other.
+    """
+    writable = [job.hosts_dir, *shared]
+    cache = requirements_environment(settings).get(contract.SMLAUNCH_REQUIREMENTS_CACHE)
+    if cache:
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        writable.append(Path(cache))
+    return {
+        "store": str(job.path.parent),
+        "writable": [str(path) for path in writable],
+        "read_only": [str(path) for path in read_only_sources(spec, job)],
+    }
+
+
 # --- channels -----------------------------------------------------------------------------------
 
 

@@ -16,6 +16,12 @@ talks to the job only through these files, so ``fit(wait=False)`` in one noteboo
   ``logs/progress.json`` the agent's large transfer under way (channel downloads, uploads);
 - ``hosts/<host>/``  each emulated host's ``/opt/ml`` tree.
 
+The hosts never see this directory as it is: each process host runs in a mount namespace in which
+the whole store (the session's root) is an empty read-only directory on which only what the job's
+hosts need is mounted back (:func:`estimator.backends.local.layout.host_view`: the host trees, the
+attempt's scratch, the job's code...), and a container sees only its mounts. ``state.json``,
+``spec.json``, ``settings.json``, ``stop`` and the logs are the agent's and the submitter's alone.
+
 Only file I/O here; no processes are started.
 """
 

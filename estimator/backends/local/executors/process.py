@@ -29,7 +29,11 @@ before the runtime is executed (:meth:`.spawn.PrivateOptMl.hook`):
 - every mount becomes a slave: nothing mounted in the namespace reaches the machine, while mounts the
   agent makes later on the machine still reach the host (where the kernel propagates them);
 - where ``/opt/ml`` does not exist, a tmpfs covers ``/opt`` in the namespace, holding the original
-  entries of ``/opt`` (bind-mounted back) and an empty ``ml``: nothing is created on the machine.
+  entries of ``/opt`` (bind-mounted back) and an empty ``ml``: nothing is created on the machine;
+- the job store (the session's root) is covered by an empty tmpfs on which only what the job's
+  hosts need is bind-mounted back at its own path (:func:`.layout.host_view`), then made
+  read-only: no rank reaches a job's record (``state.json``, ``spec.json``, the stop file, the
+  logs), its own or another's, nor another job's host trees.
 
 The ``SM_*`` variables keep naming the host tree's own path, which stays valid inside the
 namespace. Where namespaces cannot be had (not Linux, user namespaces disabled, no ``/opt``),
@@ -48,7 +52,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psutil
 
@@ -78,7 +82,8 @@ class ProcessExecutor(Executor):
     name: ClassVar[str] = "process"
 
     def __init__(self, started: EarlyHosts | None = None) -> None:
-        self._opt_ml: PrivateOptMl | Literal[False] | None = None
+        self._opt_ml: bool | None = None
+        """Whether this machine gives hosts a private ``/opt/ml`` (None: not probed yet)."""
         self._scratch: list[Path] = []
         self._known_pids: set[int] = set()
         self._descendants_seen_at = 0.0
@@ -100,10 +105,12 @@ class ProcessExecutor(Executor):
             layout.write_host_tree(spec, tree, name, names)
             variables = self._host_variables(spec, settings, tree, names, port, grace)
             hosts.append({"name": name, "tree": str(tree), "env": variables})
+        scratch = self._scratch_dir(job)
         plan = {
             "python": settings.get("python") or sys.executable,
             "port": port,
-            "scratch": str(self._scratch_dir(job)),
+            "scratch": str(scratch),
+            "view": layout.host_view(spec, settings, job, [scratch]),
             "hosts": hosts,
         }
         write_json_atomic(job.early_start_file, plan)
@@ -132,14 +139,15 @@ class ProcessExecutor(Executor):
             )
         if started is not None:
             self._scratch.append(started.scratch)
-            self._opt_ml = started.opt_ml or False
+            self._opt_ml = started.opt_ml is not None
             if started.no_opt_ml is not None:
                 context.say(no_private_opt_ml(started.no_opt_ml))
             for host in hosts:
                 host.proc = started.procs[host.name]
             return
-        opt_ml = self._private_opt_ml(context)
-        base_env = base_environment(settings, self._scratch_dir(context.job))
+        scratch = self._scratch_dir(context.job)
+        opt_ml = self._private_opt_ml(context, layout.host_view(spec, settings, context.job, [scratch]))
+        base_env = base_environment(settings, scratch)
         python = settings.get("python") or sys.executable
         names = [h.name for h in hosts]
         for host in hosts:
@@ -171,16 +179,17 @@ class ProcessExecutor(Executor):
         variables.update(layout.requirements_environment(settings))
         return variables
 
-    def _private_opt_ml(self, context: LaunchContext) -> PrivateOptMl | None:
-        """What gives each host its own tree at /opt/ml (probed once per job), or None after saying
-        once why this machine cannot."""
+    def _private_opt_ml(self, context: LaunchContext, view: dict[str, Any]) -> PrivateOptMl | None:
+        """What gives each host of this attempt its own tree at /opt/ml and hides the job store but
+        ``view`` (:func:`.layout.host_view`), or None after saying once why this machine cannot
+        (probed once per job)."""
+        mounts = PrivateOptMl.from_view(view)
         if self._opt_ml is None:
-            mounts = PrivateOptMl()
             why = mounts.unavailable(context.hosts[0].base)
-            self._opt_ml = mounts if why is None else False
+            self._opt_ml = why is None
             if why is not None:
                 context.say(no_private_opt_ml(why))
-        return self._opt_ml or None
+        return mounts if self._opt_ml else None
 
     def _scratch_dir(self, job: JobDir) -> Path:
         """A private directory (``mkdtemp``: 0700, unguessable) inside the job directory that this

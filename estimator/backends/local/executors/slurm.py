@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
+from estimator.backends.local.executors.spawn import STORE_VIEW_ENV
 from estimator.backends.slurm_client import SlurmClient, SlurmCommandError
 from runtime import contract, mpi_slurm
 from runtime.processes import free_port
@@ -221,6 +222,8 @@ class SlurmExecutor(Executor):
             self._scratch.append(self._mpi_dir)
             base_env[contract.SMLAUNCH_MPI_DIR] = str(self._mpi_dir)
             base_env[contract.SMLAUNCH_MPI_SLURM] = "1"
+            view = layout.host_view(context.spec, context.settings, context.job, [self._mpi_dir])
+            base_env[STORE_VIEW_ENV] = json.dumps(view)  # slurm_host hides the rest of the store
         for host in context.hosts:
             env = dict(base_env)
             env.update(

@@ -4,9 +4,10 @@ estimator.backends.local.executors.slurm_host``, started by
 
 It gives the host its tree at ``/opt/ml`` in a private mount namespace
 (:class:`~estimator.backends.local.executors.spawn.PrivateOptMl`, as local process hosts get),
-so scripts that use literal ``/opt/ml`` paths work on the node, then replaces itself with ``python
--m runtime`` (same process: Slurm's signals reach the runtime); with arguments, it becomes that
-command instead (an MPI host's ``orted``, started by the master's ``mpirun`` through
+so scripts that use literal ``/opt/ml`` paths work on the node, with the job store hidden but what
+the executor's ``SMLAUNCH_STORE_VIEW`` keeps (:func:`.layout.host_view`), then replaces itself
+with ``python -m runtime`` (same process: Slurm's signals reach the runtime); with arguments, it
+becomes that command instead (an MPI host's ``orted``, started by the master's ``mpirun`` through
 :func:`~estimator.backends.local.executors.slurm.mpi_step_prefix`). Where the node cannot give a
 private ``/opt/ml`` (no user namespaces, no ``/opt``), it says why once and runs the runtime
 anyway: ``SM_*`` paths work, literal ones do not. Imports nothing of the estimator but that class.
@@ -14,17 +15,18 @@ anyway: ``SM_*`` paths work, literal ones do not. Imports nothing of the estimat
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
 
-from estimator.backends.local.executors.spawn import PrivateOptMl
+from estimator.backends.local.executors.spawn import STORE_VIEW_ENV, PrivateOptMl
 from runtime import contract
 
 
 def main(argv: list[str]) -> int:
     tree = Path(os.environ[contract.BASE_DIR_ENV])
-    mounts = PrivateOptMl()
+    mounts = PrivateOptMl.from_view(json.loads(os.environ.get(STORE_VIEW_ENV) or "null"))
     why = mounts.unavailable(tree)
     if why is None:
         mounts.hook(tree)()  # unshare and bind-mount in this process, which the runtime becomes

@@ -23,29 +23,71 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from runtime import contract
 from runtime.processes import die_with_parent, pipe_reader
 
+STORE_VIEW_ENV = "SMLAUNCH_STORE_VIEW"
+"""Where a Slurm step finds the :meth:`PrivateOptMl.view` it enters (JSON), set by the executor."""
 DRAINED_BYTES = 16 << 20
 """At most this much of a host's output waits in a :class:`DrainedOutput` for the agent's log pump."""
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
+_MS_RDONLY = 0x1
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
+_MS_REMOUNT = 0x20
+_MS_NOATIME = 0x400
+_MS_NODIRATIME = 0x800
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
 _MS_SLAVE = 0x80000
+_MS_STRICTATIME = 0x1000000
+_KEPT_FLAGS = (
+    (os.ST_NOSUID, _MS_NOSUID),
+    (os.ST_NODEV, _MS_NODEV),
+    (os.ST_NOEXEC, _MS_NOEXEC),
+    (os.ST_NOATIME, _MS_NOATIME),
+    (os.ST_NODIRATIME, _MS_NODIRATIME),
+)
+"""statvfs flags -> the mount flags a read-only remount must repeat (in a user namespace the kernel
+refuses to drop what the machine's mount locked)."""
 
 
 class PrivateOptMl:
-    """Bind-mounts a host tree at ``target`` (``/opt/ml``) in a private mount namespace."""
+    """Bind-mounts a host tree at ``target`` (``/opt/ml``) in a private mount namespace, where the
+    job store is hidden: ``store`` (the store's root, holding every job's record) is covered by an
+    empty read-only tmpfs, on which only ``writable`` and ``read_only`` paths (the job's host trees,
+    its scratch, its code...) are mounted back at their own paths."""
 
-    def __init__(self, target: str = contract.DEFAULT_BASE_DIR) -> None:
+    def __init__(
+        self,
+        target: str = contract.DEFAULT_BASE_DIR,
+        store: str | None = None,
+        writable: Iterable[str] = (),
+        read_only: Iterable[str] = (),
+    ) -> None:
         self.target = target
+        self.store = os.path.realpath(store) if store is not None else None
+        self.writable = sorted({os.path.realpath(p) for p in writable})
+        self.read_only = sorted({os.path.realpath(p) for p in read_only})
         # Loaded here, in the parent: the hook runs between fork and exec and must not load libraries.
         self._libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+    def view(self) -> dict[str, Any]:
+        """What :meth:`from_view` makes this again from (JSON: for ``early-start.json``, a Slurm step)."""
+        return {"store": self.store, "writable": self.writable, "read_only": self.read_only}
+
+    @classmethod
+    def from_view(cls, view: Mapping[str, Any] | None) -> PrivateOptMl:
+        """The :class:`PrivateOptMl` that :meth:`view` described (None: the store left as it is)."""
+        if not view:
+            return cls()
+        return cls(store=view["store"], writable=view["writable"], read_only=view["read_only"])
 
     def hook(self, tree: Path) -> Callable[[], None]:
         """A pre-exec hook that puts the child in its own namespace with ``tree`` at the target."""
@@ -110,9 +152,52 @@ class PrivateOptMl:
                     handle.write(text)
         # First, before anything is mounted: nothing done here may propagate to the machine.
         self._mount(None, "/", None, _MS_REC | _MS_SLAVE, "making every mount a slave")
+        source = os.open(tree, os.O_PATH | os.O_DIRECTORY)  # the tree, even once the store is covered
+        if self.store is not None:
+            self._hide_store(self.store)
         if not os.path.isdir(self.target):
             self._cover_parent()
-        self._mount(tree, self.target, None, _MS_BIND | _MS_REC, f"bind-mounting {tree} at {self.target}")
+        where = f"bind-mounting {tree} at {self.target}"
+        self._mount(f"/proc/self/fd/{source}", self.target, None, _MS_BIND | _MS_REC, where)
+        os.close(source)
+
+    def _hide_store(self, store: str) -> None:
+        """Cover ``store`` with an empty tmpfs, mount what the host keeps back, make the cover read-only."""
+        inside = [
+            (path, writable)
+            for writable, paths in ((True, self.writable), (False, self.read_only))
+            for path in paths
+            if path.startswith(store.rstrip("/") + "/") and os.path.lexists(path)
+        ]
+        # A path below another kept one comes with it (and a mount point made there would be made
+        # on the machine's file system).
+        kept = [
+            (os.open(path, os.O_PATH), path, writable)
+            for path, writable in sorted(inside)
+            if not any(path.startswith(other + "/") for other, _ in inside)
+        ]
+        cover = _MS_NOSUID | _MS_NODEV
+        self._mount("tmpfs", store, "tmpfs", cover, f"covering the job store {store}", "mode=755")
+        for handle, path, writable in kept:
+            source = f"/proc/self/fd/{handle}"
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if os.path.isdir(source):
+                os.mkdir(path)
+            else:
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            self._mount(source, path, None, _MS_BIND | _MS_REC, f"bind-mounting {path} back")
+            os.close(handle)
+            if not writable:
+                self._read_only(path)
+        self._read_only(store)
+
+    def _read_only(self, path: str) -> None:
+        """Remount the mount at ``path`` read-only, keeping the flags the machine gave it."""
+        flags = os.statvfs(path).f_flag
+        kept = sum(mount for statvfs, mount in _KEPT_FLAGS if flags & statvfs)
+        if not flags & (os.ST_NOATIME | os.ST_RELATIME):
+            kept |= _MS_STRICTATIME  # relatime is what a remount gets by default
+        self._mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"making {path} read-only")
 
     def _cover_parent(self) -> None:
         """A tmpfs over the target's parent, with the parent's entries bind-mounted back and the

@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 from sagemaker.estimator import Estimator as SdkEstimator
 from sagemaker.pytorch import PyTorch as SdkPyTorch
+from sagemaker.tensorflow import TensorFlow as SdkTensorFlow
 
-from estimator import ConfigurationError, Estimator, PyTorch
+from estimator import ConfigurationError, Estimator, PyTorch, TensorFlow
 from tests.unit.test_plan_oracle import (  # noqa: F401
     INPUTS,
     ROLE,
@@ -126,6 +127,24 @@ CASES: dict[str, tuple[Any, Any, dict[str, Any]]] = {
                 "sagemaker_container_log_level": 10,
                 "sagemaker_job_name": "an-old-job",
                 "sagemaker_region": "eu-west-1",
+            },
+        ),
+    ),
+    "tensorflow_script_mode_keys_replaced_launcher_agreeing": (
+        SdkTensorFlow,
+        TensorFlow,
+        dict(
+            instance_type="ml.c5.xlarge",
+            instance_count=2,
+            framework_version="2.16",
+            py_version="py310",
+            entry_point="train.py",
+            source_dir="<src>",
+            distribution={"parameter_server": {"enabled": True}},
+            hyperparameters={
+                "sagemaker_program": "old.py",
+                "sagemaker_parameter_server_enabled": True,
+                "epochs": 2,
             },
         ),
     ),

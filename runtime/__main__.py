@@ -88,6 +88,7 @@ def run(environ: Mapping[str, str]) -> int:
     host = "runtime"
     stop_signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {s: signal.signal(s, _raise_stopped) for s in stop_signals}
+    prepared = None
     try:
         env = Environment.from_files(base_dir, environ)
         host = env.current_host
@@ -100,10 +101,13 @@ def run(environ: Mapping[str, str]) -> int:
             directory.mkdir(parents=True, exist_ok=True)
         if CodeFetcher().fetch(env.sagemaker_hyperparameters.get(contract.HP_SUBMIT_DIRECTORY), env.code_dir):
             _log(host, f"code from {env.module_dir} extracted into {env.code_dir}")
-        python = prepare(env.code_dir, env.user_entry_point, env.environ, lambda m: _log(host, m))
+        prepared = prepare(env.code_dir, env.user_entry_point, env.environ, lambda m: _log(host, m))
         # `python` and `pip` in the job (a .sh entry point, subprocess, os.system) are the ranks'
-        # interpreter, as in SageMaker's images, whatever came first on the caller's PATH.
-        env = replace(env, environ={**env.environ, "PATH": job_path(python, env.environ.get("PATH"))})
+        # interpreter, as in SageMaker's images, whatever came first on the caller's PATH; with a
+        # requirements environment that is its bin/ (with the console scripts pip installed), and
+        # VIRTUAL_ENV names it, as its `activate` would.
+        path = job_path(prepared.python, env.environ.get("PATH"))
+        env = replace(env, environ={**env.environ, **prepared.environ, "PATH": path})
         if len(env.hosts) > 1 and not env.host_addresses:
             wait_for_hosts(env.hosts, HOST_RESOLUTION_TIMEOUT_SECONDS, lambda m: _log(host, m))
 
@@ -111,7 +115,7 @@ def run(environ: Mapping[str, str]) -> int:
         from runtime.launchers import select_launcher
         from runtime.supervisor import Supervisor
 
-        launcher = select_launcher(env, python=python)
+        launcher = select_launcher(env, python=prepared.python)
         supervisor = Supervisor.from_environ(host, env.environ, containment=Containment(host))
         result = launcher.run(supervisor)
         code = report_run(paths, result)
@@ -145,6 +149,8 @@ def run(environ: Mapping[str, str]) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if prepared is not None:
+            prepared.release()  # the job's own requirements environment: gone with its last host
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -74,7 +74,8 @@ if TYPE_CHECKING:
     from estimator.local_session import LocalSession
 
 REQUIREMENTS_CACHE_DIR = ".requirements"
-"""Under the session's root: the layered environments of ``requirements.txt``, one per file hash."""
+"""Under the session's root: the layered environments of ``requirements.txt``, one per file hash, and
+each running job's copy (:mod:`runtime.requirements`)."""
 _TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
 _POLL_SECONDS = 0.1
 """While following a log that has nothing new, the job's state and its agent are looked at this often."""

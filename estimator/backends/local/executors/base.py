@@ -151,9 +151,9 @@ class Executor(ABC):
     name: ClassVar[str]
     """What ``LocalSession(executor=...)`` and ``settings.json`` call this executor."""
     layered_requirements: ClassVar[bool] = True
-    """``requirements.txt`` goes into a cached environment layered over the user's interpreter,
-    which every host shares (:mod:`runtime.requirements`); False where hosts have interpreters of
-    their own (containers)."""
+    """``requirements.txt`` goes into a cached environment layered over the user's interpreter, of
+    which each job gets a copy its hosts share (:mod:`runtime.requirements`); False where hosts have
+    interpreters of their own (containers)."""
     mounts_container_paths: ClassVar[bool] = False
     """Hosts see paths outside ``/opt/ml`` that the executor provides (containers: bind mounts);
     False when hosts see this machine's file system, where only ``/opt/ml`` is theirs."""

@@ -136,15 +136,35 @@ def environment_problem(case: Case) -> str | None:
     if case.expect.get("outcome") == "Refused":
         return None  # refused before anything runs: the script's needs do not matter
     kwargs = case.estimator_kwargs()
-    missing = sorted(m for m in required_modules(case, kwargs) if not module_available(m))
+    modules = required_modules(case, kwargs)
+    missing = sorted(m for m in modules if not module_available(m))
     if missing:
         return f"needs Python module(s) not installed here: {', '.join(missing)}"
+    if modules & {"tensorflow", "keras"} and keras_2_image(case, kwargs) and not module_available("tf_keras"):
+        return (
+            f"needs tf-keras: the TensorFlow {kwargs['framework_version']} image ships Keras 2 as tf.keras "
+            "(pip install --no-deps 'tf-keras==<TensorFlow major.minor>.*')"
+        )
     if uses_mpi(kwargs) and shutil.which("mpirun") is None:
         return "needs OpenMPI's mpirun (distribution uses MPI), which is not on PATH"
     requirements = code_root(case, kwargs) / "requirements.txt"
     if requirements.is_file():
         return requirements_problem(requirements)
     return None
+
+
+def keras_2_image(case: Case, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the case runs on a SageMaker TensorFlow image whose ``tf.keras`` is Keras 2, which
+    smlaunch emulates with ``tf-keras`` (``estimator/backends/local/image_env.py``)."""
+    from estimator.backends.local.image_env import KERAS_3_SINCE
+
+    if case.spec.get("framework") != "tensorflow" or kwargs.get("image_uri"):
+        return False
+    parts = str(kwargs.get("framework_version") or "").split(".")
+    try:
+        return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0) < KERAS_3_SINCE
+    except ValueError:
+        return False
 
 
 def code_root(case: Case, kwargs: Mapping[str, Any]) -> Path:

@@ -264,3 +264,19 @@ def test_mpi_cases_are_recognised() -> None:
     assert conformance.uses_mpi({"distributions": {"mpi": {"enabled": True}}})
     assert conformance.uses_mpi({"hyperparameters": {"sagemaker_mpi_enabled": True}})
     assert not conformance.uses_mpi({"distribution": {"parameter_server": {"enabled": True}}})
+
+
+def test_a_keras_2_image_needs_tf_keras(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(conformance, "module_available", lambda module: module != "tf_keras")
+    estimator = _estimator(framework_version="2.14.1", py_version="py310")
+    spec = {"framework": "tensorflow", "estimator": estimator, "expect": {"outcome": "Completed"}}
+    uses_keras = {"src/train.py": "import tensorflow as tf\n"}
+    keras = conformance.Case(_case(tmp_path, "keras", spec, uses_keras), spec)
+    assert conformance.environment_problem(keras) == (
+        "needs tf-keras: the TensorFlow 2.14.1 image ships Keras 2 as tf.keras "
+        "(pip install --no-deps 'tf-keras==<TensorFlow major.minor>.*')"
+    )
+    no_tf = conformance.Case(_case(tmp_path, "mpi", spec, {"src/train.py": "import json\n"}), spec)
+    assert conformance.environment_problem(no_tf) is None  # a TF-image job that never imports Keras
+    spec["estimator"] = {**estimator, "framework_version": "2.16"}
+    assert conformance.environment_problem(conformance.Case(keras.path, spec)) is None

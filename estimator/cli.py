@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from estimator.errors import ConfigurationError, JobFailedError, MissingExtraError
+from estimator.errors import ConfigurationError, JobFailedError, SmlaunchError
 from runtime import contract
 
 DEFAULT_ACCOUNT = "123456789012"
@@ -88,6 +88,7 @@ def _json_arg(text: str | None, flag: str) -> Any:
 def _job_commands(commands: Any) -> None:
     """``run``, ``list``, ``describe``, ``logs``, ``stop``, ``metrics``, ``rm``, ``gc``."""
     from estimator import cli_jobs
+    from estimator.backends.local.store import STORE_STATUSES
 
     def on_job(name: str, handler: Any, summary: str, description: str) -> argparse.ArgumentParser:
         """A command about one job: ``JOB`` and ``--sagemaker``."""
@@ -164,7 +165,10 @@ def _job_commands(commands: Any) -> None:
         "list",
         help="list jobs, newest first",
         description="A table of jobs (name, status, instance type x count, started, duration), newest "
-        "first: local jobs, or SageMaker's with --sagemaker.",
+        "first: local jobs, or SageMaker's with --sagemaker. Local store directories that are not "
+        "jobs of their own are listed too, each with why: Claimed (a submit under way), Abandoned "
+        "(its submitter died before starting it), Damaged (a record file cannot be read) and "
+        "Foreign (a copy of another job's directory).",
     )
     statuses = (
         contract.STATUS_IN_PROGRESS,
@@ -172,6 +176,7 @@ def _job_commands(commands: Any) -> None:
         contract.STATUS_FAILED,
         contract.STATUS_STOPPING,
         contract.STATUS_STOPPED,
+        *STORE_STATUSES,
     )
     listing.add_argument("--status", choices=statuses, help="only jobs with this status")
     listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
@@ -220,8 +225,10 @@ def _job_commands(commands: Any) -> None:
     rm = commands.add_parser(
         "rm",
         help="delete ended local jobs",
-        description="Delete the local job directories (trees, logs, and the artifacts "
-        "under them). Running jobs are refused; nothing is removed then.",
+        description="Delete the local job directories named (trees, logs, and the artifacts "
+        "under them): ended jobs, Abandoned claims and Damaged records. Running jobs, submits "
+        "under way and copies of another job's directory (Foreign) are refused; nothing is "
+        "removed then.",
     )
     rm.add_argument("jobs", metavar="JOB", nargs="+")
     rm.set_defaults(handler=cli_jobs.cmd_rm)
@@ -230,7 +237,9 @@ def _job_commands(commands: Any) -> None:
         "gc",
         help=f"delete local jobs that ended long ago (default {cli_jobs.DEFAULT_RETENTION})",
         description="Delete local jobs that ended more than --older-than ago (default "
-        f"{cli_jobs.DEFAULT_RETENTION}); running jobs are kept.",
+        f"{cli_jobs.DEFAULT_RETENTION}) and Abandoned claims; running jobs, submits under way, "
+        "Damaged records (smlaunch rm removes them) and Foreign directories are kept. Exit 2 when "
+        "the store does not allow a removal.",
     )
     gc.add_argument(
         "--older-than", metavar="AGE", help=f"7d, 12h, 30m, 2w (default {cli_jobs.DEFAULT_RETENTION})"
@@ -340,12 +349,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args, sys.stdout))
-    except (ConfigurationError, MissingExtraError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except JobFailedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except SmlaunchError as exc:  # a bad argument, an unknown job, a refusal, a damaged record
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the job store (or a file named) cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `smlaunch describe JOB | head`: the reader left; say nothing more

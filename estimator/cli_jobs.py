@@ -10,14 +10,19 @@ credentials and region); with ``--slurm SHARED_DIR``, on a Slurm cluster
 (``SlurmSession(shared_dir=SHARED_DIR)``). ``list`` shows local jobs, or SageMaker's with
 ``--sagemaker``, or Slurm's with ``--slurm``. ``rm`` and
 ``gc`` clean the local job store only, and never touch a job that is still running.
+
+Every command acts on the store directory named, never on the job another directory's record names
+(:mod:`estimator.backends.local.store`); a store that cannot be read or written (read-only, a file,
+permissions) ends a command with ``error: ...`` and status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-from collections.abc import Iterator
+import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any, TextIO
 
@@ -54,12 +59,18 @@ def _local_session(args: Any) -> Any:
 
 
 def _session_for(job_name: str, args: Any) -> Any:
-    """``--slurm``'s SlurmSession, else the session that knows the job (local, else SageMaker)."""
+    """``--slurm``'s SlurmSession, else the session that knows the job: local when the job store
+    has a directory of that name (a job, or a claim, a damaged record, a copy: each explained by the
+    local backend), else SageMaker."""
     from estimator.session import session_for_job
 
+    sagemaker = bool(getattr(args, "sagemaker", False))
     if getattr(args, "slurm", None):
         return _local_session(args)
-    return session_for_job(job_name, sagemaker=bool(getattr(args, "sagemaker", False)))
+    local = _local_session(args)
+    if not sagemaker and os.path.lexists(local.root / job_name):
+        return local
+    return session_for_job(job_name, sagemaker=sagemaker)
 
 
 def _backend_for(job_name: str, args: Any) -> Any:
@@ -69,7 +80,7 @@ def _backend_for(job_name: str, args: Any) -> Any:
 def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
     """The backend that knows ``job_name`` and its description; unknown names exit 2 naming both
     places looked in."""
-    from estimator.backends.local.backend import JobNotFoundError
+    from estimator.backends.local.backend import JobNotFoundError, LocalBackend
 
     backend = _backend_for(job_name, args)
     try:
@@ -79,7 +90,7 @@ def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
             "JOB", job_name, str(exc).strip('"'), "smlaunch list shows local jobs"
         ) from None
     except ConfigurationError as exc:
-        if getattr(args, "sagemaker", False):
+        if getattr(args, "sagemaker", False) or isinstance(backend, LocalBackend):
             raise
         root = _local_session(args).root
         raise ConfigurationError(
@@ -220,6 +231,10 @@ def _duration(description: dict[str, Any]) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def _started_text(started: datetime | None) -> str:
+    return started.astimezone().strftime("%Y-%m-%d %H:%M:%S") if started else "-"
+
+
 def _row(description: dict[str, Any]) -> dict[str, Any]:
     resources = description.get("ResourceConfig") or {}
     started = _when(description.get("TrainingStartTime")) or _when(description.get("CreationTime"))
@@ -228,44 +243,55 @@ def _row(description: dict[str, Any]) -> dict[str, Any]:
         "status": description["TrainingJobStatus"],
         "secondary_status": description.get("SecondaryStatus"),
         "instance": f"{resources.get('InstanceType', '?')} x {resources.get('InstanceCount', '?')}",
-        "started": started.astimezone().strftime("%Y-%m-%d %H:%M:%S") if started else "-",
+        "started": _started_text(started),
         "duration": _duration(description),
     }
 
 
-def local_descriptions(session: Any) -> Iterator[dict[str, Any]]:
-    """Every local job's description (jobs whose directory is half-written or unreadable are skipped)."""
-    from estimator.backends.local.state import JobDir
+def _entry_row(entry: Any) -> dict[str, Any]:
+    """A row for a local store entry: a job's, or a Claimed/Abandoned/Damaged/Foreign directory's
+    (with ``detail``: why it is not a job)."""
+    if entry.description is not None:
+        return _row(entry.description)
+    return {
+        "name": entry.name,
+        "status": entry.status,
+        "secondary_status": None,
+        "instance": "-",
+        "started": _started_text(_when(entry.created)),
+        "duration": "-",
+        "detail": entry.detail,
+    }
 
-    backend = session.backend()
-    root = session.root
-    if not root.is_dir():
-        return
-    for path in root.iterdir():
-        if not JobDir(path).spec_file.is_file():
-            continue
-        try:
-            yield backend.describe(path.name)
-        except (OSError, ValueError, KeyError):
-            continue
+
+def local_entries(session: Any) -> list[Any]:
+    """Every directory of the local job store (:meth:`LocalBackend.entries
+    <estimator.backends.local.backend.LocalBackend.entries>`), newest first."""
+    entries = list(session.backend().entries())
+    epoch = datetime.fromtimestamp(0, tz=timezone.utc)
+    entries.sort(key=lambda e: _when(e.created) or epoch, reverse=True)
+    return entries
 
 
 def cmd_list(args: Any, out: TextIO) -> int:
     if args.sagemaker:
+        from estimator.backends.local.store import STORE_STATUSES
         from estimator.session import Session
 
+        if args.status in STORE_STATUSES:
+            raise ConfigurationError(
+                "--status", args.status, "only local store directories have it", "drop --sagemaker"
+            )
         session = Session()
         summaries = session.list_training_jobs(status=args.status, max_results=args.limit)
         descriptions = [session.backend().describe(s["TrainingJobName"]) for s in summaries]
+        epoch = datetime.fromtimestamp(0, tz=timezone.utc)
+        descriptions.sort(key=lambda d: _when(d.get("CreationTime")) or epoch, reverse=True)
+        rows = [_row(d) for d in descriptions[: args.limit]]
     else:
-        descriptions = [
-            d
-            for d in local_descriptions(_local_session(args))
-            if args.status is None or d["TrainingJobStatus"] == args.status
-        ]
-    epoch = datetime.fromtimestamp(0, tz=timezone.utc)
-    descriptions.sort(key=lambda d: _when(d.get("CreationTime")) or epoch, reverse=True)
-    rows = [_row(d) for d in descriptions[: args.limit]]
+        entries = local_entries(_local_session(args))
+        rows = [_entry_row(e) for e in entries if args.status is None or e.status == args.status]
+        rows = rows[: args.limit]
     if args.json:
         print_json(rows, out)
         return 0
@@ -274,6 +300,9 @@ def cmd_list(args: Any, out: TextIO) -> int:
     print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip(), file=out)
     for row in rows:
         print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip(), file=out)
+    for row in rows:
+        if row.get("detail"):
+            print(f"{row['name']}: {row['detail']}", file=out)
     return 0
 
 
@@ -358,31 +387,46 @@ def parse_age(text: str) -> timedelta:
     return timedelta(seconds=float(match.group("count")) * _AGE_UNITS[match.group("unit")])
 
 
-def _remove(session: Any, description: dict[str, Any], out: TextIO) -> None:
-    from estimator.backends.local.state import JobDir
+def _refusal(entry: Any) -> tuple[str, str] | None:
+    """Why ``smlaunch rm`` leaves the store entry alone, and what to do (None: it may go)."""
+    from estimator.backends.local import store
 
-    name = description["TrainingJobName"]
-    job = JobDir(session.root / name)
-    if job.agent_alive():
-        raise ConfigurationError(
-            "JOB",
-            name,
-            f"is still running ({description['TrainingJobStatus']})",
-            f"stop it first: smlaunch stop {name}",
-        )
-    shutil.rmtree(job.path)
-    print(f"removed {name}", file=out)
+    if entry.status == store.FOREIGN:
+        return entry.detail, f"name the job itself, or delete the copy yourself (rm -r {entry.path})"
+    if entry.status == store.CLAIMED:
+        return f"is {store.CLAIMED}: {entry.detail}", "wait for the submit to finish, or stop its submitter"
+    if entry.running and entry.status == store.DAMAGED:
+        return f"{entry.detail}, and its agent still runs", "wait for the job to end, then remove it"
+    if entry.running:
+        return f"is still running ({entry.status})", f"stop it first: smlaunch stop {entry.name}"
+    return None
+
+
+def _remove(entry: Any, out: TextIO, err: TextIO) -> bool:
+    """Delete the entry's directory; False (and why on ``err``) when the store does not allow it."""
+    from estimator.backends.local import store
+
+    try:
+        store.remove_tree(entry.path)
+    except OSError as exc:
+        where = exc.filename or entry.path
+        print(f"error: cannot remove {entry.name}: {exc.strerror or exc}: {where}", file=err)
+        return False
+    print(f"removed {entry.name}", file=out)
+    return True
 
 
 def cmd_rm(args: Any, out: TextIO) -> int:
+    """Delete the named directories of the local store (ended jobs, Abandoned claims, Damaged
+    records); refuses running jobs, live claims and copies of other jobs, before removing any."""
     from estimator.backends.local.backend import JobNotFoundError
 
     session = _local_session(args)
     backend = session.backend()
-    descriptions = []
+    entries = []
     for name in args.jobs:  # check every name before removing any
         try:
-            description = backend.describe(name)
+            entry = backend.entry(name)
         except JobNotFoundError:
             raise ConfigurationError(
                 "JOB",
@@ -391,48 +435,56 @@ def cmd_rm(args: Any, out: TextIO) -> int:
                 "smlaunch list shows local jobs; SageMaker keeps its jobs' records "
                 "itself and cannot delete them",
             ) from None
-        if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES:
-            raise ConfigurationError(
-                "JOB",
-                name,
-                f"is still running ({description['TrainingJobStatus']})",
-                f"stop it first: smlaunch stop {name}",
-            )
-        descriptions.append(description)
-    for description in descriptions:
-        _remove(session, description, out)
-    return 0
+        refusal = _refusal(entry)
+        if refusal is not None:
+            raise ConfigurationError("JOB", name, *refusal)
+        entries.append(entry)
+    removed = [_remove(entry, out, sys.stderr) for entry in entries]
+    return 0 if all(removed) else 2
 
 
 def cmd_gc(args: Any, out: TextIO) -> int:
+    """Delete ended jobs older than ``--older-than``, Abandoned claims and what interrupted removals
+    left; running jobs, live claims, Damaged records and copies stay."""
+    from estimator.backends.local import store
+
     session = _local_session(args)
     age = parse_age(args.older_than or DEFAULT_RETENTION)
     cutoff = datetime.now(timezone.utc) - age
-    kept_running = 0
-    removed = 0
-    from estimator.backends.local.state import JobDir
-
-    for description in list(local_descriptions(session)):
-        finishing = JobDir(session.root / description["TrainingJobName"]).agent_alive()
-        if description["TrainingJobStatus"] not in contract.TERMINAL_STATUSES or finishing:
-            kept_running += 1
+    kept_running = kept_damaged = removed = failed = 0
+    for entry in local_entries(session):
+        if entry.running or entry.status in (store.CLAIMED, store.FOREIGN):
+            kept_running += entry.status != store.FOREIGN
             continue
-        ended = (
-            _when(description.get("TrainingEndTime"))
-            or _when(description.get("LastModifiedTime"))
-            or _when(description.get("CreationTime"))
-        )
-        if ended is None or ended > cutoff:
+        if entry.status == store.DAMAGED:
+            kept_damaged += 1
             continue
+        if entry.status != store.ABANDONED:
+            description = entry.description
+            ended = (
+                _when(description.get("TrainingEndTime"))
+                or _when(description.get("LastModifiedTime"))
+                or _when(description.get("CreationTime"))
+            )
+            if ended is None or ended > cutoff:
+                continue
         if args.dry_run:
-            print(f"would remove {description['TrainingJobName']}", file=out)
-        else:
-            _remove(session, description, out)
+            print(f"would remove {entry.name}", file=out)
+        elif not _remove(entry, out, sys.stderr):
+            failed += 1
+            continue
         removed += 1
+    if not args.dry_run:
+        for leftover in store.leftovers(session.root):
+            shutil.rmtree(leftover, ignore_errors=True)
     verb = "would remove" if args.dry_run else "removed"
     print(
-        f"gc: {verb} {removed} job(s) ended more than {args.older_than or DEFAULT_RETENTION} ago under "
-        f"{session.root}; kept {kept_running} running",
+        f"gc: {verb} {removed} job(s) ended more than {args.older_than or DEFAULT_RETENTION} ago or "
+        f"abandoned under {session.root}; kept {kept_running} running",
         file=out,
     )
-    return 0
+    if kept_damaged:
+        print(f"gc: kept {kept_damaged} damaged (smlaunch list shows why; smlaunch rm removes one)", file=out)
+    if failed:
+        print(f"gc: could not remove {failed}", file=sys.stderr)
+    return 2 if failed else 0

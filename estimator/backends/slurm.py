@@ -257,6 +257,10 @@ class SlurmBackend(LocalBackend):
             self._states[job_id] = (time.monotonic(), record)
         return record
 
+    def _started(self, job: JobDir) -> bool:
+        """Whether the agent's Slurm job was submitted (``slurm.json``)."""
+        return (job.path / SLURM_FILE).exists()
+
     def _agent_alive(self, job: JobDir) -> bool | None:
         """The agent runs as long as the Slurm job does (queued counts: it will start)."""
         job_id = self.slurm_job_id(job)

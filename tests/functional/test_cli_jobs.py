@@ -57,7 +57,10 @@ class Cli:
     def __init__(self, home: Path, cwd: Path) -> None:
         self.home = home
         self.cwd = cwd
-        self.env = dict(os.environ, SMLAUNCH_HOME=str(home))
+        # This checkout, not whatever is installed: the commands run from the test's directory.
+        self.env = dict(
+            os.environ, SMLAUNCH_HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[2])
+        )
 
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "estimator.cli", *args]

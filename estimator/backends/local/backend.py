@@ -7,7 +7,8 @@ executor adds its checks and settings here and starts the hosts in the agent; al
 backend's and the agent's, whatever the executor.
 
 ``reserve(spec)`` claims the job's name by creating the job directory ``<session.root>/<job>/``
-(one ``mkdir``: of two submitters of one name exactly one gets it, before either stages code there);
+(one ``rename`` of a directory holding the claim, :mod:`estimator.backends.local.store`: of two
+submitters of one name exactly one gets it, before either stages code there);
 ``submit(spec)`` checks the spec, fills the directory (layout in
 :mod:`estimator.backends.local.state`), and starts ONE detached supervisor process per job,
 ``python -m estimator.backends.local.agent <job dir>``, then returns at once. The agent writes the
@@ -54,7 +55,7 @@ from estimator import hyperparameters as hp
 from estimator import naming
 from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
 from estimator.backends.local import data as local_data
-from estimator.backends.local import early_start, layout
+from estimator.backends.local import early_start, layout, store
 from estimator.backends.local.executors.base import Executor
 from estimator.backends.local.executors.process import ProcessExecutor
 from estimator.backends.local.layout import file_uri_path, instance_ranks, machine_gpu_count
@@ -120,11 +121,90 @@ class LocalBackend(Backend):
         naming.validate_job_name(job_name)  # a name is one path component: never '..' or 'a/b'
         return JobDir(contract.child_path(self.session.root, job_name, "job name", single=True))
 
+    def _started(self, job: JobDir) -> bool:
+        """Whether the job's agent was started (``agent.json``): from then on the agent owns the
+        directory; before, it is a claim (:mod:`estimator.backends.local.store`)."""
+        return job.agent_file.exists()
+
     def _existing(self, job_name: str) -> JobDir:
+        """The job directory of a started job whose ``spec.json`` names this very job; else
+        :class:`JobNotFoundError` (saying when the name is only claimed), a
+        :class:`~estimator.backends.local.store.DamagedRecordError`, or a
+        :class:`~estimator.backends.local.store.ForeignRecordError` (a copy of another job's
+        directory: acting on the job it names would act on another directory)."""
         job = self.job_dir(job_name)
-        if not job.spec_file.exists():
-            raise JobNotFoundError(f"no local training job {job_name!r} under {self.session.root}")
+        missing = f"no local training job {job_name!r} under {self.session.root}"
+        if not job.path.is_dir():
+            raise JobNotFoundError(missing)
+        if not self._started(job):
+            status, detail, _ = store.describe_claim(job.path)
+            raise JobNotFoundError(f"{missing}: its directory is {status}: {detail}")
+        spec = store.read_record(job.spec_file)
+        named = store.record_field(job.spec_file, spec, "TrainingJobName", str)
+        if named != job_name:
+            raise store.ForeignRecordError(
+                "job_name",
+                job_name,
+                f"{job.spec_file} is the record of job {named!r}: {job.path} is a copy or a renamed "
+                "job directory, not a job of its own",
+                f"name the job itself ({named!r}), or delete the copy yourself (rm -r {job.path})",
+            )
         return job
+
+    def _read_state(self, job: JobDir) -> dict[str, Any]:
+        """``state.json``, checked enough to describe it (else ``DamagedRecordError``)."""
+        state = store.read_record(job.state_file)
+        status = state.get("TrainingJobStatus")
+        if status not in {s.value for s in JobState}:
+            raise store.DamagedRecordError(job.state_file, f"TrainingJobStatus is {status!r}")
+        transitions = state.get("SecondaryStatusTransitions", [])
+        if not isinstance(transitions, list) or not all(isinstance(t, dict) for t in transitions):
+            raise store.DamagedRecordError(
+                job.state_file, "SecondaryStatusTransitions is not a list of objects"
+            )
+        return state
+
+    def entry(self, job_name: str) -> store.Entry:
+        """What the store's directory ``job_name`` is: a job (with its description), or Claimed,
+        Abandoned, Damaged or Foreign (:mod:`estimator.backends.local.store`)."""
+        job = self.job_dir(job_name)
+        if not job.path.is_dir():
+            raise JobNotFoundError(f"no local training job {job_name!r} under {self.session.root}")
+        if not self._started(job):
+            status, detail, at = store.describe_claim(job.path)
+            created = _to_datetime(at) if at is not None else store.directory_time(job.path)
+            return store.Entry(job_name, job.path, status, None, detail, created, status == store.CLAIMED)
+        try:
+            description = self.describe(job_name)
+        except store.DamagedRecordError as exc:
+            try:
+                running = bool(self._agent_alive(job))
+            except store.DamagedRecordError:
+                running = False  # who runs in it cannot be told: the record is what is damaged
+            return store.Entry(
+                job_name, job.path, store.DAMAGED, None, str(exc), store.directory_time(job.path), running
+            )
+        except store.ForeignRecordError as exc:
+            created = store.directory_time(job.path)
+            return store.Entry(job_name, job.path, store.FOREIGN, None, exc.problem, created)
+        status = description["TrainingJobStatus"]
+        running = status not in contract.TERMINAL_STATUSES or bool(self._agent_alive(job))
+        created = description.get("CreationTime")
+        return store.Entry(job_name, job.path, status, description, None, created, running)
+
+    def entries(self) -> Iterator[store.Entry]:
+        """Every directory of the job store named like a job, as :meth:`entry` sees it."""
+        try:
+            children = sorted(self.session.root.iterdir())
+        except FileNotFoundError:
+            return
+        for path in children:
+            try:
+                naming.validate_job_name(path.name)
+            except ConfigurationError:
+                continue  # not a job's: the requirements cache, a removal or a claim under way
+            if path.is_dir():
+                yield self.entry(path.name)
 
     # --- check / submit ---------------------------------------------------------------------
 
@@ -190,25 +270,26 @@ class LocalBackend(Backend):
 
     def _name_taken(self, job_name: str) -> JobNameTakenError:
         job = self.job_dir(job_name)
-        where = (
-            f"a job of that name exists under {self.session.root}"
-            if job.spec_file.exists()
-            else f"{job.path} exists: a submit of that name is in progress, or one was interrupted "
-            "(then remove the directory)"
-        )
-        return JobNameTakenError(
-            "job_name",
-            job_name,
-            where,
-            "pass another job_name, or leave it unset for a fresh timestamped name",
-        )
+        fix = "pass another job_name, or leave it unset for a fresh timestamped name"
+        if self._started(job):
+            where = f"a job of that name exists under {self.session.root}"
+        else:
+            status, detail, _ = store.describe_claim(job.path)
+            where = (
+                f"{job.path} exists: a submit of that name is in progress, or one was interrupted "
+                f"({status}: {detail})"
+            )
+            if status != store.CLAIMED:
+                fix += f"; or free the name: smlaunch rm {job_name}"
+        return JobNameTakenError("job_name", job_name, where, fix)
 
     def reserve(self, spec: TrainingJobSpec) -> None:
-        """Claim the name: create ``<root>/<job>/`` with one ``mkdir``, which fails when it exists."""
+        """Claim the name: create ``<root>/<job>/`` holding this process's claim with one
+        ``rename``, which fails when it exists (:func:`estimator.backends.local.store.claim`)."""
         job = self.job_dir(spec.TrainingJobName)
         try:
             with no_space_errors(job.path, STORE_FULL_FIX):  # a directory may need a block too
-                job.path.mkdir()
+                store.claim(job.path)
         except FileExistsError:
             raise self._name_taken(spec.TrainingJobName) from None
         self._reserved.add(spec.TrainingJobName)
@@ -220,7 +301,7 @@ class LocalBackend(Backend):
             return
         self._reserved.discard(spec.TrainingJobName)
         job = self.job_dir(spec.TrainingJobName)
-        if not job.agent_file.exists():
+        if not self._started(job):
             shutil.rmtree(job.path, ignore_errors=True)
 
     def _check_manifests(self, spec: TrainingJobSpec) -> None:
@@ -456,8 +537,15 @@ class LocalBackend(Backend):
     # --- describe / logs / stop -------------------------------------------------------------
 
     def _agent_alive(self, job: JobDir) -> bool | None:
-        """Whether the job's agent still runs (None: not started yet)."""
-        return job.agent_alive()
+        """Whether the job's agent still runs (None: not started yet); an unreadable ``agent.json``
+        raises :class:`~estimator.backends.local.store.DamagedRecordError`."""
+        try:
+            return job.agent_alive()
+        except (ValueError, KeyError, TypeError):
+            agent = store.read_record(job.agent_file)  # raises when the JSON is what is damaged
+            store.record_field(job.agent_file, agent, "pid", int)
+            store.record_field(job.agent_file, agent, "create_time", (int, float))
+            raise store.DamagedRecordError(job.agent_file, "not an agent's record") from None
 
     def _agent_lost(self, job: JobDir, state: dict[str, Any]) -> dict[str, Any]:
         """The state to report once the agent is gone without having written a terminal state."""
@@ -465,10 +553,10 @@ class LocalBackend(Backend):
 
     def describe(self, job_name: str) -> dict[str, Any]:
         job = self._existing(job_name)
-        request = job.read_json(job.spec_file)
-        state = job.read_state()
+        request = store.read_record(job.spec_file)
+        state = self._read_state(job)
         if not JobState.of(state).is_terminal and self._agent_alive(job) is False:
-            state = self._agent_lost(job, job.read_state())
+            state = self._agent_lost(job, self._read_state(job))
         description: dict[str, Any] = dict(request)
         description["TrainingJobArn"] = (
             f"arn:aws:sagemaker:local:000000000000:training-job/{job_name.lower()}"
@@ -545,7 +633,7 @@ class LocalBackend(Backend):
         is interrupted and the job restarts on fresh hosts (:mod:`estimator.backends.local.spot`).
         """
         job = self._existing(job_name)
-        if JobState.of(job.read_state()).is_terminal:
+        if JobState.of(self._read_state(job)).is_terminal:
             return
         if reason is not None:
             if reason != "spot":

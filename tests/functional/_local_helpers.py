@@ -155,6 +155,23 @@ def wait_for_line(backend: Backend, job_name: str, needle: str, timeout: float =
     raise AssertionError(f"{needle!r} never appeared in the log of {job_name}")
 
 
+def local_pytorch(src: Path, root: Path, **kwargs: Any) -> Any:
+    """A one-host local ``PyTorch`` estimator running ``src/train.py`` with its jobs under ``root``."""
+    from estimator import LocalSession, PyTorch
+
+    return PyTorch(
+        entry_point="train.py",
+        source_dir=str(src),
+        framework_version="2.1.0",
+        py_version="py310",
+        instance_type="local",
+        instance_count=1,
+        hyperparameters={"epochs": 1},
+        sagemaker_session=LocalSession(root=root),
+        **kwargs,
+    )
+
+
 def kill_leftover_jobs(root: Path) -> None:
     """Test teardown: SIGKILL the agent of every job under ``root`` that is still running (its hosts
     die with it), so a failing test never leaves processes behind for the next one."""

@@ -26,7 +26,12 @@ from estimator import estimator as estimator_module
 from estimator.backends.local.artifacts import ArtifactExistsError, package_artifacts
 from estimator.errors import ConfigurationError, JobNameTakenError
 from runtime import contract
-from tests.functional._local_helpers import kill_leftover_jobs, moto_s3_in_process, wait_terminal
+from tests.functional._local_helpers import (
+    kill_leftover_jobs,
+    local_pytorch,
+    moto_s3_in_process,
+    wait_terminal,
+)
 
 ROUNDS = 20
 SUBMITTERS = 6
@@ -55,20 +60,6 @@ def _source(tmp_path: Path, marker: str) -> Path:
     """)
     )
     return src
-
-
-def _estimator(src: Path, root: Path, **kwargs: Any) -> PyTorch:
-    return PyTorch(
-        entry_point="train.py",
-        source_dir=str(src),
-        framework_version="2.1.0",
-        py_version="py310",
-        instance_type="local",
-        instance_count=1,
-        hyperparameters={"epochs": 1},
-        sagemaker_session=LocalSession(root=root),
-        **kwargs,
-    )
 
 
 def _submit(estimator: PyTorch, job_name: str | None, marker: str, start: Any, results: Any) -> None:
@@ -111,7 +102,7 @@ def _staged_marker(root: Path, job_name: str) -> str:
 def test_same_job_name_from_two_processes_runs_the_accepted_submitters_code(
     tmp_path: Path, root: Path
 ) -> None:
-    est_a, est_b = (_estimator(_source(tmp_path, marker), root) for marker in "AB")
+    est_a, est_b = (local_pytorch(_source(tmp_path, marker), root) for marker in "AB")
     winners: dict[str, str] = {}
     for round_ in range(ROUNDS):
         name = f"race-{round_}"
@@ -146,7 +137,9 @@ def test_concurrent_fits_with_one_base_job_name_never_collide(
 ) -> None:
     monkeypatch.setattr(estimator_module, "datetime", _StoppedClock)
     src = _source(tmp_path, "A")
-    submitters = [(_estimator(src, root, base_job_name="same-base"), None, str(i)) for i in range(SUBMITTERS)]
+    submitters = [
+        (local_pytorch(src, root, base_job_name="same-base"), None, str(i)) for i in range(SUBMITTERS)
+    ]
     outcomes = _race(submitters)
     assert [what for _, what, _ in outcomes] == ["accepted"] * SUBMITTERS, outcomes
     names = {name for _, _, name in outcomes}
@@ -167,7 +160,7 @@ def test_earlier_artifacts_at_the_output_path_are_never_overwritten(tmp_path: Pa
     earlier.parent.mkdir(parents=True)
     earlier.write_bytes(b"the first job's model")
     store = tmp_path / "store-2"
-    estimator = _estimator(src, store, output_path=output.as_uri())
+    estimator = local_pytorch(src, store, output_path=output.as_uri())
     with pytest.raises(ConfigurationError) as caught:
         estimator.fit(wait=False, job_name="shared-name")
     assert caught.value.field == "output_path" and str(earlier.as_uri()) in str(caught.value)

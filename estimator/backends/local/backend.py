@@ -218,6 +218,7 @@ class LocalBackend(Backend):
         image), before the local checks create the output directory or read manifests."""
         self.executor.check(spec)
         super().check(spec)
+        self._check_outside_store(spec)  # before anything below creates a directory there
         output = spec.OutputDataConfig.S3OutputPath
         if urlparse(output).scheme == "file":
             _require_writable_dir("output_path", output, file_uri_path(output))
@@ -267,6 +268,32 @@ class LocalBackend(Backend):
             raise self._name_taken(spec.TrainingJobName)
         refuse_earlier_output(spec, self.session.s3_client)
         self._check_manifests(spec)  # last: the only check that reads data
+
+    def _check_outside_store(self, spec: TrainingJobSpec) -> None:
+        """No ``file://`` place the job writes (artifacts, checkpoints, TensorBoard) or reads
+        (channels) inside the job store, where ``smlaunch rm``/``gc`` delete it with a job, except the
+        default output path (the store itself: each job's artifacts in its own directory, which go
+        with it); no checkpoint prefix or channel holding the store (the job would read itself)."""
+        root = Path(self.session.root)
+        output = spec.OutputDataConfig.S3OutputPath
+        if urlparse(output).scheme == "file":
+            path = file_uri_path(output)
+            if not store.same_directory(path, root):  # the default output path is the store
+                store.refuse_inside_store(root, "output_path", output, path / spec.TrainingJobName)
+        places = [
+            (f"inputs[{c.ChannelName!r}]", c.DataSource.S3DataSource.S3Uri, True)
+            for c in spec.InputDataConfig or []
+            if c.DataSource.S3DataSource is not None
+        ]
+        if spec.CheckpointConfig is not None:
+            places.append(("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri, True))
+        if spec.TensorBoardOutputConfig is not None:
+            places.append(
+                ("tensorboard_output_config.s3_output_path", spec.TensorBoardOutputConfig.S3OutputPath, False)
+            )
+        for field, uri, contains in places:
+            if urlparse(uri).scheme == "file":
+                store.refuse_inside_store(root, field, uri, file_uri_path(uri), contains=contains)
 
     def _name_taken(self, job_name: str) -> JobNameTakenError:
         job = self.job_dir(job_name)

@@ -1,5 +1,5 @@
-"""The local job store as a whole: what each directory under the session's root is, claims and
-removal.
+"""The local job store as a whole: what each directory under the session's root is, claims, removal,
+and the paths a job may not use.
 
 Every directory of the store whose name is a job name is exactly one :class:`Entry`:
 
@@ -247,3 +247,57 @@ def leftovers(root: Path) -> Iterator[Path]:
                         yield child
                 elif submitter_alive(record) is False:
                     yield child
+
+
+# --- paths a job may not use --------------------------------------------------------------------
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _lineage(path: Path) -> list[Path]:
+    """``path`` with symlinks and ``..`` resolved (as far as it exists), then each parent."""
+    resolved = path.expanduser().resolve()
+    return [resolved, *resolved.parents]
+
+
+def same_directory(path: Path, directory: Path) -> bool:
+    """Whether ``path`` and ``directory`` are one directory, however each is spelled."""
+    mine, theirs = _identity(path.expanduser().resolve()), _identity(directory)
+    if mine is None or theirs is None:  # not made yet: compare the resolved spellings
+        return path.expanduser().resolve() == directory.expanduser().resolve()
+    return mine == theirs
+
+
+def _within(path: Path, directory: Path) -> bool:
+    """Whether ``path`` is ``directory`` or lies below it, however either is spelled: symlinks,
+    ``..``, and other mounts of the same directory (compared by device and inode) included."""
+    target = _identity(directory)
+    if target is None:  # not made yet: compare the resolved spellings
+        resolved = directory.expanduser().resolve()
+        return resolved in _lineage(path)
+    return any(_identity(p) == target for p in _lineage(path))
+
+
+def refuse_inside_store(root: Path, field: str, uri: str, path: Path, contains: bool = False) -> None:
+    """Raise naming ``field`` when ``path`` (the local path of ``uri``) is the job store ``root`` or
+    inside it (with ``contains``, also when the store is inside ``path``): a job writing there would
+    write into job directories that ``smlaunch rm``/``gc`` delete; a job reading there reads job
+    directories that change and disappear (and, holding the store, its own)."""
+    if _within(path, root):
+        problem = f"{path} is inside the job store {root}: smlaunch rm and gc delete what is there"
+    elif contains and _within(root, path):
+        problem = f"{path} holds the job store {root}, which the job would read (its own directory too)"
+    else:
+        return
+    raise ConfigurationError(
+        field,
+        uri,
+        problem,
+        f"use a directory outside {root} (copy what you need out of the job's directory first)",
+    )

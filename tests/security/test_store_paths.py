@@ -129,4 +129,4 @@ def test_smlaunch_run_refuses_an_output_path_inside_the_store(src: Path, root: P
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"error: output_path='{(root / 'first').as_uri()}'"), result.stderr
-    assert sorted(p.name for p in root.iterdir()) == ["first"]
+    assert sorted(p.name for p in root.iterdir() if p.name != ".requirements") == ["first"]

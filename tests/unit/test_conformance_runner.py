@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from estimator import LocalSession
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -280,3 +282,21 @@ def test_a_keras_2_image_needs_tf_keras(tmp_path: Path, monkeypatch: pytest.Monk
     assert conformance.environment_problem(no_tf) is None  # a TF-image job that never imports Keras
     spec["estimator"] = {**estimator, "framework_version": "2.16"}
     assert conformance.environment_problem(conformance.Case(keras.path, spec)) is None
+
+
+@pytest.mark.slow
+def test_a_case_past_its_time_is_stopped_and_fails(tmp_path: Path) -> None:
+    spec = {
+        "framework": "generic",
+        "estimator": _estimator(),
+        "inputs": {},
+        "expect": {"outcome": "Completed"},
+    }
+    path = _case(tmp_path / "corpus", "sleeps", spec, {"src/train.py": "import time\ntime.sleep(600)\n"})
+    case = conformance.load_cases(path.parent, ["sleeps"])[0]
+    result = conformance.run_isolated(case, tmp_path / "work", 3.0)
+    assert result.status == "FAILS"
+    assert result.reason.startswith("timed out after 3 s (job ") and result.reason.endswith(" stopped)")
+    job_name = result.reason.split("(job ")[1].split()[0]
+    description = LocalSession(root=tmp_path / "work" / "jobs").backend().describe(job_name)
+    assert description["TrainingJobStatus"] in {"Stopped", "Failed"}

@@ -120,25 +120,32 @@ def test_rm_acts_on_the_directory_named_never_on_the_job_its_copy_names(cli: Cli
 
 
 def test_damaged_records_are_listed_described_and_removed(cli: Cli) -> None:
-    for name in ("truncated", "garbled", "no-spec", "fine"):
+    for name in ("truncated", "garbled", "no-spec", "bad-time", "fine"):
         cli.run_job(name)
     state = cli.jobs / "truncated" / "state.json"
     state.write_bytes(state.read_bytes()[:40])
     (cli.jobs / "garbled" / "spec.json").write_bytes(b"\xff\xfe\x00garbage")
     (cli.jobs / "no-spec" / "spec.json").unlink()
+    bad_time = cli.jobs / "bad-time" / "state.json"
+    bad_time.write_text(bad_time.read_text().replace('"CreationTime": ', '"CreationTime": 1e300, "x": '))
+    with open(cli.jobs / "fine" / "logs" / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"name": "loss"}\n[1]\n{"name": "loss", "value": 1, "time": 1e300}\n')
 
     listed = cli("list")
     clean(listed, 0)
     assert f"truncated: damaged: {state}: not valid JSON" in listed.stdout
     assert f"garbled: damaged: {cli.jobs / 'garbled' / 'spec.json'}: not UTF-8 text" in listed.stdout
     assert f"no-spec: damaged: {cli.jobs / 'no-spec' / 'spec.json'}: missing" in listed.stdout
+    assert f"bad-time: damaged: {bad_time}: a time is not a timestamp" in listed.stdout
     assert cli.statuses() == {
         "truncated": "Damaged",
         "garbled": "Damaged",
         "no-spec": "Damaged",
+        "bad-time": "Damaged",
         "fine": "Completed",
     }
 
+    clean(cli("describe", "fine"), 0)  # damaged metric lines are skipped
     for command in ("describe", "logs", "stop", "metrics"):
         assert clean(cli(command, "truncated"), 2).startswith(f"error: damaged: {state}: not valid JSON")
     attach = subprocess.run(
@@ -160,8 +167,8 @@ def test_damaged_records_are_listed_described_and_removed(cli: Cli) -> None:
     assert attach.stdout.startswith(f"damaged: {state}: not valid JSON"), attach.stdout + attach.stderr
 
     kept = cli("gc", "--older-than", "1h")  # gc leaves damaged records to the user
-    assert "kept 3 damaged" in kept.stdout and clean(kept, 0) == ""
-    removed = cli("rm", "truncated", "garbled", "no-spec")
+    assert "kept 4 damaged" in kept.stdout and clean(kept, 0) == ""
+    removed = cli("rm", "truncated", "garbled", "no-spec", "bad-time")
     clean(removed, 0)
     assert sorted(p.name for p in cli.jobs.iterdir() if p.name != ".requirements") == ["fine"]
 

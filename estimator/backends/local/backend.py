@@ -588,12 +588,15 @@ class LocalBackend(Backend):
         description["TrainingJobArn"] = (
             f"arn:aws:sagemaker:local:000000000000:training-job/{job_name.lower()}"
         )
-        for key, value in state.items():
-            description[key] = _to_datetime(value) if key in _TIME_FIELDS else value
-        description["SecondaryStatusTransitions"] = [
-            {k: (_to_datetime(v) if k in ("StartTime", "EndTime") else v) for k, v in transition.items()}
-            for transition in state.get("SecondaryStatusTransitions", [])
-        ]
+        try:
+            for key, value in state.items():
+                description[key] = _to_datetime(value) if key in _TIME_FIELDS else value
+            description["SecondaryStatusTransitions"] = [
+                {k: (_to_datetime(v) if k in ("StartTime", "EndTime") else v) for k, v in transition.items()}
+                for transition in state.get("SecondaryStatusTransitions", [])
+            ]
+        except (OverflowError, ValueError, OSError) as exc:
+            raise store.DamagedRecordError(job.state_file, f"a time is not a timestamp ({exc})") from None
         final = final_metric_data(self.metric_records(job_name))
         if final:
             description["FinalMetricDataList"] = final

@@ -75,16 +75,17 @@ def read_metric_records(path: Path) -> list[MetricRecord]:
     for line in text.splitlines():
         try:
             item = json.loads(line)
-        except ValueError:
-            continue  # a line being appended right now: it is read next time
-        records.append(
-            MetricRecord(
+            record = MetricRecord(
                 name=str(item["name"]),
                 value=float(item["value"]),
                 time=datetime.fromtimestamp(float(item["time"]), tz=timezone.utc),
                 host=item.get("host"),
             )
-        )
+        except (ValueError, KeyError, TypeError, OverflowError, OSError):
+            # A line being appended right now (read next time), or one damaged: describe() and
+            # the metrics table show the records that read, never a traceback.
+            continue
+        records.append(record)
     return records
 
 

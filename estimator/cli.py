@@ -235,15 +235,13 @@ def _job_commands(commands: Any) -> None:
 
     gc = commands.add_parser(
         "gc",
-        help=f"delete local jobs that ended long ago (default {cli_jobs.DEFAULT_RETENTION})",
-        description="Delete local jobs that ended more than --older-than ago (default "
-        f"{cli_jobs.DEFAULT_RETENTION}) and Abandoned claims; running jobs, submits under way, "
-        "Damaged records (smlaunch rm removes them) and Foreign directories are kept. Exit 2 when "
-        "the store does not allow a removal.",
+        help="delete local jobs that ended long ago (default: the retention setting, 30d)",
+        description="Delete local jobs that ended more than --older-than ago (default: the "
+        "retention setting, 30d; docs/configuration.md) and Abandoned claims; running jobs, submits "
+        "under way, Damaged records (smlaunch rm removes them) and Foreign directories are kept. Exit 2 "
+        "when the store does not allow a removal.",
     )
-    gc.add_argument(
-        "--older-than", metavar="AGE", help=f"7d, 12h, 30m, 2w (default {cli_jobs.DEFAULT_RETENTION})"
-    )
+    gc.add_argument("--older-than", metavar="AGE", help="7d, 12h, 30m, 2w (default: the retention setting)")
     gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     gc.set_defaults(handler=cli_jobs.cmd_gc)
 

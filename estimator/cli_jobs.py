@@ -29,8 +29,6 @@ from typing import Any, TextIO
 from estimator.errors import ConfigurationError, JobFailedError
 from runtime import contract
 
-DEFAULT_RETENTION = "30d"
-"""``smlaunch gc`` without ``--older-than`` removes ended local jobs older than this."""
 DISTRIBUTIONS: dict[str, dict[str, Any]] = {
     "torch_distributed": {"torch_distributed": {"enabled": True}},
     "pytorchddp": {"pytorchddp": {"enabled": True}},
@@ -449,7 +447,8 @@ def cmd_gc(args: Any, out: TextIO) -> int:
     from estimator.backends.local import store
 
     session = _local_session(args)
-    age = parse_age(args.older_than or DEFAULT_RETENTION)
+    retention = args.older_than or session.settings.retention
+    age = parse_age(retention)
     cutoff = datetime.now(timezone.utc) - age
     kept_running = kept_damaged = removed = failed = 0
     for entry in local_entries(session):
@@ -479,7 +478,7 @@ def cmd_gc(args: Any, out: TextIO) -> int:
             shutil.rmtree(leftover, ignore_errors=True)
     verb = "would remove" if args.dry_run else "removed"
     print(
-        f"gc: {verb} {removed} job(s) ended more than {args.older_than or DEFAULT_RETENTION} ago or "
+        f"gc: {verb} {removed} job(s) ended more than {retention} ago or "
         f"abandoned under {session.root}; kept {kept_running} running",
         file=out,
     )

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from estimator import settings
 from estimator.errors import ConfigurationError, require_type
 from estimator.tracking import check_tracking_uri
 
@@ -18,28 +19,30 @@ if TYPE_CHECKING:
     from estimator.backends.base import Backend
 
 
-LOCAL_ROOT_ENV = "SMLAUNCH_HOME"
-LOCAL_EXECUTOR_ENV = "SMLAUNCH_EXECUTOR"
 Executor = Literal["process", "docker"]
 PLACEHOLDER_ROLE_ARN = "arn:aws:iam::000000000000:role/smlaunch-local"
 """The role of local jobs, which need none: it only keeps the request's shape."""
 
 
 def default_local_root() -> Path:
-    """``$SMLAUNCH_HOME/jobs`` or ``~/.smlaunch/jobs``: where local jobs keep their trees and logs."""
-    home = os.environ.get(LOCAL_ROOT_ENV)
-    return (Path(home) if home else Path.home() / ".smlaunch") / "jobs"
+    """The job store of a ``LocalSession()`` made now: its ``root`` setting (``$SMLAUNCH_HOME/jobs``,
+    the config file's ``root``, else ``~/.smlaunch/jobs``)."""
+    return settings.resolve({}).root
 
 
 class LocalSession:
     """Run jobs on this machine: every host of the topology emulated, no AWS and no Docker needed.
 
+    Every argument is a setting (:mod:`estimator.settings`, ``docs/configuration.md``): one not
+    given (or None) comes from its environment variable, else the config file
+    (``~/.config/smlaunch/config.yaml``, ``$SMLAUNCH_CONFIG``), else its default; the result is
+    ``self.settings``.
+
     ``root``: directory holding one folder per job (default :func:`default_local_root`).
     ``processes_per_host``: ranks per emulated host for launchers that start one rank per GPU
     (torchrun-style DDP, smddp). Default: the instance type's GPU count, at least 1. An smlaunch
     extension, since a laptop rarely has the GPUs of the instance type it emulates.
-    ``executor``: ``process`` (default) or ``docker`` (one container per host); the
-    ``SMLAUNCH_EXECUTOR`` environment variable sets the default.
+    ``executor``: ``process`` (default) or ``docker`` (one container per host).
     ``s3_client``: boto3 S3 client for ``s3://`` code, inputs and outputs (created on first use).
     ``artifact_conflicts``: what happens when two hosts write the same model/output path with
     different bytes: ``"warn"`` (default: the first host's copy is kept and the job log says so) or
@@ -60,6 +63,16 @@ class LocalSession:
     instance type's GPUs even where this machine has enough.
     ``mlflow``: an MLflow tracking URI; each job waited on becomes an MLflow run there
     (:mod:`estimator.tracking`; ``MLFLOW_TRACKING_URI`` does the same for every session).
+    ``docker_image``: the docker executor's image for jobs without ``image_uri``.
+    ``stall_timeout_seconds``: a host whose ranks print nothing for this long (none exited) dumps
+    their stacks (``stack_dumper``: ``auto``, ``py-spy`` or ``faulthandler``) and ends the job; 0
+    (default) turns the watchdog off (:mod:`runtime.watchdog`).
+    ``faults``: faults to inject into every job of the session, a list of
+    :mod:`runtime.faults` entries (a job's ``environment={"SMLAUNCH_FAULTS": ...}`` wins).
+    ``archive_max_bytes``, ``archive_max_members``: bounds on what the code archive may expand to.
+    ``mpi_wait_seconds``: bound on every wait between MPI hosts. ``log_prefix``: ``[algo-N/rank R]``
+    before each rank's line (default True). ``unsafe_checkpoint_load``: smp checkpoints load with
+    full pickle. ``retention``: the age after which ``smlaunch gc`` removes ended jobs.
     """
 
     is_local = True
@@ -73,16 +86,25 @@ class LocalSession:
         s3_client: Any | None = None,
         stop_grace_seconds: float | None = None,
         docker_client: Any | None = None,
-        artifact_conflicts: Literal["warn", "error"] = "warn",
-        install_requirements: bool = True,
+        artifact_conflicts: Literal["warn", "error"] | None = None,
+        install_requirements: bool | None = None,
         instance_count_quota: int | None = None,
         emulate_cuda: bool | None = None,
         mlflow: str | None = None,
+        docker_image: str | None = None,
+        stall_timeout_seconds: float | None = None,
+        stack_dumper: Literal["auto", "py-spy", "faulthandler"] | None = None,
+        faults: list[dict[str, Any]] | None = None,
+        archive_max_bytes: int | None = None,
+        archive_max_members: int | None = None,
+        mpi_wait_seconds: float | None = None,
+        log_prefix: bool | None = None,
+        unsafe_checkpoint_load: bool | None = None,
+        retention: str | None = None,
     ) -> None:
         require_type("root", root, (str, os.PathLike, type(None)), "pass a directory path, e.g. '~/jobs'")
         require_type("executor", executor, (str, type(None)), "use executor='process' or executor='docker'")
-        executor = executor or os.environ.get(LOCAL_EXECUTOR_ENV, "process")  # type: ignore[assignment]
-        if executor not in ("process", "docker"):
+        if executor is not None and executor not in ("process", "docker"):
             raise ConfigurationError(
                 "executor", executor, "unknown executor", "use executor='process' or executor='docker'"
             )
@@ -107,24 +129,21 @@ class LocalSession:
             raise ConfigurationError(
                 "stop_grace_seconds", stop_grace_seconds, "must be >= 0", "pass a number of seconds, e.g. 120"
             )
-        if artifact_conflicts not in ("warn", "error"):
+        if artifact_conflicts not in (None, "warn", "error"):
             raise ConfigurationError(
                 "artifact_conflicts",
                 artifact_conflicts,
                 "unknown policy",
                 "use artifact_conflicts='warn' or artifact_conflicts='error'",
             )
-        if not isinstance(install_requirements, bool):
+        if install_requirements is not None and not isinstance(install_requirements, bool):
             raise ConfigurationError(
                 "install_requirements",
                 install_requirements,
                 "must be True or False",
                 "pass install_requirements=False to skip requirements.txt, or leave it unset",
             )
-        self.artifact_conflicts = artifact_conflicts
-        self.install_requirements = install_requirements
-        self.instance_count_quota = _check_quota(instance_count_quota)
-        self.mlflow = check_tracking_uri(mlflow)
+        _check_quota(instance_count_quota)
         if emulate_cuda not in (None, True, False):
             raise ConfigurationError(
                 "emulate_cuda",
@@ -132,11 +151,38 @@ class LocalSession:
                 "must be True, False or None",
                 "leave it unset (emulate GPUs this machine lacks) or pass emulate_cuda=False to turn it off",
             )
-        self.emulate_cuda = emulate_cuda
-        self.root = Path(root).expanduser().resolve() if root is not None else default_local_root()
-        self.processes_per_host = processes_per_host
-        self.executor: Executor = executor
-        self.stop_grace_seconds = stop_grace_seconds
+        self.settings = settings.resolve(
+            {
+                "root": root,
+                "executor": executor,
+                "processes_per_host": processes_per_host,
+                "stop_grace_seconds": stop_grace_seconds,
+                "artifact_conflicts": artifact_conflicts,
+                "install_requirements": install_requirements,
+                "instance_count_quota": instance_count_quota,
+                "emulate_cuda": emulate_cuda,
+                "mlflow": mlflow,
+                "docker_image": docker_image,
+                "stall_timeout_seconds": stall_timeout_seconds,
+                "stack_dumper": stack_dumper,
+                "faults": faults,
+                "archive_max_bytes": archive_max_bytes,
+                "archive_max_members": archive_max_members,
+                "mpi_wait_seconds": mpi_wait_seconds,
+                "log_prefix": log_prefix,
+                "unsafe_checkpoint_load": unsafe_checkpoint_load,
+                "retention": retention,
+            }
+        )
+        self.root = self.settings.root
+        self.executor: Executor = self.settings.executor
+        self.processes_per_host = self.settings.processes_per_host
+        self.stop_grace_seconds = self.settings.stop_grace_seconds
+        self.artifact_conflicts = self.settings.artifact_conflicts
+        self.install_requirements = self.settings.install_requirements
+        self.instance_count_quota = self.settings.instance_count_quota
+        self.emulate_cuda = self.settings.emulate_cuda
+        self.mlflow = check_tracking_uri(self.settings.mlflow)
         self._s3_client = s3_client
         self._docker_client = docker_client
         self._backend: Backend | None = None
@@ -174,7 +220,7 @@ class LocalSession:
             if self.executor == "docker":
                 from estimator.backends.local.executors.docker import DockerExecutor
 
-                docker = DockerExecutor(client=self._docker_client)
+                docker = DockerExecutor(client=self._docker_client, image=self.settings.docker_image)
                 self._backend = LocalBackend(session=self, executor=docker)
             else:
                 self._backend = LocalBackend(session=self)

@@ -22,6 +22,7 @@ from estimator import hyperparameters as hp
 from estimator import inputs as channel_inputs
 from estimator import validation
 from estimator.errors import ConfigurationError
+from estimator.settings import drop_smlaunch_variables
 from estimator.spec import (
     AlgorithmSpecification,
     Channel,
@@ -178,7 +179,11 @@ def build(
             if estimator.checkpoint_s3_uri
             else None
         ),
-        Environment=estimator.environment or None,
+        # smlaunch's own SMLAUNCH_* knobs configure local runs: never sent to SageMaker.
+        Environment=(
+            estimator.environment if session.is_local else drop_smlaunch_variables(estimator.environment)
+        )
+        or None,
         VpcConfig=(
             VpcConfig(SecurityGroupIds=estimator.security_group_ids, Subnets=estimator.subnets)
             if estimator.subnets and estimator.security_group_ids

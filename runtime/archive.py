@@ -154,7 +154,8 @@ class ArchiveLimits:
     """Bounds on what one archive may expand to: total bytes of its files and number of members.
 
     :meth:`from_environ` reads ``SMLAUNCH_ARCHIVE_MAX_BYTES`` and ``SMLAUNCH_ARCHIVE_MAX_MEMBERS``
-    (set them with the estimator's ``environment=``, which checks them); defaults 20 GiB and
+    (the local session's ``archive_max_bytes`` / ``archive_max_members`` settings, or a job's
+    ``environment=``; both checked before the job starts); defaults 20 GiB and
     1,000,000. A value that is not a positive integer is a :class:`HostConfigurationError`.
     """
 
@@ -226,7 +227,8 @@ class _Plan:
             raise _refuse(
                 raw,
                 f"the archive has more than {self.limits.max_members} members "
-                f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS} if it is genuine)",
+                f"(raise the archive_max_members setting, {contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS}, "
+                "if it is genuine)",
             )
         if info.isfile():
             kind = _FILE
@@ -257,7 +259,8 @@ class _Plan:
             raise _refuse(
                 raw,
                 f"the archive expands to more than {self.limits.max_bytes} bytes "
-                f"(raise {contract.SMLAUNCH_ARCHIVE_MAX_BYTES} if it is genuine)",
+                f"(raise the archive_max_bytes setting, {contract.SMLAUNCH_ARCHIVE_MAX_BYTES}, "
+                "if it is genuine)",
             )
         linkname = ""
         if kind == _SYMLINK:

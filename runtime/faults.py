@@ -1,7 +1,9 @@
 """Fault injection for local runs: rehearse what production will do to a training script.
 
-Set ``SMLAUNCH_FAULTS`` (in a local job: ``LocalSession(..., environment=...)`` or the estimator's
-``environment``) to a JSON list of faults; each host's supervisor applies the ones meant for it::
+Give a local session ``faults`` (``LocalSession(faults=[...])``, the config file's ``faults``, or
+``SMLAUNCH_FAULTS``; a job's ``environment={"SMLAUNCH_FAULTS": ...}`` for one job): the hosts get
+it as ``SMLAUNCH_FAULTS``, a JSON list of faults; each host's supervisor applies the ones meant
+for it::
 
     [{"kind": "crash", "rank": 1, "after_seconds": 3, "exit_code": 7},
      {"kind": "hang", "host": "algo-2", "rank": 3, "after_seconds": 5},

@@ -17,8 +17,9 @@ here uses ``torch.load(weights_only=True)``: tensors and plain data only, plus :
 (``argparse.Namespace`` and numpy scalars, dtypes and arrays, which users put in ``user_content``). A
 file holding anything else is refused with :class:`UnsafeCheckpointError` before any of its code can
 run. Trusted files with other types: allow them with ``torch.serialization.add_safe_globals([...])``,
-or opt in to full pickle with ``SMLAUNCH_UNSAFE_CHECKPOINT_LOAD=1`` in the job's environment (or
-``smp.load(..., weights_only=False)``), which warns: a pickle runs whatever code it names.
+or opt in to full pickle with the ``unsafe_checkpoint_load`` setting (``SMLAUNCH_UNSAFE_CHECKPOINT_LOAD=1``
+on the hosts; or ``smp.load(..., weights_only=False)``), which warns: a pickle runs whatever code it
+names.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def _load(
         raise UnsafeCheckpointError(
             f"refusing to load checkpoint {os.fspath(path)}: it holds a type that is not a tensor or "
             f"plain data, and unpickling it could run code ({blocked}). If you trust this file, allow "
-            "the type with torch.serialization.add_safe_globals([...]), or set "
-            f"{contract.SMLAUNCH_UNSAFE_CHECKPOINT_LOAD}=1 in the estimator's environment= (full pickle)."
+            "the type with torch.serialization.add_safe_globals([...]), or load with full pickle: "
+            "LocalSession(unsafe_checkpoint_load=True), or "
+            f"{contract.SMLAUNCH_UNSAFE_CHECKPOINT_LOAD}=1 in the estimator's environment=."
         ) from error
 
 

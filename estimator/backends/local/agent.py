@@ -163,7 +163,9 @@ class Agent:
         self._data: JobData | None = None
         self._syncs: list[DirectorySync] = []
         self._attempts = Attempts()
-        self._spot = SpotFaults(spot_faults(self.spec.Environment), job.path, self.say)
+        self._spot = SpotFaults(
+            spot_faults(layout.job_environment(self.spec, self.settings)), job.path, self.say
+        )
         self._transfer: TransferEngine | None = None
         definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
         self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)

@@ -257,10 +257,13 @@ class LocalBackend(Backend):
                         "use S3Prefix",
                     )
         self._check_container_dirs(spec)
-        if spot_faults(spec.Environment) and not spec.EnableManagedSpotTraining:
+        environment = layout.job_environment(spec, {"knobs": self._knobs(spec)})
+        if spot_faults(environment) and not spec.EnableManagedSpotTraining:
             raise ConfigurationError(
-                f"environment[{contract.SMLAUNCH_FAULTS!r}]",
-                (spec.Environment or {})[contract.SMLAUNCH_FAULTS],
+                f"environment[{contract.SMLAUNCH_FAULTS!r}]"
+                if contract.SMLAUNCH_FAULTS in (spec.Environment or {})
+                else "faults",
+                environment[contract.SMLAUNCH_FAULTS],
                 "a spot fault interrupts a managed-spot job, and this job does not use managed spot",
                 "pass use_spot_instances=True (and max_wait), or drop the spot fault",
             )
@@ -431,14 +434,18 @@ class LocalBackend(Backend):
                 "LocalSession(executor='docker'), which mounts each host's directory at that path",
             )
 
+    def _knobs(self, spec: TrainingJobSpec) -> dict[str, str]:
+        """The session's knobs for the host runtimes, less those the job's ``environment=`` sets."""
+        given = spec.Environment or {}
+        return {k: v for k, v in self.session.settings.host_environment().items() if k not in given}
+
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """How this machine runs ``spec``: resolved once at submit and logged by the agent."""
         ranks = self.session.processes_per_host or instance_ranks(spec.ResourceConfig.InstanceType)
-        grace = self.session.stop_grace_seconds
         emulated = layout.emulated_gpus(spec.ResourceConfig.InstanceType, self.session.emulate_cuda)
         settings: dict[str, Any] = {
             "processes_per_host": max(1, int(ranks)),
-            "stop_grace_seconds": contract.DEFAULT_STOP_GRACE_SECONDS if grace is None else float(grace),
+            "stop_grace_seconds": float(self.session.stop_grace_seconds),
             "artifact_conflicts": self.session.artifact_conflicts,
             "install_requirements": self.session.install_requirements,
             "requirements_cache": str(Path(self.session.root) / REQUIREMENTS_CACHE_DIR)
@@ -449,6 +456,7 @@ class LocalBackend(Backend):
             "python": sys.executable,
             "s3_endpoint_url": None,
             "s3_region_name": None,
+            "knobs": self._knobs(spec),
         }
         if _uses_s3(spec):
             meta = getattr(self.session.s3_client(), "meta", None)

@@ -261,7 +261,7 @@ def host_view(
     this job or any other.
     """
     writable = [job.hosts_dir, *shared]
-    cache = requirements_environment(settings).get(contract.SMLAUNCH_REQUIREMENTS_CACHE)
+    cache = settings_environment(settings).get(contract.SMLAUNCH_REQUIREMENTS_CACHE)
     if cache:
         Path(cache).mkdir(parents=True, exist_ok=True)
         writable.append(Path(cache))
@@ -392,14 +392,23 @@ def host_environment(
     return env
 
 
-def requirements_environment(settings: Mapping[str, Any]) -> dict[str, str]:
-    """How a host runtime treats ``requirements.txt`` (:mod:`runtime.requirements`), from the job's
-    settings: skipped, in the layered environments under ``requirements_cache``, or (neither) as the
-    toolkit does."""
+def settings_environment(settings: Mapping[str, Any]) -> dict[str, str]:
+    """A host runtime's variables that follow from the job's settings: the session's knobs the
+    runtime reads (``knobs``, from :meth:`estimator.settings.Settings.host_environment`, less those
+    the job's ``environment=`` sets) and how it treats ``requirements.txt``
+    (:mod:`runtime.requirements`): skipped, in the layered environments under
+    ``requirements_cache``, or (neither) as the toolkit does."""
+    env = {str(k): str(v) for k, v in (settings.get("knobs") or {}).items()}
     if not settings.get("install_requirements", True):
-        return {contract.SMLAUNCH_INSTALL_REQUIREMENTS: "0"}
-    cache = settings.get("requirements_cache")
-    return {contract.SMLAUNCH_REQUIREMENTS_CACHE: str(cache)} if cache else {}
+        env[contract.SMLAUNCH_INSTALL_REQUIREMENTS] = "0"
+    elif settings.get("requirements_cache"):
+        env[contract.SMLAUNCH_REQUIREMENTS_CACHE] = str(settings["requirements_cache"])
+    return env
+
+
+def job_environment(spec: TrainingJobSpec, settings: Mapping[str, Any]) -> dict[str, str]:
+    """The job's ``environment=`` with the session's knobs it does not set: what its hosts see of both."""
+    return {**(settings.get("knobs") or {}), **(spec.Environment or {})}
 
 
 def machine_gpu_count() -> int:

@@ -151,8 +151,12 @@ class DockerExecutor(Executor):
     layered_requirements: ClassVar[bool] = False
     mounts_container_paths: ClassVar[bool] = True
 
-    def __init__(self, client: Any | None = None, stream_client: Any | None = None) -> None:
+    def __init__(
+        self, client: Any | None = None, stream_client: Any | None = None, image: str | None = None
+    ) -> None:
         self._client = client
+        self._image = image
+        """The image of jobs without ``image_uri`` (the session's ``docker_image`` setting)."""
         self._stream_client = stream_client
         self.containers: dict[str, Any] = {}
         """The containers of the running attempt, by host name."""
@@ -180,15 +184,17 @@ class DockerExecutor(Executor):
         return self._client
 
     def image(self, spec: TrainingJobSpec) -> str:
-        """The spec's ``TrainingImage``, else ``$SMLAUNCH_DOCKER_IMAGE``; ConfigurationError if neither."""
-        image = spec.AlgorithmSpecification.TrainingImage or os.environ.get(DOCKER_IMAGE_ENV)
+        """The spec's ``TrainingImage``, else the session's ``docker_image`` setting (else
+        ``$SMLAUNCH_DOCKER_IMAGE``, for an executor made without a session); ConfigurationError if none."""
+        image = spec.AlgorithmSpecification.TrainingImage or self._image or os.environ.get(DOCKER_IMAGE_ENV)
         if not image:
             raise ConfigurationError(
                 "image_uri",
                 None,
                 "the docker executor needs an image and none was given",
                 "build one with `container/build.sh cpu` and pass image_uri=<its tag> "
-                f"(or set {DOCKER_IMAGE_ENV})",
+                f"(or set the docker_image setting: LocalSession(docker_image=...), {DOCKER_IMAGE_ENV}, "
+                "or docker_image in ~/.config/smlaunch/config.yaml)",
             )
         return image
 
@@ -307,7 +313,7 @@ class DockerExecutor(Executor):
                     settings.get("emulate_cuda"),
                 )
             )
-            env.update(layout.requirements_environment(settings))
+            env.update(layout.settings_environment(settings))
             # Names resolve through the containers' /etc/hosts: the runtime sees real hosts.
             env.pop(contract.SMLAUNCH_HOST_ADDRESSES, None)
             env["HOME"] = "/home/smlaunch" if int(settings.get("uid", 0)) != 0 else "/root"

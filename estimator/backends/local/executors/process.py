@@ -176,7 +176,7 @@ class ProcessExecutor(Executor):
             settings.get("num_gpus"),
             settings.get("emulate_cuda"),
         )
-        variables.update(layout.requirements_environment(settings))
+        variables.update(layout.settings_environment(settings))
         return variables
 
     def _private_opt_ml(self, context: LaunchContext, view: dict[str, Any]) -> PrivateOptMl | None:

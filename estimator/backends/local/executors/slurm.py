@@ -238,7 +238,7 @@ class SlurmExecutor(Executor):
                     context.settings.get("emulate_cuda"),
                 )
             )
-            env.update(layout.requirements_environment(context.settings))
+            env.update(layout.settings_environment(context.settings))
             self._host_env[host.name] = env
             host.proc = subprocess.Popen(
                 srun_command(

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
+import stat
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +185,61 @@ def test_a_host_report_is_read_only_as_a_small_regular_file(tmp_path: Path) -> N
     listed = tmp_path / "list.json"
     listed.write_text("[1, 2]")
     assert host_report(listed) is None and host_report(tmp_path / "missing.json") is None
+
+
+TRAIN = """
+import os
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.pth"), "w") as handle:
+    handle.write("weights")
+print("trained", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_another_user_reads_nothing_of_a_job_on_a_shared_store(tmp_path: Path) -> None:
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody' here")
+    if os.geteuid() != 0:
+        pytest.skip("becoming another user takes root")
+    shared = Path(tempfile.mkdtemp(prefix="smlaunch-shared-", dir="/tmp"))  # as a Slurm shared_dir
+    try:
+        shared.chmod(0o755)  # others may enter the store and read what it lets them
+        root = shared / "jobs"
+        estimator = _estimator(tmp_path, LocalSession(root, stop_grace_seconds=5), "train", TRAIN)
+        old_umask = os.umask(0)  # the most permissive user: nothing may depend on a umask
+        try:
+            estimator.fit(job_name="private", wait=True, logs=False)
+        finally:
+            os.umask(old_umask)
+            kill_leftover_jobs(root)
+        job = root / "private"
+        assert (job / "hosts" / "algo-1" / "model" / "weights.pth").exists()
+        assert stat.S_IMODE(job.stat().st_mode) == 0o700
+        logs = sorted((job / "logs").glob("*.log"))
+        assert {p.name for p in logs} >= {"job.log", "agent.log", "algo-1.log"}
+        assert {stat.S_IMODE(p.stat().st_mode) for p in logs} == {0o600}
+        readable = [
+            job / "logs" / "job.log",
+            job / "logs" / "algo-1.log",
+            job / "state.json",
+            job / "hosts" / "algo-1" / "model" / "weights.pth",
+            job / "output" / "model.tar.gz",
+        ]
+        listable = [job, job / "logs", job / "hosts" / "algo-1" / "model"]
+        script = "".join(f'cat "{p}" >/dev/null 2>&1 && echo "read {p}"; ' for p in readable)
+        script += "".join(f'ls "{p}" >/dev/null 2>&1 && echo "listed {p}"; ' for p in listable)
+        script += f'ls "{root}" >/dev/null && echo "store listed"'
+
+        def become_nobody() -> None:
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+
+        seen = subprocess.run(
+            ["/bin/sh", "-c", script], preexec_fn=become_nobody, capture_output=True, text=True, check=False
+        )
+        assert seen.stdout.splitlines() == ["store listed"], seen.stdout + seen.stderr
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

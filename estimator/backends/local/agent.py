@@ -156,7 +156,7 @@ class Agent:
         self._log_lock = threading.Lock()
         self._host_ended = threading.Event()
         """Set when a host's process ends, so that the supervision loop reacts without a poll's delay."""
-        self._job_log: IO[bytes] = open(job.job_log, "ab")
+        self._job_log: IO[bytes] = job.open_log(job.job_log)
         self._signalled = False
         self._s3: Any = None
         self._fingerprints: dict[str, list[int]] = {}
@@ -508,7 +508,7 @@ class Agent:
             read = pipe_reader(source.fileno()) if hasattr(source, "fileno") else source.readline
         path = self.job.host_log(host.name)
         try:
-            host_log: IO[bytes] | None = open(path, "ab")
+            host_log: IO[bytes] | None = self.job.open_log(path)
         except OSError as error:  # a full store: drain the host anyway, or its ranks would block
             self._write_failed(error, path)
             host_log = None

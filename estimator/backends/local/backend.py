@@ -519,8 +519,8 @@ class LocalBackend(Backend):
 
     def _start(self, spec: TrainingJobSpec) -> None:
         job = self.job_dir(spec.TrainingJobName)
-        job.logs_dir.mkdir(exist_ok=True)
-        job.job_log.touch()
+        for log in (job.job_log, job.agent_log):  # before the agent (or sbatch) opens them
+            job.open_log(log).close()
         write_json_atomic(job.spec_file, spec.to_request())
         settings = self.settings(spec)
         write_json_atomic(job.settings_file, settings)
@@ -548,7 +548,7 @@ class LocalBackend(Backend):
         :mod:`estimator.backends.local.early_start` when the executor planned the hosts) and record
         it in ``agent.json``; its files are written."""
         module = early_start.__name__ if job.early_start_file.exists() else self.agent_module
-        with open(job.agent_log, "ab") as agent_log:
+        with job.open_log(job.agent_log) as agent_log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", module, str(job.path)],
                 stdin=subprocess.DEVNULL,

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from estimator.backends.local.state import private_opener
 from estimator.metrics import MetricParser, MetricRecord
 
 METRICS_FILE = "metrics.jsonl"
@@ -61,7 +62,7 @@ class MetricRecorder:
         text = "".join(
             json.dumps({"time": at, "host": s.host, "name": s.name, "value": s.value}) + "\n" for s in samples
         )
-        with self._lock, open(self._path, "a", encoding="utf-8") as handle:
+        with self._lock, open(self._path, "a", encoding="utf-8", opener=private_opener) as handle:
             handle.write(text)
 
 

@@ -16,6 +16,11 @@ talks to the job only through these files, so ``fit(wait=False)`` in one noteboo
   ``logs/progress.json`` the agent's large transfer under way (channel downloads, uploads);
 - ``hosts/<host>/``  each emulated host's ``/opt/ml`` tree.
 
+The directory is 0700 and its logs 0600, whatever the umask
+(:func:`estimator.backends.local.store.claim`, :func:`private_opener`): on a shared store (a Slurm
+``shared_dir``, a store under ``/srv``) other users see the job's name and nothing of it, neither
+its logs nor its models.
+
 The hosts never see this directory as it is: each process host runs in a mount namespace in which
 the whole store (the session's root) is an empty read-only directory on which only what the job's
 hosts need is mounted back (:func:`estimator.backends.local.layout.host_view`: the host trees, the
@@ -32,7 +37,7 @@ import os
 import tempfile
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from runtime import contract
 
@@ -42,11 +47,31 @@ STORE_FULL_FIX = "free space on that filesystem, or pass LocalSession(root=...) 
 """What to do when the job store is full (a failed submit, or a job that ended for it)."""
 
 
+PRIVATE_DIR_MODE = 0o700
+"""A job directory's mode: only its owner may list or enter it."""
+PRIVATE_FILE_MODE = 0o600
+"""A job log's mode: only its owner may read it."""
+
+
+def private_opener(path: str, flags: int) -> int:
+    """``open(path, mode, opener=private_opener)``: a file only its owner may read or write
+    (:data:`PRIVATE_FILE_MODE`), whatever the umask; one that existed is made so too."""
+    handle = os.open(path, flags, PRIVATE_FILE_MODE)
+    os.fchmod(handle, PRIVATE_FILE_MODE)
+    return handle
+
+
 class JobDir:
     """Path arithmetic and atomic state I/O for one local job directory."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+
+    def open_log(self, path: Path) -> BinaryIO:
+        """Open one of the job's logs for appending, created :data:`PRIVATE_FILE_MODE` (with the
+        logs directory, :data:`PRIVATE_DIR_MODE`) whatever the umask."""
+        path.parent.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
+        return open(path, "ab", opener=private_opener)
 
     @property
     def name(self) -> str:

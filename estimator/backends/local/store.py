@@ -114,10 +114,11 @@ def claim(path: Path) -> None:
     claimants exactly one wins, and no one ever sees a claimed directory without its claim."""
     import psutil
 
-    from estimator.backends.local.state import write_json_atomic
+    from estimator.backends.local.state import PRIVATE_DIR_MODE, write_json_atomic
 
     staging = path.with_name(f"{_CLAIMING}{path.name}-{secrets.token_hex(4)}")
-    staging.mkdir()
+    staging.mkdir(mode=PRIVATE_DIR_MODE)
+    os.chmod(staging, PRIVATE_DIR_MODE)  # 0700 whatever the umask: a job is its submitter's alone
     try:
         write_json_atomic(
             staging / CLAIM_FILE,

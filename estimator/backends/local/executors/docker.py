@@ -231,7 +231,7 @@ class DockerExecutor(Executor):
     def submitted(self, job: JobDir) -> None:
         """A reaper that removes the job's containers should the agent die without doing it (e.g.
         SIGKILL): ``python -m estimator.backends.local.executors.docker --reap <job dir>``."""
-        with open(job.logs_dir / "reaper.log", "ab") as log:
+        with job.open_log(job.logs_dir / "reaper.log") as log:
             subprocess.Popen(
                 [sys.executable, "-m", __name__, "--reap", str(job.path)],
                 stdin=subprocess.DEVNULL,

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from estimator import LocalSession
-from estimator.backends.local.agent import HOST_REPORT_BYTES, host_report
 from estimator.backends.local.executors.spawn import PrivateOptMl
+from estimator.backends.local.state import HOST_REPORT_BYTES, host_report
 from estimator.errors import JobFailedError
 from estimator.pytorch import PyTorch
 from runtime import contract

@@ -72,11 +72,8 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import shutil
 import signal
-import stat
 import sys
 import threading
 import time
@@ -94,7 +91,7 @@ from estimator.backends.local.executors.base import Executor, Host, LaunchContex
 from estimator.backends.local.executors.spawn import DrainedOutput
 from estimator.backends.local.metrics import METRICS_FILE, MetricRecorder
 from estimator.backends.local.spot import INTERRUPT_FILE, INTERRUPTED, Attempts, SpotFaults, spot_faults
-from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState
+from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, host_report
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -114,8 +111,6 @@ PREEMPTION_HOLD_SECONDS = 5.0
 """How long a managed-spot job on a requeueing scheduler (Slurm) waits for the agent's own signal
 when hosts ended "Stopped" by one the agent did not send, before it calls that a failure."""
 LOG_TAIL_LINES = 20
-HOST_REPORT_BYTES = 4 << 20
-"""A host's ``failure.json`` larger than this is not read (its runtime writes a few KiB)."""
 _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "InternalServerError:", "Stopped:")
 
 _MESSAGES = {
@@ -722,25 +717,6 @@ def _stopped_from_outside(host: Host) -> bool:
     if details is None:
         return host.exit_code is not None and host.exit_code > 128
     return details.get("kind") == "stopped"
-
-
-def host_report(path: Path) -> dict[str, Any] | None:
-    """A host's ``output/failure.json`` as a dict, or None. Read as what it is, a file the job's
-    ranks can replace: only a regular file (never a FIFO, which would block the agent for ever, nor
-    a link to a device) of at most :data:`HOST_REPORT_BYTES`, holding a JSON object."""
-    try:
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with open(handle, "rb") as report:
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
-            return None
-        data = report.read(HOST_REPORT_BYTES + 1)
-    try:
-        details = json.loads(data) if len(data) <= HOST_REPORT_BYTES else None
-    except ValueError:
-        return None
-    return details if isinstance(details, dict) else None
 
 
 def _tail(path: Path, lines: int) -> str:

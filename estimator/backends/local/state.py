@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from enum import Enum
 from pathlib import Path
@@ -43,6 +44,8 @@ from runtime import contract
 
 SPACE_RESERVE_BYTES = 1 << 20
 """Set aside in the job directory while the agent runs, freed to write the terminal state."""
+HOST_REPORT_BYTES = 4 << 20
+"""A host's ``failure.json`` larger than this is not read (its runtime writes a few KiB)."""
 STORE_FULL_FIX = "free space on that filesystem, or pass LocalSession(root=...) a job store with more room"
 """What to do when the job store is full (a failed submit, or a job that ended for it)."""
 
@@ -201,6 +204,25 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def host_report(path: Path) -> dict[str, Any] | None:
+    """A host's ``output/failure.json`` as a dict, or None. Read as what it is, a file the job's
+    ranks can replace: only a regular file (never a FIFO, which would block the agent for ever, nor
+    a link to a device) of at most :data:`HOST_REPORT_BYTES`, holding a JSON object."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with open(handle, "rb") as report:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            return None
+        data = report.read(HOST_REPORT_BYTES + 1)
+    try:
+        details = json.loads(data) if len(data) <= HOST_REPORT_BYTES else None
+    except ValueError:
+        return None
+    return details if isinstance(details, dict) else None
 
 
 class JobState(str, Enum):

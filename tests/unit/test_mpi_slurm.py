@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -140,6 +141,24 @@ def test_executor_starts_each_asked_orted_once_as_a_step_on_its_node(
     assert "no host 'algo-9' in this job" in refused
     assert said == ["MPI: started algo-2's orted as a step on node2"]
     executor.attempt_ended(context)
+
+
+def test_a_fifo_in_place_of_an_orted_request_never_blocks_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The meeting directory is the job's hosts' too: what is there is read as they left it.
+    meet = tmp_path / "mpi-x"
+    meet.mkdir(mode=0o700)
+    os.mkfifo(mpi_slurm.request_file(meet, "algo-2"))
+    executor = SlurmExecutor(client=SlurmClient(), job_id="12", nodelist="node[1-2]", python="/venv/python")
+    executor._mpi_dir = meet
+    recorder = _Recorder()
+    monkeypatch.setattr(slurm_executor.subprocess, "Popen", recorder)
+    context = LaunchContext(spec(), {}, JobDir(tmp_path), _hosts(tmp_path), 10.0, lambda _: None)
+    watching = threading.Thread(target=executor.watch, args=(context,), daemon=True)
+    watching.start()
+    watching.join(timeout=10)
+    assert not watching.is_alive() and recorder.started == []
 
 
 def test_what_an_orted_step_printed_reaches_the_job_log_when_the_attempt_ends(tmp_path: Path) -> None:

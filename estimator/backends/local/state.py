@@ -45,7 +45,7 @@ from runtime import contract
 SPACE_RESERVE_BYTES = 1 << 20
 """Set aside in the job directory while the agent runs, freed to write the terminal state."""
 HOST_REPORT_BYTES = 4 << 20
-"""A host's ``failure.json`` larger than this is not read (its runtime writes a few KiB)."""
+"""A file a host wrote larger than this is not read (a ``failure.json`` holds a few KiB)."""
 STORE_FULL_FIX = "free space on that filesystem, or pass LocalSession(root=...) a job store with more room"
 """What to do when the job store is full (a failed submit, or a job that ended for it)."""
 
@@ -207,9 +207,9 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def host_report(path: Path) -> dict[str, Any] | None:
-    """A host's ``output/failure.json`` as a dict, or None. Read as what it is, a file the job's
-    ranks can replace: only a regular file (never a FIFO, which would block the agent for ever, nor
-    a link to a device) of at most :data:`HOST_REPORT_BYTES`, holding a JSON object."""
+    """A JSON object a host wrote (its ``output/failure.json``, an ``orted`` request), or None. Read
+    as what it is, a file the job's ranks can replace: only a regular file (never a FIFO, which
+    would block the agent for ever, nor a link to a device) of at most :data:`HOST_REPORT_BYTES`."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:

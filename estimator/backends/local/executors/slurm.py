@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.local.executors.spawn import STORE_VIEW_ENV
+from estimator.backends.local.state import host_report
 from estimator.backends.slurm_client import SlurmClient, SlurmCommandError
 from runtime import contract, mpi_slurm
 from runtime.processes import free_port
@@ -264,11 +265,10 @@ class SlurmExecutor(Executor):
             return
         self._mpi_seen_at = now
         for path in self._mpi_dir.glob("orted-*.json"):
-            try:
-                ask = json.loads(path.read_text(encoding="utf-8"))
-                host, command = str(ask["host"]), str(ask["command"])
-            except (OSError, ValueError, KeyError, TypeError):
+            ask = host_report(path)  # written by the master's mpirun: never block on what is there
+            if ask is None or "host" not in ask or "command" not in ask:
                 continue
+            host, command = str(ask["host"]), str(ask["command"])
             if host in self._mpi_steps:
                 continue
             why = self._start_mpi_step(context, host, command)

@@ -39,6 +39,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -461,9 +462,9 @@ def refused_argument(error: Exception, kwargs: Mapping[str, Any]) -> str | None:
     a refusal that names an argument the user never wrote is the launcher's confusion, not a
     documented limit."""
     field = getattr(error, "field", None)
-    if isinstance(field, str):
-        root = field.split(".")[0].split("[")[0]
-        return root if root in kwargs else None
+    if isinstance(field, str):  # "instance_groups[0].instance_type", "hyperparameters key='x'"
+        root = re.match(r"\w*", field)
+        return root.group(0) if root and root.group(0) in kwargs else None
     return next((key for key in kwargs if key in str(error)), None)
 
 

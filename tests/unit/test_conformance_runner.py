@@ -259,6 +259,8 @@ def test_a_refusal_must_name_an_argument_the_case_passes() -> None:
     assert conformance.refused_argument(named, kwargs) == "instance_groups"
     feature = UnsupportedFeatureError("instance_groups (heterogeneous clusters)", "one instance type")
     assert conformance.refused_argument(feature, kwargs) == "instance_groups"
+    keyed = ConfigurationError("hyperparameters key='sagemaker_program'", "x", "reserved")
+    assert conformance.refused_argument(keyed, {"hyperparameters": {}}) == "hyperparameters"
 
 
 def test_mpi_cases_are_recognised() -> None:

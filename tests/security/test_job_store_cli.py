@@ -215,6 +215,31 @@ def test_abandoned_claim_is_collected_and_a_live_one_never(cli: Cli) -> None:
     assert cli.statuses() == {"live-claim": "Completed", "dead-claim": "Completed"}
 
 
+def test_a_submitter_killed_while_starting_the_agent_leaves_a_record_gc_keeps(cli: Cli) -> None:
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal\n"
+            "from estimator.backends.local.backend import LocalBackend\n"
+            "LocalBackend._start_agent = lambda self, job: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "from estimator import LocalSession, PyTorch\n"
+            "PyTorch(entry_point='train.py', source_dir='src', framework_version='2.1.0',\n"
+            "        py_version='py310', instance_type='local', instance_count=1,\n"
+            "        sagemaker_session=LocalSession()).fit(job_name='half-started', logs=False)\n",
+        ],
+        cwd=cli.cwd,
+        env=cli.env,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert cli.statuses() == {"half-started": "Damaged"}  # its agent might run: never Abandoned
+    assert "which may run" in cli("list").stdout
+    assert "kept 1 damaged" in cli("gc").stdout
+    clean(cli("rm", "half-started"), 0)
+    assert not (cli.jobs / "half-started").exists()
+
+
 @pytest.mark.slow
 def test_gc_running_all_the_time_never_collects_a_submit_under_way(cli: Cli) -> None:
     stop = threading.Event()

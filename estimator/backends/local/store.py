@@ -17,7 +17,9 @@ start time, its host name and pid namespace. The claim is ``Abandoned`` only whe
 provably gone on this host and pid namespace (no such pid, or the pid reused by a process started
 at another time); a claim made on another host or in another pid namespace (a Slurm login node, a
 container) cannot be checked from here and stays ``Claimed``, and so does every claim of a live
-submitter. Once the agent is started (its ``agent.json``, or the Slurm job's ``slurm.json``), the
+submitter. A submitter that died between writing ``state.json`` and recording the agent it started
+leaves a ``Damaged`` directory instead (that agent may run): ``rm`` removes it, ``gc`` does not.
+Once the agent is started (its ``agent.json``, or the Slurm job's ``slurm.json``), the
 agent owns the directory and the claim no longer matters.
 
 Removal (:func:`remove_tree`) renames the directory to a hidden name first, so the name is freed at
@@ -42,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from estimator.backends.local.state import PRIVATE_DIR_MODE, JobDir, write_json_atomic
 from estimator.errors import ConfigurationError, SmlaunchError
 
 CLAIM_FILE = "claim.json"
@@ -114,8 +117,6 @@ def claim(path: Path) -> None:
     claimants exactly one wins, and no one ever sees a claimed directory without its claim."""
     import psutil
 
-    from estimator.backends.local.state import PRIVATE_DIR_MODE, write_json_atomic
-
     staging = path.with_name(f"{_CLAIMING}{path.name}-{secrets.token_hex(4)}")
     staging.mkdir(mode=PRIVATE_DIR_MODE)
     os.chmod(staging, PRIVATE_DIR_MODE)  # 0700 whatever the umask: a job is its submitter's alone
@@ -178,6 +179,15 @@ def describe_claim(path: Path) -> tuple[str, str, float | None]:
         return DAMAGED, str(exc), None
     at = record.get("time") if isinstance(record.get("time"), (int, float)) else None
     alive = submitter_alive(record)
+    if alive is False and JobDir(path).state_file.exists():
+        # Submit writes state.json right before it starts the agent, and records the agent after:
+        # the agent may run without a record of it, so nothing removes it unasked.
+        return (
+            DAMAGED,
+            f"damaged: {JobDir(path).agent_file}: missing, and its submitter (pid {pid}) died while "
+            "starting the agent, which may run: smlaunch rm removes it once you know it does not",
+            at,
+        )
     if alive is False:
         return ABANDONED, f"its submitter (pid {pid}) died before it started the job; gc removes it", at
     where = "" if alive else f" on {record.get('host')} (cannot be checked from here)"

@@ -9,6 +9,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from runtime import contract
 from runtime.environment import Environment
 from tests.functional._runtime_tree import write_host_tree
@@ -110,3 +112,19 @@ def test_the_readme_says_which_runs_are_local() -> None:
     assert "(the default" not in intro
     for needed in ('instance_type="local"', '"local_gpu"', "sagemaker_session=LocalSession()", "`smlaunch`"):
         assert needed in intro, needed
+
+
+def test_the_porting_page_import_map_imports_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row of docs/porting.md's import map: the SDK's import works in the SDK oracle, and its
+    smlaunch counterpart works here."""
+    pytest.importorskip("sagemaker")
+    rows = re.findall(
+        r"^\| `(from sagemaker[\w.]* import [\w, ]+)`[^|]* \| `(from estimator[\w.]* import [\w, ]+)` \|",
+        (ROOT / "docs" / "porting.md").read_text(),
+        re.MULTILINE,
+    )
+    assert len(rows) >= 10
+    monkeypatch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    for sdk, ours in rows:
+        exec(sdk, {})
+        exec(ours, {})

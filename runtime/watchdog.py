@@ -149,7 +149,8 @@ class StallWatchdog(SupervisorHook):
                 self.log(f"stacks: {part}")
         summary = (
             f"Stalled: no process on host {self.host} wrote output for {self.stall_timeout:g} s "
-            f"({contract.SMLAUNCH_STALL_TIMEOUT_SECONDS}) and none had exited; the job was ended. "
+            f"(stall_timeout_seconds, {contract.SMLAUNCH_STALL_TIMEOUT_SECONDS}) and none had exited; "
+            "the job was ended. "
             f"Where each rank was ({tool}"
             + (f"; full stacks in {target.name} in the job's output" if target else "")
             + "):"

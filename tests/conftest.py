@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -34,3 +35,13 @@ def _pytest_stays_no_subreaper() -> Iterator[None]:
     yield
     if _subreaper(prctl) and not before:
         prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_personal_config_file() -> Iterator[None]:
+    """The suite never reads the developer's ``~/.config/smlaunch/config.yaml`` (an ``executor:
+    docker`` there would change every local job): ``SMLAUNCH_CONFIG`` names an empty file for the
+    whole session, subprocesses included. Tests of the config file point it elsewhere."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SMLAUNCH_CONFIG", os.devnull)
+        yield

@@ -22,6 +22,13 @@ imports torch, the supervisor, the watchdog or a launcher.
 - :mod:`runtime.fastfile`: the FUSE server for ``FastFile`` channels, which the local agent runs.
 - :mod:`runtime.mpi_slurm`: how ``mpirun`` on a Slurm cluster asks the Slurm executor to start each
   host's ``orted`` (request and answer files), and the ``plm_rsh_agent`` that asks.
+- :mod:`runtime.artifact_tree`: which entries of a directory the user's code wrote are delivered
+  (regular files; no link out, no loop, no FIFO), for the agent's packing and syncs.
+- :mod:`runtime.hyperparameters`: the toolkit's reading of wire hyperparameters (``truthy`` is what
+  the SDK side uses to read a launcher flag as the runtime will).
+- :mod:`runtime.framework_env`: the rank variables frameworks read, and the framework a job's image
+  stands for (``SAGEMAKER_TRAINING_MODULE``),
+  which the agent sets for each host as the image would.
 """
 
 SHARED_LAYER = (
@@ -36,5 +43,8 @@ SHARED_LAYER = (
     "runtime.processes",
     "runtime.fastfile",
     "runtime.mpi_slurm",
+    "runtime.artifact_tree",
+    "runtime.hyperparameters",
+    "runtime.framework_env",
 )
 """The ``runtime`` modules the estimator may import (see above)."""

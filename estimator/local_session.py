@@ -73,6 +73,9 @@ class LocalSession:
     ``mpi_wait_seconds``: bound on every wait between MPI hosts. ``log_prefix``: ``[algo-N/rank R]``
     before each rank's line (default True). ``unsafe_checkpoint_load``: smp checkpoints load with
     full pickle. ``retention``: the age after which ``smlaunch gc`` removes ended jobs.
+    ``verbose``: each host logs its whole launch topology (hosts, ranks, master, process-group
+    backend, containment, every command) and where its code came from, instead of one line
+    (``launcher: torchrun, ranks 0-1 of 4 on host 1 of 2, gloo``). Default False.
     """
 
     is_local = True
@@ -101,6 +104,7 @@ class LocalSession:
         log_prefix: bool | None = None,
         unsafe_checkpoint_load: bool | None = None,
         retention: str | None = None,
+        verbose: bool | None = None,
     ) -> None:
         require_type("root", root, (str, os.PathLike, type(None)), "pass a directory path, e.g. '~/jobs'")
         require_type("executor", executor, (str, type(None)), "use executor='process' or executor='docker'")
@@ -172,6 +176,7 @@ class LocalSession:
                 "log_prefix": log_prefix,
                 "unsafe_checkpoint_load": unsafe_checkpoint_load,
                 "retention": retention,
+                "verbose": verbose,
             }
         )
         self.root = self.settings.root

@@ -121,6 +121,10 @@ class Settings(BaseModel):
         description="Bound on every wait between MPI hosts.",
     )
     log_prefix: bool = Field(True, description="Prefix each rank's output line with `[algo-N/rank R]`.")
+    verbose: bool = Field(
+        False,
+        description="Each host logs its whole launch topology and where its code came from, not one line.",
+    )
     unsafe_checkpoint_load: bool = Field(
         False, description="Load smp checkpoints with full pickle (runs code in them)."
     )
@@ -182,6 +186,7 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "archive_max_members": contract.SMLAUNCH_ARCHIVE_MAX_MEMBERS,
     "mpi_wait_seconds": contract.SMLAUNCH_MPI_WAIT_SECONDS,
     "log_prefix": contract.SMLAUNCH_LOG_PREFIX,
+    "verbose": contract.SMLAUNCH_VERBOSE,
     "unsafe_checkpoint_load": contract.SMLAUNCH_UNSAFE_CHECKPOINT_LOAD,
 }
 """The environment variable of each knob that has one (earlier releases' names)."""
@@ -196,6 +201,7 @@ HOST_VARIABLES: dict[str, str] = {
         "archive_max_members",
         "mpi_wait_seconds",
         "log_prefix",
+        "verbose",
         "unsafe_checkpoint_load",
     )
 }
@@ -214,6 +220,7 @@ _HOST_ENCODERS: dict[str, Callable[[Any], str]] = {
     "archive_max_members": str,
     "mpi_wait_seconds": lambda v: f"{v:g}",
     "log_prefix": _flag,
+    "verbose": _flag,
     "unsafe_checkpoint_load": _flag,
 }
 
@@ -234,6 +241,7 @@ _EXAMPLES: dict[str, str] = {
     "archive_max_members": "2000000",
     "mpi_wait_seconds": "600",
     "log_prefix": "false",
+    "verbose": "true",
     "unsafe_checkpoint_load": "true",
     "mlflow": "http://127.0.0.1:5000",
     "retention": "7d",

@@ -25,6 +25,8 @@ from runtime import contract
 if TYPE_CHECKING:
     import argparse
 
+    from runtime.supervisor import RunResult
+
 # argparse, socket and traceback are imported where they are used: every host runtime starts
 # before its ranks, so what it imports is paid before the user's first line.
 
@@ -48,6 +50,15 @@ def _log(host: str, message: str) -> None:
         print(f"[{host}] {message}", flush=True)
     except (OSError, ValueError):
         pass  # nothing reads the output any more (the agent died): the result files still tell all
+
+
+def _outcome_line(result: RunResult, code: int) -> str:
+    """The host's last line: it succeeded, was stopped (a stop asked for, not a failure), or failed."""
+    if code == 0:
+        return "training succeeded"
+    if result.stop_signal is not None and result.first_failure is None:
+        return f"stopped by {signal.Signals(result.stop_signal).name}"
+    return f"training failed: exit code {code}"
 
 
 def wait_for_hosts(hosts: list[str], timeout: float, log: Any) -> None:
@@ -92,6 +103,7 @@ def run(environ: Mapping[str, str]) -> int:
     try:
         env = Environment.from_files(base_dir, environ)
         host = env.current_host
+        verbose = environ.get(contract.SMLAUNCH_VERBOSE, "").strip().lower() not in ("", "0", "false")
         for directory in (
             paths.code_dir,
             paths.model_dir,
@@ -99,7 +111,10 @@ def run(environ: Mapping[str, str]) -> int:
             paths.output_intermediate_dir,
         ):
             directory.mkdir(parents=True, exist_ok=True)
-        if CodeFetcher().fetch(env.sagemaker_hyperparameters.get(contract.HP_SUBMIT_DIRECTORY), env.code_dir):
+        fetched = CodeFetcher().fetch(
+            env.sagemaker_hyperparameters.get(contract.HP_SUBMIT_DIRECTORY), env.code_dir
+        )
+        if fetched and verbose:
             _log(host, f"code from {env.module_dir} extracted into {env.code_dir}")
         prepared = prepare(env.code_dir, env.user_entry_point, env.environ, lambda m: _log(host, m))
         # `python` and `pip` in the job (a .sh entry point, subprocess, os.system) are the ranks'
@@ -116,13 +131,16 @@ def run(environ: Mapping[str, str]) -> int:
         from runtime.supervisor import Supervisor
 
         launcher = select_launcher(env, python=prepared.python)
-        supervisor = Supervisor.from_environ(host, env.environ, containment=Containment(host))
+        supervisor = Supervisor.from_environ(
+            host, env.environ, containment=Containment(host), verbose=verbose
+        )
         result = launcher.run(supervisor)
         code = report_run(paths, result)
-        _log(host, "training succeeded" if code == 0 else f"training failed: exit code {code}")
+        _log(host, _outcome_line(result, code))
         return code
     except _Stopped as stop:
         name = signal.Signals(stop.signum).name
+        _log(host, f"stopped by {name} before training started")
         write_failure(
             paths,
             f"Stopped: host {host} received {name} before training started",

@@ -319,6 +319,8 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_FAULTS          JSON list of faults to inject in a local run (see runtime.faults)
 #   SMLAUNCH_STOP_GRACE_SECONDS  seconds between SIGTERM and SIGKILL when the job is stopped
 #   SMLAUNCH_LOG_PREFIX      "0" turns off the [host/rank N] prefix of rank output
+#   SMLAUNCH_VERBOSE         "1": each host logs its whole launch topology and where its code came
+#                            from; default: one line per host (LocalSession(verbose=True) sets it)
 #   SMLAUNCH_STALL_TIMEOUT_SECONDS  seconds without output (and no exit) after which a host's job is
 #                            declared hung: stacks dumped, job ended (see runtime.watchdog); unset/0 = off
 #   SMLAUNCH_MPI_WAIT_SECONDS  bound on every MPI wait between hosts (workers' sshd, the master's
@@ -350,6 +352,7 @@ SMLAUNCH_PROCESSES_PER_HOST = "SMLAUNCH_PROCESSES_PER_HOST"
 SMLAUNCH_FAULTS = "SMLAUNCH_FAULTS"
 SMLAUNCH_STOP_GRACE_SECONDS = "SMLAUNCH_STOP_GRACE_SECONDS"
 SMLAUNCH_LOG_PREFIX = "SMLAUNCH_LOG_PREFIX"
+SMLAUNCH_VERBOSE = "SMLAUNCH_VERBOSE"
 SMLAUNCH_STALL_TIMEOUT_SECONDS = "SMLAUNCH_STALL_TIMEOUT_SECONDS"
 SMLAUNCH_STACK_DUMPER = "SMLAUNCH_STACK_DUMPER"
 SMLAUNCH_MPI_WAIT_SECONDS = "SMLAUNCH_MPI_WAIT_SECONDS"

@@ -228,8 +228,11 @@ class Supervisor:
         stderr: IO[str] | None = None,
         hooks: Sequence[SupervisorHook] = (),
         containment: Containment | None = None,
+        verbose: bool = False,
     ) -> None:
         self.host = host
+        self.verbose = verbose
+        """Log the plan's whole topology block (``SMLAUNCH_VERBOSE``); else its one-line summary."""
         self.containment = containment
         """What keeps daemons the ranks start inside the host (:mod:`runtime.containment`); with
         None, only the ranks' process groups are killed at the end."""
@@ -306,6 +309,9 @@ class Supervisor:
         self._emit(self.stdout, f"[{self.host}] {message}")
 
     def _log_topology(self, plan: LaunchPlan) -> None:
+        if not self.verbose:
+            self.log(f"launcher: {plan.launcher}" + (f", {plan.summary}" if plan.summary else ""))
+            return
         lines = [f"launcher: {plan.launcher}"]
         for key, value in plan.topology.items():
             lines.append(f"  {key}: {value}")

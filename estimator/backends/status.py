@@ -3,18 +3,22 @@ SageMaker's wording (``2026-11-22 02:27:58 Training - Training image download co
 progress.``), and at the end the training (and, on SageMaker, billable) seconds.
 
 SageMaker's lines are prefixed ``[sagemaker]``, local ones ``[smlaunch]``; neither is ever scraped for
-metrics (:mod:`estimator.metrics`). Pure functions of a description; no I/O.
+metrics (:mod:`estimator.metrics`). A local job's agent writes each transition's line into the job
+log as it makes it (:func:`transition_line`), so that it comes in order with the hosts' lines, and the
+local follower ends with :func:`closing_line`. Pure functions of a description; no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from estimator.backends.cloudwatch import LogEvent
 from estimator.metrics import SERVICE_SOURCE
 from runtime import contract
+
+if TYPE_CHECKING:
+    from estimator.backends.cloudwatch import LogEvent
 
 
 def _millis(value: Any) -> int:
@@ -78,6 +82,33 @@ def summary_lines(
     return lines
 
 
+def transition_line(transition: Mapping[str, Any], when: Any = None) -> str:
+    """One ``SecondaryStatusTransitions`` entry as SageMaker's status line: ``2026-11-22 02:27:58
+    Training - Training in progress``, at ``when`` (default: the entry's ``StartTime``)."""
+    at = transition.get("StartTime") if when is None else when
+    return f"{_clock_text(at)} {transition.get('Status', '')} - {transition.get('StatusMessage', '')}".strip()
+
+
+def closing_line(description: Mapping[str, Any]) -> str:
+    """How a job ended, in one line: ``Completed in 33 s; model: <uri>`` (without the model when the
+    job has none), ``Failed: <FailureReason>``, ``Stopped by user``, or ``Stopped: <why>`` when
+    something else stopped it (``max_run``, a scheduler). Empty while the job runs."""
+    status = description.get("TrainingJobStatus")
+    reason = str(description.get("FailureReason") or "").strip()
+    if status == contract.STATUS_COMPLETED:
+        seconds = description.get("TrainingTimeInSeconds")
+        line = "Completed" if seconds is None else f"Completed in {int(seconds)} s"
+        model = (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+        return f"{line}; model: {model}" if model else line
+    if status == contract.STATUS_FAILED:
+        return f"Failed: {reason or description.get('SecondaryStatus') or 'no reason recorded'}"
+    if status == contract.STATUS_STOPPED:
+        if not reason:
+            return "Stopped by user"
+        return reason if reason.startswith("Stopped") else f"Stopped: {reason}"
+    return ""
+
+
 class StatusTracker:
     """Secondary-status transitions not printed yet, as log events merged with the hosts' lines.
 
@@ -90,6 +121,9 @@ class StatusTracker:
         self._source = source
 
     def new_events(self, description: Mapping[str, Any]) -> list[LogEvent]:
+        # Imported here: the local agent writes transition lines and never loads botocore for it.
+        from estimator.backends.cloudwatch import LogEvent
+
         events = []
         for index, transition in enumerate(description.get("SecondaryStatusTransitions") or []):
             status = str(transition.get("Status", ""))
@@ -101,7 +135,6 @@ class StatusTracker:
             updated = any(seen[:2] == key[:2] for seen in self._seen)
             self._seen.add(key)
             when = description.get("LastModifiedTime") if updated else started
-            text = f"{_clock_text(when)} {status} - {message}".strip()
-            events.append(LogEvent(_millis(when), -1, index, self._source, text))
+            events.append(LogEvent(_millis(when), -1, index, self._source, transition_line(transition, when)))
         events.sort()
         return events

@@ -54,8 +54,18 @@ class LaunchPlan:
     launcher: str
     processes: list[ProcessSpec]
     topology: dict[str, Any] = field(default_factory=dict)
-    """Resolved launch configuration, logged as one block: hosts, ranks per host, world size,
-    master address and port, process-group backend, command."""
+    """Resolved launch configuration, logged as one block in verbose mode (``SMLAUNCH_VERBOSE``):
+    hosts, ranks per host, world size, master address and port, process-group backend, command."""
+    summary: str = ""
+    """What this host starts, in a few words (``ranks 0-1 of 4 on host 1 of 2, gloo``): the host's
+    one line, ``launcher: <launcher>, <summary>``, when not verbose."""
+
+
+def ranks_text(first: int, count: int, world: int) -> str:
+    """``rank 3 of 4`` or ``ranks 2-3 of 4``: a host's consecutive global ranks."""
+    if count == 1:
+        return f"rank {first} of {world}"
+    return f"ranks {first}-{first + count - 1} of {world}"
 
 
 class Launcher(ABC):

@@ -318,8 +318,16 @@ class MpiLauncher(Launcher):
             "master": self.env.master_hostname,
             "mode": self._mode(),
         }
+        where = f"host {self.env.host_rank + 1} of {len(self.hosts)}"
+        if self.env.is_master:
+            summary = f"mpirun starts {self.num_processes} ranks ({self.ppn} per host) from {where}"
+        else:
+            summary = f"{where}, its ranks started by {self.env.master_hostname}'s mpirun"
         return LaunchPlan(
-            launcher=self.name, processes=[spec] if self.env.is_master else [], topology=topology
+            launcher=self.name,
+            processes=[spec] if self.env.is_master else [],
+            topology=topology,
+            summary=summary,
         )
 
     def _mode(self) -> str:

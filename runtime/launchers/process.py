@@ -45,4 +45,6 @@ class ProcessLauncher(Launcher):
         }
         if tf_env:
             topology["TF_CONFIG"] = tf_env[contract.TF_CONFIG]
-        return LaunchPlan(launcher=self.name, processes=[spec], topology=topology)
+        where = f"host {env.hosts.index(env.current_host) + 1} of {len(env.hosts)}"
+        summary = f"{env.user_entry_point} on {where}"
+        return LaunchPlan(launcher=self.name, processes=[spec], topology=topology, summary=summary)

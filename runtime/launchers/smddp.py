@@ -51,4 +51,4 @@ class SmddpLauncher(TorchrunLauncher):
         options = str(self.env.framework_params.get(contract.HP_SMDDP_CUSTOM_MPI_OPTIONS) or "").strip()
         if options:
             topology["custom_mpi_options"] = f"{options!r} ignored (smlaunch's smddp does not use mpirun)"
-        return LaunchPlan(launcher=self.name, processes=processes, topology=topology)
+        return LaunchPlan(launcher=self.name, processes=processes, topology=topology, summary=base.summary)

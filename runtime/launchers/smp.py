@@ -59,4 +59,4 @@ class SmpLauncher(TorchrunLauncher):
         custom = env.framework_params.get(contract.HP_MPI_CUSTOM_OPTIONS)
         if custom:
             topology["custom mpi options"] = f"{custom} (ignored: ranks are started without mpirun)"
-        return LaunchPlan(launcher=self.name, processes=processes, topology=topology)
+        return LaunchPlan(launcher=self.name, processes=processes, topology=topology, summary=base.summary)

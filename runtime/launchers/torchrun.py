@@ -30,7 +30,7 @@ from typing import ClassVar
 from runtime import contract
 from runtime.code import entry_point_command
 from runtime.framework_env import framework_env_for
-from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
+from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec, ranks_text
 
 
 class TorchrunLauncher(Launcher):
@@ -67,6 +67,8 @@ class TorchrunLauncher(Launcher):
                 )
             )
         first = node_rank * nproc
+        backend = "nccl" if env.num_gpus > 0 and not env.cuda_emulated else "gloo"
+        summary = f"{ranks_text(first, nproc, world_size)} on host {node_rank + 1} of {nnodes}, {backend}"
         topology = {
             "hosts": ", ".join(env.distribution_hosts),
             "node rank": f"{node_rank} of {nnodes} ({env.current_host})",
@@ -81,4 +83,4 @@ class TorchrunLauncher(Launcher):
                 else "gloo (CPU; no GPU on this host)"
             ),
         }
-        return LaunchPlan(launcher=self.name, processes=processes, topology=topology)
+        return LaunchPlan(launcher=self.name, processes=processes, topology=topology, summary=summary)

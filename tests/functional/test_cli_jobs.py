@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -121,9 +122,10 @@ def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedP
         if line.startswith("[smlaunch] 20")
     ]  # each transition as it happened, SageMaker's words
     assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
-    assert "[smlaunch] Training seconds: " in run.stdout.splitlines()[-1]
     model = f"{(cli.home / 'jobs' / name).as_uri()}/output/model.tar.gz"
-    assert f"[smlaunch] Model artifacts: {model}" in run.stdout
+    *_, seconds, closing = run.stdout.splitlines()
+    assert seconds.startswith("[smlaunch] Training seconds: ")
+    assert re.fullmatch(rf"\[smlaunch\] Completed in \d+ s; model: {re.escape(model)}", closing), closing
 
     listed = cli("list")
     assert listed.returncode == 0

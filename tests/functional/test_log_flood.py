@@ -8,6 +8,7 @@ its newline.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,4 +118,4 @@ def test_a_notebook_that_stops_reading_never_holds_the_job_back(tmp_path: Path) 
     host_lines = backend.job_dir(spec.TrainingJobName).host_log("algo-1").read_text(encoding="utf-8")
     assert [line for line in host_lines.splitlines() if line.startswith("[algo-1/rank 0] ")] == expected
     assert [line for line in streamed if line.startswith("[algo-1/rank 0] ")] == expected
-    assert any("ended Completed" in line for line in streamed)
+    assert re.fullmatch(r"\[smlaunch\] Completed in \d+ s; model: file://\S+/model\.tar\.gz", streamed[-1])

@@ -120,7 +120,7 @@ def _assert_all_gone(procs: list[psutil.Process], settle: float = 60.0) -> None:
 def _run_with_daemons(tmp_path: Path, name: str) -> tuple[LocalBackend, list[psutil.Process]]:
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    backend = LocalSession(tmp_path / "jobs").backend()
+    backend = LocalSession(tmp_path / "jobs", verbose=True).backend()  # each host names its cgroup
     assert isinstance(backend, LocalBackend)
     hyperparameters = {"pid-dir": str(pid_dir), "release": str(tmp_path / "release")}
     spec = make_spec(tmp_path, name, DAEMONS, hyperparameters=hyperparameters)
@@ -172,7 +172,7 @@ from runtime.supervisor import Supervisor
 
 rank = ProcessSpec(label="rank 0", argv=[sys.executable, "-c", sys.argv[1]], env={}, cwd=".", rank=0)
 containment = Containment("algo-1", use_cgroup=False)
-result = Supervisor("algo-1", containment=containment).run(LaunchPlan("process", [rank]))
+result = Supervisor("algo-1", containment=containment, verbose=True).run(LaunchPlan("process", [rank]))
 assert containment.cgroup is None
 sys.exit(result.exit_code)
 """
@@ -214,7 +214,7 @@ ranks = [
     for r in range(3)
 ]
 containment = Containment("algo-1")
-result = Supervisor("algo-1", containment=containment).run(LaunchPlan("process", ranks))
+result = Supervisor("algo-1", containment=containment, verbose=True).run(LaunchPlan("process", ranks))
 print("cgroup:", containment.describe())
 sys.exit(result.exit_code)
 """

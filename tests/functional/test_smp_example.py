@@ -52,6 +52,6 @@ def test_pipeline_across_two_emulated_hosts(
 
     run.main(epochs=1, instance_count=2, processes_per_host=2)
     out = capsys.readouterr().out
-    assert "[algo-2] launcher: smp" in out and "[algo-2]   ranks on this host: 2..3 (2 per host)" in out
+    assert "[algo-2] launcher: smp, ranks 2-3 of 4 on host 2 of 2, gloo" in out
     assert "smp: world=4 pp=2 dp=2 microbatches=4" in out
     assert "load_check OK" in out

@@ -97,6 +97,7 @@ def test_process_plan(tmp_path: Path) -> None:
     assert spec.env["SM_CURRENT_HOST"] == "algo-1"
     assert spec.env["PYTHONPATH"].split(":")[0] == str(env.code_dir)
     assert "RANK" not in spec.env or spec.env["RANK"] == env.environ.get("RANK")
+    assert plan.summary == "train.py on host 1 of 1"
 
 
 def test_torchrun_plan_on_the_second_of_two_hosts(tmp_path: Path) -> None:
@@ -138,6 +139,30 @@ def test_torchrun_plan_on_the_second_of_two_hosts(tmp_path: Path) -> None:
     assert plan.topology["world size"] == 6
     assert plan.topology["backend"].startswith("gloo")
     assert plan.topology["master"] == "algo-1 at 127.0.0.5:29555"
+    assert plan.summary == "ranks 3-5 of 6 on host 2 of 2, gloo"
+
+
+@pytest.mark.parametrize(
+    ("hps", "host", "summary"),
+    [
+        ({contract.HP_SMDDP_ENABLED: "true"}, "algo-1", "rank 0 of 2 on host 1 of 2, gloo"),
+        (
+            {contract.HP_MPI_ENABLED: "true", contract.HP_MPI_PROCESSES_PER_HOST: "2"},
+            "algo-1",
+            "mpirun starts 4 ranks (2 per host) from host 1 of 2",
+        ),
+        (
+            {contract.HP_MPI_ENABLED: "true", contract.HP_MPI_PROCESSES_PER_HOST: "2"},
+            "algo-2",
+            "host 2 of 2, its ranks started by algo-1's mpirun",
+        ),
+    ],
+)
+def test_each_launcher_says_in_a_few_words_what_a_host_starts(
+    tmp_path: Path, hps: dict[str, str], host: str, summary: str
+) -> None:
+    env = env_for(tmp_path, hps, host=host, hosts=("algo-1", "algo-2"))
+    assert select_launcher(env).plan().summary == summary
 
 
 def test_ranks_per_host_follow_gpus_then_one(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ NON_DEFAULT: dict[str, tuple[str, str, Any]] = {
     "archive_max_members": ("10", "10", 10),
     "mpi_wait_seconds": ("30", "30", 30.0),
     "log_prefix": ("false", "0", False),
+    "verbose": ("true", "1", True),
     "unsafe_checkpoint_load": ("true", "1", True),
     "retention": ("7d", "7d", "7d"),
 }

@@ -47,7 +47,7 @@ def test_exit_code_of_signal_deaths() -> None:
 
 
 def test_output_is_prefixed_per_host_and_rank_and_streams_are_kept_apart() -> None:
-    sup, out, err = make("algo-2")
+    sup, out, err = make("algo-2", verbose=True)
     plan = LaunchPlan(
         "test",
         [
@@ -55,6 +55,7 @@ def test_output_is_prefixed_per_host_and_rank_and_streams_are_kept_apart() -> No
             spec("rank 5", "print('a\\nb', end='')", 5),
         ],
         {"world size": 6},
+        "ranks 4-5 of 6",
     )
     result = sup.run(plan)
     assert result.exit_code == 0 and result.succeeded
@@ -66,6 +67,13 @@ def test_output_is_prefixed_per_host_and_rank_and_streams_are_kept_apart() -> No
     assert "[algo-2] launcher: test" in stdout and "[algo-2]   world size: 6" in stdout
     # The topology block comes before any rank output.
     assert stdout.index("[algo-2] launcher: test") < stdout.index("[algo-2/rank 4] hello")
+
+
+def test_without_verbose_a_host_says_in_one_line_what_it_starts() -> None:
+    sup, out, _ = make("algo-2")
+    plan = LaunchPlan("test", [spec("rank 4", "print('hello')", 4)], {"world size": 6}, "rank 4 of 6")
+    assert sup.run(plan).exit_code == 0
+    assert out.getvalue().splitlines() == ["[algo-2] launcher: test, rank 4 of 6", "[algo-2/rank 4] hello"]
 
 
 def test_prefix_can_be_turned_off() -> None:

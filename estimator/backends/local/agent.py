@@ -92,6 +92,7 @@ from estimator.backends.local.executors.spawn import DrainedOutput
 from estimator.backends.local.metrics import METRICS_FILE, MetricRecorder
 from estimator.backends.local.spot import INTERRUPT_FILE, INTERRUPTED, Attempts, SpotFaults, spot_faults
 from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, host_report
+from estimator.backends.status import transition_line
 from estimator.errors import NoSpaceLeftError, is_no_space
 from estimator.spec import TrainingJobSpec
 from runtime import contract
@@ -214,7 +215,11 @@ class Agent:
 
     def transition(self, secondary: str, status: str | None = None, **fields: Any) -> None:
         """Record a new SecondaryStatus (and TrainingJobStatus, a :class:`JobState` value) in
-        ``state.json``, with ``fields`` (FailureReason, ...)."""
+        ``state.json``, with ``fields`` (FailureReason, ...).
+
+        Its status line goes into the job log first, so that a follower prints it in order with the
+        hosts' lines (:mod:`estimator.backends.status`); before a terminal state the job log is
+        closed: what a follower drains once it sees that state is all there is."""
         at = time.time()
         terminal = status is not None and JobState(status).is_terminal
         transitions = self.state.setdefault("SecondaryStatusTransitions", [])
@@ -228,6 +233,11 @@ class Agent:
         if terminal:
             entry["EndTime"] = at
         transitions.append(entry)
+        if not self._job_log.closed:
+            self.say(transition_line(entry))
+        if terminal:
+            with contextlib.suppress(OSError):  # a full disk: the buffered tail is lost
+                self._job_log.close()
         self.state["SecondaryStatus"] = secondary
         if status is not None:
             self.state["TrainingJobStatus"] = status
@@ -273,21 +283,19 @@ class Agent:
         ended = time.time()
         start = self.state.get("TrainingStartTime", ended)
         seconds = max(0, round(ended - start))
-        if status == INTERRUPTED:
-            self.say(f"Job {self.spec.TrainingJobName} preempted, {seconds} s in; requeued")
-        else:
-            self.say(f"Job {self.spec.TrainingJobName} ended {status} ({secondary}) after {seconds} s")
-        with contextlib.suppress(OSError):  # a full disk: the buffered tail is lost
-            self._job_log.close()
         times: dict[str, Any] = {"TrainingTimeInSeconds": seconds, "BillableTimeInSeconds": seconds}
         times.update(self._attempts.describe_fields(ended, spot=bool(self.spec.EnableManagedSpotTraining)))
         if status == INTERRUPTED:  # preempted: the scheduler runs the agent again, which goes on
+            self.say(f"Job {self.spec.TrainingJobName} preempted, {seconds} s in; requeued")
             self.state["Attempts"] = times["Attempts"]
             if self.state.get("SecondaryStatus") == secondary:
                 self.job.write_state(self.state)
             else:
                 self.transition(secondary)
+            with contextlib.suppress(OSError):
+                self._job_log.close()
             return 0
+        # The follower's closing line says how it ended (estimator.backends.status.closing_line).
         self.transition(secondary, status, TrainingEndTime=ended, **times, **fields)
         return 0
 
@@ -358,7 +366,6 @@ class Agent:
             self._spot.arm(len(self._attempts.records))
             for sync in self._syncs:
                 sync.start()
-            self.transition(contract.SECONDARY_TRAINING)
             outcome = self._supervise()
             self._spot.disarm()
             if self._data is not None:
@@ -392,7 +399,6 @@ class Agent:
                 )
                 return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
             return outcome
-        self.say(f"Model artifacts: {uris['model']}")
         outcome[2]["ModelArtifacts"] = {"S3ModelArtifacts": uris["model"]}
         outcome[2]["OutputArtifacts"] = {"S3OutputArtifacts": uris["output"]}
         return outcome
@@ -475,6 +481,8 @@ class Agent:
 
     def _launch(self) -> None:
         self.executor.launch(self.context())
+        # Before a host's output is read: its first line comes after the one saying training began.
+        self.transition(contract.SECONDARY_TRAINING)
         for host in self.hosts:
             host.pump = threading.Thread(
                 target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True

@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import posixpath
+import re
 import shutil
 import subprocess
 import sys
@@ -62,7 +63,7 @@ from estimator.backends.local.layout import file_uri_path, instance_ranks, machi
 from estimator.backends.local.metrics import METRICS_FILE, final_metric_data, read_metric_records
 from estimator.backends.local.spot import request_interruption, spot_faults
 from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, write_json_atomic
-from estimator.backends.status import StatusTracker, summary_lines
+from estimator.backends.status import closing_line, summary_lines, transition_line
 from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError, no_space_errors
 from estimator.metrics import LOCAL_SOURCE, MetricRecord
 from estimator.spec import TrainingJobSpec
@@ -83,8 +84,10 @@ _POLL_SECONDS = 0.1
 _FOLLOW_SECONDS = 0.01
 """...and ``state.json`` is stat'ed this often (re-read when it changed), so that the job's end is
 seen within about this long after the agent wrote it."""
-_STATUS_SECONDS = 0.5
-"""While following a log, new status transitions are looked for at least this often."""
+_PROGRESS_SECONDS = 0.5
+"""While following a log, the transfer bars are brought up to date at least this often."""
+_STATUS_LINE = re.compile(rf"^\[{LOCAL_SOURCE}\] \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d \w+ - ", re.M)
+"""A status line the agent (or ``submit``) wrote into the job log, one per transition."""
 
 
 class JobNotFoundError(SmlaunchError, KeyError):
@@ -526,17 +529,19 @@ class LocalBackend(Backend):
         write_json_atomic(job.settings_file, settings)
         self.executor.plan_early_start(spec, settings, job)
         created = time.time()
+        starting = {
+            "Status": contract.SECONDARY_STARTING,
+            "StartTime": created,
+            "StatusMessage": "Launching requested emulated hosts",
+        }
+        # The job log opens with the first transition, as the agent logs each of the others.
+        with job.open_log(job.job_log) as job_log:
+            job_log.write(f"[{LOCAL_SOURCE}] {transition_line(starting)}\n".encode())
         job.write_state(
             {
                 "TrainingJobStatus": contract.STATUS_IN_PROGRESS,
                 "SecondaryStatus": contract.SECONDARY_STARTING,
-                "SecondaryStatusTransitions": [
-                    {
-                        "Status": contract.SECONDARY_STARTING,
-                        "StartTime": created,
-                        "StatusMessage": "Launching requested emulated hosts",
-                    }
-                ],
+                "SecondaryStatusTransitions": [starting],
                 "CreationTime": created,
                 "LastModifiedTime": created,
             }
@@ -617,27 +622,26 @@ class LocalBackend(Backend):
         return [r for r in records if not metric_names or r.name in metric_names]
 
     def log_lines(self, job_name: str, follow: bool = False) -> Iterator[str]:
-        """Lines of the merged job log; with ``follow``, tail it until the job is terminal, with each
-        secondary-status transition as it happens and the training seconds at the end
-        (:mod:`estimator.backends.status`, prefixed ``[smlaunch]``)."""
+        """Lines of the merged job log, each secondary-status transition among them where it
+        happened (``submit`` and the agent write them there, :mod:`estimator.backends.status`,
+        prefixed ``[smlaunch]``); with ``follow``, tail it until the job is terminal, then end with
+        the training seconds and one closing line (``Completed in 33 s; model: <uri>``,
+        ``Failed: <reason>``, ``Stopped by user``)."""
         for block in self.log_blocks(job_name, follow):
             yield from block
 
     def log_blocks(self, job_name: str, follow: bool = False) -> Iterator[list[str]]:
         """:meth:`log_lines` as they are read: up to 64 KiB of whole lines at a time."""
         job = self._existing(job_name)
-        statuses = StatusTracker(LOCAL_SOURCE)
         bars = TransferBars(job.progress_file) if follow else None
         checked = 0.0
         buffer = b""
+        logged = 0  # status lines seen in the log: the transitions it has told
         ended = _EndWatch(job, self._agent_alive)
         with open(job.job_log, "rb") as handle:
             while True:
-                if bars is not None and time.monotonic() - checked >= _STATUS_SECONDS:
+                if bars is not None and time.monotonic() - checked >= _PROGRESS_SECONDS:
                     checked = time.monotonic()
-                    events = [event.line() for event in statuses.new_events(job.read_state())]
-                    if events:
-                        yield events
                     bars.update()
                 chunk = handle.read(1 << 16)
                 if not chunk:
@@ -646,23 +650,34 @@ class LocalBackend(Backend):
                     if not ended():
                         time.sleep(_FOLLOW_SECONDS)
                         continue
-                    # The agent closes every host's log before it writes a terminal state: drain.
+                    # The agent closes the job log before it writes a terminal state: drain.
                     chunk = handle.read()
                     if not chunk:
                         break
                 buffer += chunk
                 end = buffer.rfind(b"\n") + 1
                 if end:  # whole lines only, decoded together
-                    block, buffer = buffer[: end - 1], buffer[end:]
-                    yield block.decode("utf-8", errors="replace").split("\n")
+                    text, buffer = buffer[: end - 1].decode("utf-8", errors="replace"), buffer[end:]
+                    if f"[{LOCAL_SOURCE}] " in text:
+                        logged += len(_STATUS_LINE.findall(text))
+                    yield text.split("\n")
         if buffer:
             yield [buffer.decode("utf-8", errors="replace")]
         if bars is not None:
             bars.update(final=True)
-            # The agent's own line already says where the model artifact is.
-            yield [event.line() for event in statuses.new_events(job.read_state())] + list(
-                summary_lines(self.describe(job_name), LOCAL_SOURCE, billable_seconds=False, artifact=False)
-            )
+            yield self._ending(job_name, logged)
+
+    def _ending(self, job_name: str, logged: int) -> list[str]:
+        """What follows a followed job's log: the transitions no agent logged (one that died: its
+        job's end is the backend's), the training seconds, and the closing line."""
+        description = self.describe(job_name)
+        prefix = f"[{LOCAL_SOURCE}] "
+        missed = description.get("SecondaryStatusTransitions", [])[logged:]
+        return (
+            [prefix + transition_line(transition) for transition in missed]
+            + summary_lines(description, LOCAL_SOURCE, billable_seconds=False, artifact=False)
+            + [prefix + line for line in closing_line(description).splitlines()]
+        )
 
     def stop(self, job_name: str, reason: str | None = None) -> None:
         """Ask the agent to stop the job (SIGTERM to every host, SIGKILL after the grace period).

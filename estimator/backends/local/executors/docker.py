@@ -288,8 +288,8 @@ class DockerExecutor(Executor):
             write_ssh_material(context.job.path / SSH_DIR_NAME, ssh_ports)
         context.say(
             f"Job {spec.TrainingJobName}: {len(hosts)} container(s) {names} from image "
-            f"{settings['image']}, emulating {spec.ResourceConfig.InstanceType}, {ranks} process(es) per "
-            f"host for per-GPU launchers, master {names[0]}={host_address(names[0], names)}:{port} "
+            f"{settings['image']}, emulating {spec.ResourceConfig.InstanceType}, "
+            f"master {names[0]}={host_address(names[0], names)}:{port} "
             f"(host network, hosts {host_addresses(names)}), "
             f"stop grace {context.grace:g} s, max run {spec.StoppingCondition.MaxRuntimeInSeconds} s"
             + (f", sshd ports {ssh_ports}" if ssh_ports else "")

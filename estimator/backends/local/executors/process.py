@@ -123,11 +123,10 @@ class ProcessExecutor(Executor):
         spec, settings, hosts = context.spec, context.settings, context.hosts
         started, self._started = self._started, None
         port = started.port if started is not None else free_port()
-        ranks = int(settings["processes_per_host"])
         context.say(
-            f"Job {spec.TrainingJobName}: {len(hosts)} host(s) {[h.name for h in hosts]} "
-            f"emulating {spec.ResourceConfig.InstanceType}, {ranks} process(es) per host for "
-            f"per-GPU launchers, master {hosts[0].name}=127.0.0.1:{port}, "
+            f"Job {spec.TrainingJobName}: {len(hosts)} host(s) ({', '.join(h.name for h in hosts)}) "
+            f"emulating {spec.ResourceConfig.InstanceType}, "
+            f"master {hosts[0].name}=127.0.0.1:{port}, "
             f"stop grace {context.grace:g} s, max run {spec.StoppingCondition.MaxRuntimeInSeconds} s"
         )
         emulated = settings.get("emulate_cuda")

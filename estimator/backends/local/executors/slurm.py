@@ -206,7 +206,7 @@ class SlurmExecutor(Executor):
         context.say(
             f"Job {context.spec.TrainingJobName}: Slurm job {self.job_id}, {len(context.hosts)} host(s) "
             + ", ".join(f"{name}={node}({address})" for name, (node, address) in sorted(placement.items()))
-            + f", {ranks} process(es) per host for per-GPU launchers, master {master}="
+            + f", master {master}="
             f"{addresses[master]}:{port}, stop grace {context.grace:g} s, "
             f"max run {context.spec.StoppingCondition.MaxRuntimeInSeconds} s"
             + (f", container {self.container_image}" if self.container_image else "")

@@ -64,8 +64,10 @@ def metric_rows(records: Sequence[MetricRecord], metric_names: Sequence[str]) ->
 class TrainingJobAnalytics:
     """Metrics of one training job (see the module docstring).
 
-    ``sagemaker_session``: where the job is (``LocalSession()`` or ``Session()``); default: the local
-    job store when it holds ``training_job_name``, else SageMaker. ``metric_names``: which metrics
+    ``training_job_name``: a name or a job reference (:mod:`estimator.jobref`, e.g.
+    ``local:NAME``). ``sagemaker_session``: where the job is (``LocalSession()`` or ``Session()``);
+    default: as the reference says; for a bare name, the local job store when it holds the job,
+    else SageMaker. ``metric_names``: which metrics
     (default: every ``MetricDefinitions`` name of the job).
     """
 
@@ -75,10 +77,9 @@ class TrainingJobAnalytics:
         metric_names: Sequence[str] | None = None,
         sagemaker_session: Any | None = None,
     ) -> None:
-        if sagemaker_session is None:
-            from estimator.session import session_for_job
+        from estimator import jobref
 
-            sagemaker_session = session_for_job(training_job_name)
+        sagemaker_session, training_job_name = jobref.resolve(training_job_name, sagemaker_session)
         self._name = training_job_name
         self._backend = sagemaker_session.backend()
         self._requested = list(metric_names) if metric_names else None

@@ -66,7 +66,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlparse
 
-from estimator import catalog, image_uris, keywords, naming, request, validation
+from estimator import catalog, image_uris, jobref, keywords, naming, request, validation
 from estimator import hyperparameters as hp
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
@@ -594,17 +594,19 @@ class Estimator:
         ``metric_definitions`` included), point ``latest_training_job`` at it, and, as the SDK's,
         block until the job ends, streaming nothing (``logs()`` shows them).
 
+        ``training_job_name`` may say where the job is (:mod:`estimator.jobref`: ``local:NAME``,
+        ``slurm:SHARED_DIR:NAME``, ``sagemaker:NAME``). Without ``sagemaker_session``, a bare name
+        is the local job store's when it has that job, else SageMaker's, as for ``smlaunch``.
+
         A Failed job raises :class:`~estimator.errors.UnexpectedStatusException` (a ``ValueError``)
         once it ended, as the SDK's; a Stopped one warns. ``wait=False`` (an smlaunch extension)
         returns at once, whatever the job's state. Ctrl-C while waiting stops the waiting, never
         the job. ``model_channel_name``: when the job has an input channel of that name,
         ``model_uri`` and ``model_channel_name`` are set from it, as the SDK sets them.
         """
-        naming.validate_job_name(training_job_name, "training_job_name")
         require_type("model_channel_name", model_channel_name, (str, type(None)), "pass e.g. 'model'")
         require_type("wait", wait, bool, "pass wait=True (block until the job ends) or wait=False")
-        if sagemaker_session is None:
-            sagemaker_session = _default_session("ml.m5.large")
+        sagemaker_session, training_job_name = jobref.resolve(training_job_name, sagemaker_session)
         backend = sagemaker_session.backend()
         description = backend.describe(training_job_name)
         kwargs = cls._init_params_from_description(description)

@@ -4,12 +4,14 @@ Each command is a function ``(args, out) -> exit status`` called by :func:`estim
 turns a :class:`~estimator.errors.ConfigurationError` (bad argument, unknown job, refusal) into exit
 status 2 and a :class:`~estimator.errors.JobFailedError` into 1 (``run`` exits 1 for a Stopped job too).
 
-Where a job is: local jobs live under ``$SMLAUNCH_HOME/jobs`` (``LocalSession().root``); a job name
-not found there, or any name with ``--sagemaker``, is looked up on SageMaker (``Session()``: your AWS
-credentials and region); with ``--slurm SHARED_DIR``, on a Slurm cluster
-(``SlurmSession(shared_dir=SHARED_DIR)``). ``list`` shows local jobs, or SageMaker's with
-``--sagemaker``, or Slurm's with ``--slurm``. ``rm`` and
-``gc`` clean the local job store only, and never touch a job that is still running.
+Where a job is: ``JOB`` is a name or a job reference (:mod:`estimator.jobref`), found by the rule
+``Estimator.attach`` follows: local jobs live under ``$SMLAUNCH_HOME/jobs`` (``LocalSession().root``,
+or ``--store DIR``); a bare name not found there is looked up on SageMaker (``Session()``: your AWS
+credentials and region). ``--sagemaker`` and ``--slurm SHARED_DIR`` say the place as
+``sagemaker:NAME`` and ``slurm:SHARED_DIR:NAME`` do; ``--last`` is the newest job of the place
+``list`` shows. ``list`` shows local jobs, or SageMaker's with ``--sagemaker``, or Slurm's with
+``--slurm``. ``rm`` and ``gc`` clean the local job store only, and never touch a job that is still
+running. Data goes to ``out`` (stdout); status lines to stderr.
 
 Every command acts on the store directory named, never on the job another directory's record names
 (:mod:`estimator.backends.local.store`); a store that cannot be read or written (read-only, a file,
@@ -18,28 +20,18 @@ permissions) ends a command with ``error: ...`` and status 2, never a traceback.
 
 from __future__ import annotations
 
-import json
-import os
+import argparse
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TextIO
 
+from estimator import jobref
 from estimator.errors import ConfigurationError, JobFailedError
 from runtime import contract
 
-DISTRIBUTIONS: dict[str, dict[str, Any]] = {
-    "torch_distributed": {"torch_distributed": {"enabled": True}},
-    "pytorchddp": {"pytorchddp": {"enabled": True}},
-    "smddp": {"smdistributed": {"dataparallel": {"enabled": True}}},
-    "mpi": {"mpi": {"enabled": True}},
-    "smp": {
-        "smdistributed": {"modelparallel": {"enabled": True, "parameters": {}}},
-        "mpi": {"enabled": True},
-    },
-}
-"""``--distribution`` names and the ``distribution=`` each stands for (JSON gives any other)."""
 _AGE_RE = re.compile(r"^(?P<count>\d+(?:\.\d+)?)(?P<unit>[smhdw])$")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -53,22 +45,95 @@ def _local_session(args: Any) -> Any:
 
     if getattr(args, "slurm", None):
         return SlurmSession(shared_dir=args.slurm)
-    return LocalSession(executor="docker" if getattr(args, "docker", False) else None)
+    return LocalSession(root=getattr(args, "store", None))
 
 
 def _session_for(job_name: str, args: Any) -> Any:
-    """``--slurm``'s SlurmSession, else the session that knows the job: local when the job store
-    has a directory of that name (a job, or a claim, a damaged record, a copy: each explained by the
-    local backend), else SageMaker."""
-    from estimator.session import session_for_job
+    """The session :func:`with_job` found for the job (:func:`estimator.jobref.session_for`)."""
+    return args.session
 
-    sagemaker = bool(getattr(args, "sagemaker", False))
-    if getattr(args, "slurm", None):
-        return _local_session(args)
-    local = _local_session(args)
-    if not sagemaker and os.path.lexists(local.root / job_name):
-        return local
-    return session_for_job(job_name, sagemaker=sagemaker)
+
+def _reference(text: str, args: argparse.Namespace) -> jobref.JobRef:
+    """``JOB`` at the place ``--sagemaker`` or ``--slurm`` names (the two must agree); ``--store``
+    is the local store a bare name and ``local:NAME`` are looked for in."""
+    ref = jobref.parse(text)
+    if getattr(args, "sagemaker", False):
+        place = jobref.JobRef(ref.name, jobref.SAGEMAKER)
+    elif getattr(args, "slurm", None):
+        place = jobref.JobRef(ref.name, jobref.SLURM, args.slurm)
+    else:
+        return ref
+    if ref.scheme is not None and ref != place:
+        raise ConfigurationError(
+            "JOB", text, f"names another place than the flags ({place})", "give the place once"
+        )
+    return place
+
+
+def newest_job(args: argparse.Namespace) -> str:
+    """``--last``: the most recently created job of the place ``smlaunch list`` would show."""
+    if getattr(args, "sagemaker", False):
+        from estimator.session import Session
+
+        summaries = Session().list_training_jobs(max_results=1)
+        names: list[str] = [summary["TrainingJobName"] for summary in summaries]
+    else:
+        entries = local_entries(_local_session(args))
+        names = [e.name for e in entries if e.description is not None]
+    if not names:
+        raise ConfigurationError("--last", True, "there is no job yet", "start one with smlaunch run")
+    return names[0]
+
+
+def _job_text(args: argparse.Namespace, text: str | None) -> str:
+    if getattr(args, "last", False) == (text is not None):
+        raise ConfigurationError(
+            "JOB", text, "give a job or --last, not both or neither", "e.g. smlaunch describe --last"
+        )
+    if text is None:
+        name = newest_job(args)
+        print(f"--last: {name}", file=sys.stderr)
+        return name
+    return text
+
+
+def with_job(handler: Callable[[Any, Any], int]) -> Callable[[Any, Any], int]:
+    """``handler`` for ``JOB`` or ``--last``: sets ``args.job`` to the job's name and ``args.session``
+    to where it is (the reference's place, else the local store when it has the job, else SageMaker)."""
+
+    def run(args: argparse.Namespace, out: TextIO) -> int:
+        text = _job_text(args, args.job)
+        ref = _reference(text, args)
+        if ref.scheme == jobref.SAGEMAKER:
+            args.sagemaker = True
+        args.session = jobref.session_for(ref, default_local=_local_session(args))
+        args.job = ref.name
+        return handler(args, out)
+
+    return run
+
+
+def with_jobs(handler: Callable[[Any, Any], int]) -> Callable[[Any, Any], int]:
+    """``handler`` for ``JOB...`` or ``--last`` of one local store: ``args.jobs`` as names and
+    ``args.store`` as the store a ``local:STORE:NAME`` reference names."""
+
+    def run(args: argparse.Namespace, out: TextIO) -> int:
+        names = []
+        for text in args.jobs or [None]:
+            ref = jobref.parse(_job_text(args, None if args.last and not args.jobs else text))
+            if ref.scheme not in (None, jobref.LOCAL) or (ref.store and args.store not in (None, ref.store)):
+                raise ConfigurationError(
+                    "JOB",
+                    text,
+                    "rm removes jobs of one local store",
+                    "name them as NAME or local:NAME, with --store DIR",
+                )
+            args.store = ref.store or args.store
+            names.append(ref.name)
+        args.jobs = names
+        return handler(args, out)
+
+    return run
 
 
 def _backend_for(job_name: str, args: Any) -> Any:
@@ -99,101 +164,27 @@ def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
         ) from None
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def print_json(data: Any, out: TextIO) -> None:
-    print(json.dumps(data, indent=2, default=_json_default), file=out)
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 
-def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigurationError(flag, item, "expected KEY=VALUE", f"pass e.g. {flag} epochs=10")
-        pairs[key] = value
-    return pairs
-
-
-def _hp_value(text: str) -> Any:
-    # --hp epochs=10 is the number 10, --hp lr=3e-5 a float, --hp name=resnet a string (as in a notebook).
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _distribution(text: str | None, processes_per_host: int | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    if text.lstrip().startswith("{"):
-        from estimator.cli import _json_arg
-
-        parsed: dict[str, Any] = _json_arg(text, "--distribution")  # JSON text that starts with "{"
-        return parsed
-    if text not in DISTRIBUTIONS:
-        raise ConfigurationError(
-            "--distribution",
-            text,
-            "unknown distribution",
-            f"use one of {sorted(DISTRIBUTIONS)} or a JSON object",
-        )
-    distribution: dict[str, Any] = json.loads(json.dumps(DISTRIBUTIONS[text]))
-    if "mpi" in distribution and processes_per_host:
-        distribution["mpi"]["processes_per_host"] = processes_per_host
-    return distribution
-
-
 def cmd_run(args: Any, out: TextIO) -> int:
-    """Build the estimator from flags, ``fit()``; exit 1 when the job did not complete."""
-    from estimator.local_session import LocalSession
-    from estimator.pytorch import PyTorch
-    from estimator.session import Session
+    """Build the estimator from flags (:mod:`estimator.cli_run`) and ``fit()``; print the job's
+    name. Exit 1 when the job did not complete; ``--dry-run`` prints the request instead."""
+    from estimator import cli_run
 
-    if args.sagemaker:
-        if not args.instance_type:
-            raise ConfigurationError(
-                "--instance-type",
-                None,
-                "SageMaker needs an instance type",
-                "pass e.g. --instance-type ml.g5.xlarge",
-            )
-        session: Any = Session()
-    else:
-        session = LocalSession(
-            processes_per_host=args.processes_per_host, executor="docker" if args.docker else None
-        )
-    metrics = _pairs(args.metric, "--metric")
-    estimator = PyTorch(
-        entry_point=args.entry_point,
-        source_dir=args.source_dir,
-        role=args.role,
-        instance_type=args.instance_type or contract.LOCAL_INSTANCE_TYPE,
-        instance_count=args.instance_count,
-        framework_version=None if args.image_uri else args.framework_version,
-        py_version=None if args.image_uri else args.py_version,
-        image_uri=args.image_uri,
-        hyperparameters={k: _hp_value(v) for k, v in _pairs(args.hp, "--hp").items()} or None,
-        distribution=_distribution(args.distribution, args.processes_per_host),
-        metric_definitions=[{"Name": k, "Regex": v} for k, v in metrics.items()] or None,
-        output_path=args.output_path,
-        base_job_name=args.base_job_name,
-        max_run=args.max_run,
-        sagemaker_session=session,
-    )
-    inputs = _pairs(args.input, "--input") or None
-    estimator.fit(inputs, wait=not args.no_wait, job_name=args.job_name)  # JobFailedError: exit 1
-    job = estimator.latest_training_job
+    if args.dry_run:
+        from estimator.cli import cmd_plan
+
+        return cmd_plan(args, out)
+    estimator = cli_run.build_estimator(args, cli_run.session(args, dry_run=False))
+    try:
+        estimator.fit(cli_run.inputs(args), wait=not args.no_wait, job_name=args.job_name)
+    finally:
+        job = estimator.latest_training_job
+        if job is not None:  # the name, even of a job that failed: `smlaunch logs $JOB`
+            print(job.name, file=out, flush=True)
     assert job is not None
     if args.no_wait:
-        print(job.name, file=out)
         return 0
     description = job.describe()
     if description["TrainingJobStatus"] == contract.STATUS_STOPPED:
@@ -271,7 +262,31 @@ def local_entries(session: Any) -> list[Any]:
     return entries
 
 
+SUMMARY_FIELDS = (
+    "TrainingJobName",
+    "TrainingJobArn",
+    "CreationTime",
+    "TrainingEndTime",
+    "LastModifiedTime",
+    "TrainingJobStatus",
+    "SecondaryStatus",
+    "WarmPoolStatus",
+    "TrainingPlanArn",
+)
+"""ListTrainingJobs' ``TrainingJobSummary`` members, as botocore's SageMaker model names them."""
+
+
+def summary(description: dict[str, Any]) -> dict[str, Any]:
+    """A DescribeTrainingJob response as ListTrainingJobs summarises it."""
+    return {key: description[key] for key in SUMMARY_FIELDS if description.get(key) is not None}
+
+
 def cmd_list(args: Any, out: TextIO) -> int:
+    """Jobs newest first: ListTrainingJobs' response, or a table of name, status, instance, start,
+    duration."""
+    from estimator.cli_output import emit, print_columns
+
+    rows: list[dict[str, Any]] | None
     if args.sagemaker:
         from estimator.backends.local.store import STORE_STATUSES
         from estimator.session import Session
@@ -282,31 +297,34 @@ def cmd_list(args: Any, out: TextIO) -> int:
             )
         session = Session()
         summaries = session.list_training_jobs(status=args.status, max_results=args.limit)
-        descriptions = [session.backend().describe(s["TrainingJobName"]) for s in summaries]
-        epoch = datetime.fromtimestamp(0, tz=timezone.utc)
-        descriptions.sort(key=lambda d: _when(d.get("CreationTime")) or epoch, reverse=True)
-        rows = [_row(d) for d in descriptions[: args.limit]]
+        rows = None
+        if (args.output or args.output_default) == "table" and args.query is None:
+            rows = [_row(session.backend().describe(s["TrainingJobName"])) for s in summaries]
     else:
         entries = local_entries(_local_session(args))
-        rows = [_entry_row(e) for e in entries if args.status is None or e.status == args.status]
-        rows = rows[: args.limit]
-    if args.json:
-        print_json(rows, out)
-        return 0
-    columns = ("name", "status", "instance", "started", "duration")
-    widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip(), file=out)
-    for row in rows:
-        print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip(), file=out)
-    for row in rows:
-        if row.get("detail"):
-            print(f"{row['name']}: {row['detail']}", file=out)
+        entries = [e for e in entries if args.status is None or e.status == args.status][: args.limit]
+        rows = [_entry_row(e) for e in entries]
+        # ListTrainingJobs lists jobs: a store directory that is not one is in the table only
+        summaries = [summary(e.description) for e in entries if e.description is not None]
+
+    def table(out: TextIO) -> None:
+        columns = ("name", "status", "instance", "started", "duration")
+        cells = [[str(row[c]) for c in columns] for row in rows or []]
+        print_columns([c.upper() for c in columns], cells, out)
+        for row in rows or []:
+            if row.get("detail"):
+                print(f"{row['name']}: {row['detail']}", file=out)
+
+    emit({"TrainingJobSummaries": summaries}, args, out, table)
     return 0
 
 
 def cmd_describe(args: Any, out: TextIO) -> int:
+    """DescribeTrainingJob's response, as ``--output``/``--query`` ask."""
+    from estimator.cli_output import emit
+
     _, description = describe_job(args.job, args)
-    print_json(description, out)
+    emit(description, args, out)
     return 0
 
 
@@ -339,10 +357,10 @@ def cmd_stop(args: Any, out: TextIO) -> int:
     backend, description = describe_job(args.job, args)
     status = description["TrainingJobStatus"]
     if status in contract.TERMINAL_STATUSES:
-        print(f"{args.job} already ended {status}", file=out)
+        print(f"{args.job} already ended {status}", file=sys.stderr)
         return 0
     backend.stop(args.job)
-    print(f"Stopping {args.job}", file=out)
+    print(f"Stopping {args.job}", file=sys.stderr)
     return 0
 
 
@@ -350,25 +368,38 @@ def cmd_stop(args: Any, out: TextIO) -> int:
 
 
 def cmd_metrics(args: Any, out: TextIO) -> int:
+    """The job's metric values (``TrainingJobAnalytics``); a ``--metric`` the job does not define
+    exits 2 naming those it does."""
     from estimator.analytics import TrainingJobAnalytics
+    from estimator.cli_output import emit
 
     describe_job(args.job, args)  # a clear exit 2 for an unknown job
-    analytics = TrainingJobAnalytics(
-        args.job, metric_names=args.metric or None, sagemaker_session=_session_for(args.job, args)
-    )
-    frame = analytics.dataframe()
-    if args.json:
-        print(frame.to_json(orient="records"), file=out)
-    elif frame.empty:
-        print(
-            f"no metric values yet for {args.job} (metrics: {', '.join(analytics.metric_names) or 'none'})",
-            file=out,
+    session = _session_for(args.job, args)
+    defined = TrainingJobAnalytics(args.job, sagemaker_session=session).metric_names
+    unknown = [name for name in args.metric or [] if name not in defined]
+    if unknown:
+        raise ConfigurationError(
+            "--metric",
+            unknown[0],
+            f"{args.job} defines no such metric (its metrics: {', '.join(defined) or 'none'})",
+            f"pass one of them, e.g. --metric {defined[0]!r}" if defined else "drop --metric",
         )
-    else:
-        print(frame.to_string(index=False), file=out)
+    analytics = TrainingJobAnalytics(args.job, metric_names=args.metric or None, sagemaker_session=session)
+    frame = analytics.dataframe()
+
+    def table(out: TextIO) -> None:
+        if frame.empty:
+            print(
+                f"no metric values yet for {args.job} (metrics: {', '.join(defined) or 'none'})",
+                file=sys.stderr,
+            )
+        else:
+            print(frame.to_string(index=False), file=out)
+
+    emit(frame.to_dict(orient="records"), args, out, table)
     if args.plot:
         analytics.plot(args.plot)
-        print(f"wrote {args.plot}", file=out)
+        print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 
 

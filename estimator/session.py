@@ -29,25 +29,14 @@ from botocore.exceptions import ClientError, NoCredentialsError, PartialCredenti
 from estimator import naming
 from estimator.errors import ConfigurationError, require_type
 from estimator.inputs import BUCKET_PATTERN
-from estimator.local_session import LocalSession, _check_quota
+from estimator.local_session import LocalSession as LocalSession  # also importable from here
+from estimator.local_session import _check_quota
 from estimator.roles import caller_identity_arn
 from estimator.roles import get_execution_role as get_execution_role  # sagemaker.session's name
 from estimator.tracking import check_tracking_uri
 
 if TYPE_CHECKING:
     from estimator.backends.base import Backend
-
-
-def session_for_job(job_name: str, sagemaker: bool = False) -> LocalSession | Session:
-    """The session that knows ``job_name``: ``LocalSession()`` when a local job of that name exists
-    under :func:`default_local_root` (and ``sagemaker`` is not asked for), else ``Session()``."""
-    from estimator.backends.local.state import JobDir
-
-    if not sagemaker:
-        local = LocalSession()
-        if JobDir(local.root / job_name).spec_file.is_file():
-            return local
-    return Session()
 
 
 # --- Amazon SageMaker ---------------------------------------------------------------------------

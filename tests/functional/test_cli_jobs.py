@@ -26,7 +26,10 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--fail", type=str, default="false")
 parser.add_argument("--forever", type=str, default="false")
+parser.add_argument("--model_version")
 args, _ = parser.parse_known_args()
+if args.model_version is not None:
+    print(f"model_version={args.model_version}", flush=True)
 host = os.environ["SM_CURRENT_HOST"]
 index = int(host.split("-")[1])
 for step in range(args.steps):
@@ -114,16 +117,17 @@ def done(cli: Cli) -> tuple[str, subprocess.CompletedProcess[str]]:
 
 def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]]) -> None:
     name, run = done
-    assert "Creating training-job with name: cli-done" in run.stdout
-    assert "[algo-2/rank 0] step 3 loss=0.200000" in run.stdout
+    assert run.stdout == "cli-done\n"  # the data: the job's name; its progress and logs on stderr
+    assert "Creating training-job with name: cli-done" in run.stderr
+    assert "[algo-2/rank 0] step 3 loss=0.200000" in run.stderr
     statuses = [
         line.split(" ", 3)[3].split(" - ")[0]
-        for line in run.stdout.splitlines()
+        for line in run.stderr.splitlines()
         if line.startswith("[smlaunch] 20")
     ]  # each transition as it happened, SageMaker's words
     assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
     model = f"{(cli.home / 'jobs' / name).as_uri()}/output/model.tar.gz"
-    *_, seconds, closing = run.stdout.splitlines()
+    *_, seconds, closing = run.stderr.splitlines()
     assert seconds.startswith("[smlaunch] Training seconds: ")
     assert re.fullmatch(rf"\[smlaunch\] Completed in \d+ s; model: {re.escape(model)}", closing), closing
 
@@ -132,8 +136,8 @@ def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedP
     header, *rows = listed.stdout.splitlines()
     assert header.split() == ["NAME", "STATUS", "INSTANCE", "STARTED", "DURATION"]
     assert rows[0].split()[:5] == ["cli-done", "Completed", "local", "x", "2"]
-    as_json = json.loads(cli("list", "--json", "--status", "Completed").stdout)
-    assert [row["name"] for row in as_json] == ["cli-done"]
+    as_json = json.loads(cli("list", "--output", "json", "--status", "Completed").stdout)
+    assert [row["TrainingJobName"] for row in as_json["TrainingJobSummaries"]] == ["cli-done"]
 
     described = json.loads(cli("describe", name).stdout)
     assert described["TrainingJobStatus"] == "Completed"
@@ -159,9 +163,10 @@ def test_metrics_table_json_and_plot(
     image = pytest.importorskip("matplotlib.image")
     name, _ = done
     plot = tmp_path / "metrics.png"
-    result = cli("metrics", name, "--json", "--plot", str(plot))
+    result = cli("metrics", name, "--output", "json", "--plot", str(plot))
     assert result.returncode == 0, result.stderr
-    records = json.loads(result.stdout.splitlines()[0])
+    records = json.loads(result.stdout)
+    assert f"wrote {plot}" in result.stderr
     found: dict[tuple[str, str], list[float]] = {}
     for record in records:
         found.setdefault((record["metric_name"], record["host"]), []).append(record["value"])
@@ -194,7 +199,8 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
     assert failed.returncode == 1, failed.stdout[-2000:]
     assert "Error for Training job cli-failed: Failed. Reason: " in failed.stderr
     assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
-    assert " Failed - Training job failed" in failed.stdout
+    assert " Failed - Training job failed" in failed.stderr
+    assert failed.stdout == "cli-failed\n"  # `smlaunch logs "$JOB"` can follow
     stopped = cli(
         "run",
         "train.py",
@@ -215,10 +221,13 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
         ["gc", "--older-than", "soon"],
         ["rm", "no-such-job"],
         ["logs"],
+        ["describe", "sagemaker:x", "--slurm", str(cli.cwd)],
+        ["run", "train.py", "--region", "us-west-2"],
+        ["list", "--query", "TrainingJobSummaries[?"],
     ):
         result = cli(*args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
-        assert result.stderr.strip(), args
+        assert result.stderr.startswith("error: ") and result.stdout == "", args
 
 
 @pytest.mark.slow
@@ -236,7 +245,7 @@ def test_follow_stop_rm_and_gc_of_a_running_job(cli: Cli) -> None:
         "cli-running",
     )
     assert started.returncode == 0, started.stderr
-    assert started.stdout.splitlines()[-1] == "cli-running"
+    assert started.stdout == "cli-running\n"
     follower = cli.popen("logs", "cli-running", "-f")
     try:
         assert follower.stdout is not None
@@ -256,7 +265,7 @@ def test_follow_stop_rm_and_gc_of_a_running_job(cli: Cli) -> None:
         assert (cli.home / "jobs" / "cli-running").is_dir()
 
         stopped = cli("stop", "cli-running")
-        assert stopped.returncode == 0 and "Stopping cli-running" in stopped.stdout
+        assert stopped.returncode == 0 and "Stopping cli-running" in stopped.stderr
         follower.communicate(timeout=150)  # -f ends once the job has ended
         assert follower.returncode == 0
     finally:
@@ -264,7 +273,7 @@ def test_follow_stop_rm_and_gc_of_a_running_job(cli: Cli) -> None:
             follower.kill()
     assert json.loads(cli("describe", "cli-running").stdout)["TrainingJobStatus"] == "Stopped"
     assert_no_job_processes("cli-running", cli.home / "jobs" / "cli-running")
-    assert cli("stop", "cli-running").stdout.strip() == "cli-running already ended Stopped"
+    assert cli("stop", "cli-running").stderr.strip() == "cli-running already ended Stopped"
 
     assert cli("rm", "cli-running").returncode == 0
     assert not (cli.home / "jobs" / "cli-running").exists()
@@ -273,3 +282,102 @@ def test_follow_stop_rm_and_gc_of_a_running_job(cli: Cli) -> None:
     removed = cli("gc", "--older-than", "0s")
     assert removed.returncode == 0 and "removed" in removed.stdout
     assert [p.name for p in (cli.home / "jobs").iterdir()] == [".requirements"]  # the cache stays
+
+
+def _check_shape(value: object, shape: object, where: str) -> None:
+    """``value`` as the AWS CLI prints a value of botocore ``shape`` (timestamps as ISO 8601 text)."""
+    from datetime import datetime
+
+    kind = shape.type_name  # type: ignore[attr-defined]
+    if kind == "structure":
+        assert isinstance(value, dict), where
+        members = shape.members  # type: ignore[attr-defined]
+        assert set(value) <= set(members), (where, set(value) - set(members))
+        assert set(shape.required_members) <= set(value), where  # type: ignore[attr-defined]
+        for key, item in value.items():
+            _check_shape(item, members[key], f"{where}.{key}")
+    elif kind == "list":
+        assert isinstance(value, list), where
+        for index, item in enumerate(value):
+            _check_shape(item, shape.member, f"{where}[{index}]")  # type: ignore[attr-defined]
+    elif kind == "timestamp":
+        assert isinstance(value, str) and datetime.fromisoformat(value).tzinfo is not None, where
+    elif kind == "string":
+        assert isinstance(value, str), where
+        if shape.enum:  # type: ignore[attr-defined]
+            assert value in shape.enum, where  # type: ignore[attr-defined]
+        pattern = shape.metadata.get("pattern")  # type: ignore[attr-defined]
+        if pattern:
+            import re
+
+            assert re.fullmatch(pattern, value), (where, value, pattern)
+    else:
+        raise AssertionError(f"{where}: unexpected shape {kind}")
+
+
+def test_list_json_is_list_training_jobs(
+    cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]]
+) -> None:
+    """``list --output json`` is ListTrainingJobs' response: checked member by member against
+    botocore's SageMaker service model."""
+    import botocore.session
+
+    from estimator.cli_jobs import SUMMARY_FIELDS
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    response = model.operation_model("ListTrainingJobs").output_shape
+    assert list(SUMMARY_FIELDS) == list(response.members["TrainingJobSummaries"].member.members)
+    listed = cli("list", "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    _check_shape(data, response, "ListTrainingJobsResponse")
+    (done_summary,) = [s for s in data["TrainingJobSummaries"] if s["TrainingJobName"] == done[0]]
+    described = json.loads(cli("describe", done[0]).stdout)
+    assert done_summary == {k: described[k] for k in SUMMARY_FIELDS if k in described}
+
+
+def test_scripting_conventions(cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]]) -> None:
+    """``JOB=$(smlaunch run --no-wait ...)`` holds the name; --last, references, --query, --output
+    text; --hp values arrive as typed; an unknown metric exits 2 naming the job's metrics."""
+    command = " ".join(f"'{part}'" for part in cli.command())
+    script = (
+        f"JOB=$({command} run train.py --source-dir src --no-wait --hp steps=1 --hp model_version=1.10"
+        f" --base-job-name cli-script) && printf '%s' \"$JOB\""
+    )
+    started = subprocess.run(
+        ["bash", "-c", script], cwd=cli.cwd, env=cli.env, capture_output=True, text=True, timeout=120
+    )
+    assert started.returncode == 0, started.stderr
+    name = started.stdout
+    assert name.startswith("cli-script-") and "\n" not in name and " " not in name
+    assert f"Creating training-job with name: {name}" in started.stderr
+
+    assert cli("logs", "--last", "-f").returncode == 0  # the newest job: the one just started
+    logs = cli("logs", f"local:{name}")
+    assert "[algo-1/rank 0] model_version=1.10" in logs.stdout.splitlines()  # not 1.1
+    described = json.loads(cli("describe", "--last").stdout)
+    assert described["TrainingJobName"] == name and described["TrainingJobStatus"] == "Completed"
+    assert described["HyperParameters"]["model_version"] == '"1.10"'
+    store = cli(
+        "describe", f"local:{cli.home / 'jobs'}:{name}", "--query", "TrainingJobName", "--output", "text"
+    )
+    assert store.stdout == f"{name}\n"
+
+    completed = cli(
+        "list",
+        "--query",
+        "TrainingJobSummaries[?TrainingJobStatus=='Completed'].TrainingJobName",
+        "--output",
+        "text",
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert set(completed.stdout.split()) >= {name, done[0]}
+    metric = cli("describe", done[0], "--query", "FinalMetricDataList[?MetricName=='accuracy'].Value | [0]")
+    assert json.loads(metric.stdout) == expected_values()[("accuracy", "algo-1")][-1]
+
+    unknown = cli("metrics", done[0], "--metric", "nope")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert (
+        "--metric='nope': cli-done defines no such metric (its metrics: train:loss, accuracy)"
+        in unknown.stderr
+    )

@@ -42,7 +42,10 @@ def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str
         boto3.client("iam", endpoint_url=endpoint).create_role(
             RoleName=ROLE_NAME, AssumeRolePolicyDocument=TRUST_POLICY
         )
-        yield dict(os.environ, AWS_ENDPOINT_URL=endpoint, SMLAUNCH_HOME=str(tmp_path / "home"))
+        checkout = str(Path(__file__).resolve().parents[2])  # this checkout, whatever is installed
+        yield dict(
+            os.environ, AWS_ENDPOINT_URL=endpoint, SMLAUNCH_HOME=str(tmp_path / "home"), PYTHONPATH=checkout
+        )
     finally:
         moto.stop()
 
@@ -83,8 +86,8 @@ def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path
         cwd=tmp_path,
     )
     assert started.returncode == 0, started.stderr
-    assert started.stdout.splitlines()[-1] == "cli-sm"
-    assert "Creating training-job with name: cli-sm" in started.stdout
+    assert started.stdout == "cli-sm\n"
+    assert "Creating training-job with name: cli-sm" in started.stderr
 
     endpoint = server["AWS_ENDPOINT_URL"]
     logs = boto3.client("logs", endpoint_url=endpoint, region_name=REGION)
@@ -105,11 +108,14 @@ def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path
             ],
         )
 
-    listed = smlaunch(server, "list", "--sagemaker", "--json", cwd=tmp_path)
+    listed = smlaunch(server, "list", "--sagemaker", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert [(r["name"], r["status"], r["instance"]) for r in json.loads(listed.stdout)] == [
-        ("cli-sm", "InProgress", "ml.m5.xlarge x 2")
-    ]
+    assert listed.stdout.splitlines()[1].split()[:5] == ["cli-sm", "InProgress", "ml.m5.xlarge", "x", "2"]
+    as_json = smlaunch(server, "list", "--sagemaker", "--output", "json", cwd=tmp_path)
+    (summary,) = json.loads(as_json.stdout)["TrainingJobSummaries"]  # the service's, as it sent it
+    assert (summary["TrainingJobName"], summary["TrainingJobStatus"]) == ("cli-sm", "InProgress")
+    last = smlaunch(server, "describe", "--last", "--sagemaker", "--query", "TrainingJobName", cwd=tmp_path)
+    assert json.loads(last.stdout) == "cli-sm"
 
     described = smlaunch(server, "describe", "cli-sm", cwd=tmp_path)  # not local: found on SageMaker
     assert described.returncode == 0, described.stderr
@@ -122,7 +128,7 @@ def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path
     host2 = smlaunch(server, "logs", "cli-sm", "--host", "algo-2", cwd=tmp_path)
     assert host2.stdout.splitlines() == ["[algo-2] epoch 1 loss=0.8"]
 
-    metrics = smlaunch(server, "metrics", "cli-sm", "--json", cwd=tmp_path)
+    metrics = smlaunch(server, "metrics", "sagemaker:cli-sm", "--output", "json", cwd=tmp_path)
     assert metrics.returncode == 0, metrics.stderr
     assert json.loads(metrics.stdout) == [  # no CloudWatch datapoints yet: read from the logs
         {"timestamp": 0.0, "metric_name": "train:loss", "value": 0.9, "host": "algo-1"},
@@ -131,7 +137,7 @@ def test_every_command_on_a_sagemaker_job(server: dict[str, str], tmp_path: Path
     ]
 
     stopped = smlaunch(server, "stop", "cli-sm", "--sagemaker", cwd=tmp_path)
-    assert stopped.returncode == 0 and "Stopping cli-sm" in stopped.stdout
+    assert stopped.returncode == 0 and "Stopping cli-sm" in stopped.stderr
     assert (
         json.loads(smlaunch(server, "describe", "cli-sm", cwd=tmp_path).stdout)["TrainingJobStatus"]
         == "Stopping"

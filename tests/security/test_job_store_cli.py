@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -78,9 +77,11 @@ class Cli:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
     def statuses(self) -> dict[str, str]:
-        listed = self("list", "--json", "--limit", "100")
+        # The table: --output json is ListTrainingJobs' response, jobs only, not the store's others
+        listed = self("list", "--limit", "100")
         assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
-        return {row["name"]: row["status"] for row in json.loads(listed.stdout)}
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        return {row[0]: row[1] for row in rows if not row[0].endswith(":")}  # not "NAME: why" lines
 
 
 def clean(result: subprocess.CompletedProcess[str], returncode: int) -> str:

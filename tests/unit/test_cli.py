@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from estimator import PyTorch
-from estimator.cli import PlanSession, main
+from estimator.cli import main
+from estimator.cli_run import PlanSession
+from estimator.errors import ConfigurationError
 
 
 @pytest.fixture
@@ -21,20 +23,40 @@ def src(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 ARGS = [
     "plan",
-    "--entry-point",
     "train.py",
     "--source-dir",
     "src",
+    "--sagemaker",
     "--instance-type",
     "ml.p3.16xlarge",
     "--instance-count",
     "2",
-    "--framework-version",
-    "2.1.0",
-    "--py-version",
-    "py310",
+    "--hp",
+    "epochs=10",
+    "--hp",
+    "lr=3e-5",
+    "--distribution",
+    '{"smdistributed": {"dataparallel": {"enabled": true}}}',
+    "--input",
+    "train=s3://b-1/t",
+    "--region",
+    "us-west-2",
+    "--job-name",
+    "cli-job",
+]
+OLD_SPELLINGS = [  # the flags of earlier versions, still accepted
+    "plan",
+    "--entry-point",
+    "train.py",
+    "--source-dir",
+    "src",
+    "--sagemaker",
+    "--instance-type",
+    "ml.p3.16xlarge",
+    "--instance-count",
+    "2",
     "--hyperparameters",
-    '{"epochs": 10, "lr": 3e-5}',
+    '{"epochs": 10, "lr": "3e-5"}',
     "--distribution",
     '{"smdistributed": {"dataparallel": {"enabled": true}}}',
     "--inputs",
@@ -58,7 +80,7 @@ def test_prints_the_request(src: Path, capsys: pytest.CaptureFixture) -> None:
             framework_version="2.1.0",
             py_version="py310",
             role="SageMakerRole",
-            hyperparameters={"epochs": 10, "lr": 3e-5},
+            hyperparameters={"epochs": 10, "lr": "3e-5"},  # as typed: 3e-5 is not how JSON writes it
             distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
             sagemaker_session=PlanSession("us-west-2", "123456789012"),
         )
@@ -69,6 +91,12 @@ def test_prints_the_request(src: Path, capsys: pytest.CaptureFixture) -> None:
     assert printed["RoleArn"] == "arn:aws:iam::123456789012:role/SageMakerRole"
     assert printed["HyperParameters"]["sagemaker_distributed_dataparallel_enabled"] == "true"
     assert printed["AlgorithmSpecification"]["TrainingImage"].startswith("763104351884.dkr.ecr.us-west-2")
+    assert printed["HyperParameters"]["lr"] == '"3e-5"'
+
+    assert main(OLD_SPELLINGS) == 0
+    assert json.loads(capsys.readouterr().out) == printed
+    assert main(["run", "--dry-run", *ARGS[1:]]) == 0  # run --dry-run prints what plan prints
+    assert json.loads(capsys.readouterr().out) == printed
 
 
 def test_account_bucket_and_local(src: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -80,22 +108,15 @@ def test_account_bucket_and_local(src: Path, tmp_path: Path, capsys: pytest.Capt
         main(
             [
                 "plan",
-                "--entry-point",
                 "train.py",
                 "--source-dir",
                 "src",
-                "--instance-type",
-                "local",
-                "--framework-version",
-                "2.1.0",
-                "--py-version",
-                "py310",
-                "--root",
+                "--store",
                 str(tmp_path / "jobs"),
                 "--job-name",
                 "j",
-                "--inputs",
-                '"src"',
+                "--input",
+                "training=src",
             ]
         )
         == 0
@@ -113,12 +134,13 @@ def test_account_bucket_and_local(src: Path, tmp_path: Path, capsys: pytest.Capt
     ("change", "needle"),
     [
         (["--instance-type", "ml.p3.16xlarg"], "did you mean 'ml.p3.16xlarge'"),
-        (["--hyperparameters", "{epochs: 1}"], "--hyperparameters="),
+        (["--hp", "epochs"], "--hp='epochs': expected KEY=VALUE"),
         (
             ["--distribution", '{"mpi": {"enabled": true, "processes_per_host": 9}}'],
             "processes_per_host <= 8",
         ),
-        (["--entry-point", "nope.py"], "entry_point='nope.py'"),
+        (["plan", "nope.py"], "entry_point='nope.py'"),
+        (["--sagemaker", "--local"], "--region='us-west-2': applies to SageMaker only"),
     ],
 )
 def test_bad_arguments_exit_2(
@@ -126,7 +148,10 @@ def test_bad_arguments_exit_2(
 ) -> None:
     args = list(ARGS)
     index = args.index(change[0])
-    args[index + 1] = change[1]
+    if change[0].startswith("--") and change[1].startswith("--"):
+        args[index] = change[1]
+    else:
+        args[index + 1] = change[1]
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and needle in captured.err and "Fix:" in captured.err
@@ -143,10 +168,98 @@ def test_every_command_answers_help(command: str, capsys: pytest.CaptureFixture)
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
+    assert main(["logs"]) == 2  # JOB missing
+    assert "give a job or --last" in capsys.readouterr().err
+    assert main(["describe", "bad_name"]) == 2
+    assert main(["describe", "ftp:x"]) == 2
+    assert "unknown place 'ftp'. Fix: write the job as NAME, local:NAME" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
-        main(["logs"])  # JOB missing
+        main(["list", "--output", "yaml"])
     assert exited.value.code == 2
     assert main(["run", "train.py", "--distribution", "horovod"]) == 2
     assert "--distribution='horovod': unknown distribution" in capsys.readouterr().err
     assert main(["gc", "--older-than", "7 days"]) == 2
     assert "pass a number and a unit: 7d" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("typed", "sent"),
+    [
+        ("10", 10),
+        ("0.5", 0.5),
+        ("true", True),
+        ("[1, 2]", [1, 2]),
+        ('"x"', "x"),
+        ("1.10", "1.10"),  # JSON would print 1.1
+        ("3e-5", "3e-5"),
+        ("007", "007"),
+        ("-0", "-0"),
+        ("NaN", "NaN"),  # Python's JSON extension, not JSON
+        ("[1,2]", "[1,2]"),
+        ("resnet", "resnet"),
+        ("", ""),
+    ],
+)
+def test_hp_values_arrive_as_typed(typed: str, sent: object) -> None:
+    from estimator.cli_run import hp_value
+
+    assert hp_value(typed) == sent and type(hp_value(typed)) is type(sent)
+
+
+def test_every_help_states_the_exit_statuses(capsys: pytest.CaptureFixture) -> None:
+    from estimator.cli import EXIT_STATUS
+
+    for command in ([], ["run"], ["list"], ["describe"], ["metrics"], ["rm"], ["gc"], ["plan"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert " ".join(EXIT_STATUS.split()) in out, command
+    for code in ("0 ", "1 ", "2 ", "130 "):
+        assert f"\n  {code}" in EXIT_STATUS
+
+
+def test_text_output_is_the_aws_clis() -> None:
+    """The AWS CLI's text format (awscli/text.py): scalars of an object sorted by key on one line, a
+    list of objects as one line each under the union of their scalar keys, nested lists under their
+    key in capitals."""
+    import io
+
+    from estimator.cli_output import write_text
+
+    data = {
+        "TrainingJobSummaries": [
+            {"TrainingJobName": "b", "TrainingJobStatus": "Failed"},
+            {"TrainingJobName": "a", "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed"},
+        ],
+        "NextToken": "t",
+        "Tags": ["x", "y"],
+    }
+    out = io.StringIO()
+    write_text(data, out)
+    assert out.getvalue().splitlines() == [
+        "t",
+        "TAGS\tx",
+        "TAGS\ty",
+        "TRAININGJOBSUMMARIES\t\tb\tFailed",
+        "TRAININGJOBSUMMARIES\tCompleted\ta\tCompleted",
+    ]
+    out = io.StringIO()
+    write_text(["a", "b", 3, None, True], out)
+    assert out.getvalue() == "a\tb\t3\tNone\tTrue\n"
+
+
+def test_query_and_table(capsys: pytest.CaptureFixture) -> None:
+    import argparse
+    import io
+
+    from estimator.cli_output import emit
+
+    data = {"Jobs": [{"Name": "a", "Value": 1}, {"Name": "bb", "Value": None}]}
+    out = io.StringIO()
+    emit(data, argparse.Namespace(output="table", query="Jobs"), out)
+    assert out.getvalue().splitlines() == ["Name  Value", "a     1", "bb    -"]
+    out = io.StringIO()
+    emit(data, argparse.Namespace(output="json", query="Jobs[?Value].Name"), out)
+    assert json.loads(out.getvalue()) == ["a"]
+    with pytest.raises(ConfigurationError, match="--query='Jobs\\[': not a usable JMESPath"):
+        emit(data, argparse.Namespace(output="json", query="Jobs["), out)

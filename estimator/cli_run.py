@@ -1,0 +1,325 @@
+"""The flags ``smlaunch run`` and ``smlaunch plan`` share, and the estimator they build.
+
+One vocabulary for both commands: ``ENTRY_POINT`` (positional), ``--hp KEY=VALUE``, ``--input
+NAME=URI``, ``--metric NAME=REGEX``, ``--distribution NAME|JSON`` and the estimator's keywords as
+``--kebab-case`` flags. Where the job goes: this machine unless ``--docker`` (one container per host)
+or ``--sagemaker``; ``plan`` (and ``run --dry-run``) never start anything, and a SageMaker plan calls
+no AWS API (:class:`PlanSession`: region, account and bucket come from flags). The spellings of
+earlier versions (``--entry-point``, ``--hyperparameters JSON``, ``--inputs JSON``, ``--root``,
+``--local``) are still accepted, unlisted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from estimator.errors import ConfigurationError
+from runtime import contract
+
+DEFAULT_ACCOUNT = "123456789012"
+DEFAULT_REGION = "us-east-1"
+DEFAULT_FRAMEWORK_VERSION = "2.1.0"
+DEFAULT_PY_VERSION = "py310"
+DISTRIBUTIONS: dict[str, dict[str, Any]] = {
+    "torch_distributed": {"torch_distributed": {"enabled": True}},
+    "pytorchddp": {"pytorchddp": {"enabled": True}},
+    "smddp": {"smdistributed": {"dataparallel": {"enabled": True}}},
+    "mpi": {"mpi": {"enabled": True}},
+    "smp": {
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": {}}},
+        "mpi": {"enabled": True},
+    },
+}
+"""``--distribution`` names and the ``distribution=`` each stands for (JSON gives any other)."""
+_PLAN_ONLY = ("region", "account", "bucket")
+
+
+class PlanSession:
+    """An offline SageMaker-shaped session (a
+    :class:`~estimator.session_protocol.TrainingSession`) built from flags: enough for ``plan()``."""
+
+    is_local = False
+    instance_count_quota: int | None = None
+    processes_per_host: int | None = None
+
+    def __init__(self, region: str, account: str, bucket: str | None = None) -> None:
+        self.region_name = region
+        self.account = account
+        self.bucket = bucket or f"sagemaker-{region}-{account}"
+
+    def default_output_path(self) -> str:
+        return f"s3://{self.bucket}/"
+
+    def expand_role(self, role: str | None) -> str:
+        if not role:
+            raise ConfigurationError(
+                "role",
+                role,
+                "SageMaker training jobs need an IAM execution role",
+                "pass --role <arn or role name>",
+            )
+        return role if role.startswith("arn:") else f"arn:aws:iam::{self.account}:role/{role}"
+
+    def backend(self) -> Any:
+        raise ConfigurationError("command", "plan", "a dry run does not submit", "drop --dry-run")
+
+    def s3_client(self) -> Any:
+        raise ConfigurationError("command", "plan", "a dry run does not upload", "drop --dry-run")
+
+    def bucket_owner_args(self, bucket: str) -> dict[str, str]:
+        raise ConfigurationError("command", "plan", "a dry run does not upload", "drop --dry-run")
+
+    def stage_local_input(self, path: str | Path, job_name: str, channel: str) -> str:
+        raise ConfigurationError("command", "plan", "a dry run does not upload", "drop --dry-run")
+
+
+def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``run`` and ``plan``: the training job, and where it goes."""
+    hidden = argparse.SUPPRESS
+    parser.add_argument(
+        "entry_point",
+        metavar="ENTRY_POINT",
+        nargs="?",
+        help="the training script, relative to --source-dir (optional with --image-uri: the image's "
+        "own entry point runs)",
+    )
+    parser.add_argument("--entry-point", dest="entry_point_flag", help=hidden)
+    parser.add_argument("--source-dir", help="directory packaged as sourcedir.tar.gz")
+    parser.add_argument("--dependencies", nargs="+", metavar="PATH", help="more directories to package")
+    parser.add_argument(
+        "--instance-type", help="e.g. ml.g5.12xlarge (default: local; required with --sagemaker)"
+    )
+    parser.add_argument("--instance-count", type=int, default=1)
+    parser.add_argument("--distribution", help=f"one of {', '.join(DISTRIBUTIONS)}, or a JSON object")
+    parser.add_argument(
+        "--processes-per-host",
+        type=int,
+        help="ranks per host (local: emulated GPUs; mpi/smp: processes_per_host)",
+    )
+    parser.add_argument(
+        "--hp",
+        action="append",
+        metavar="KEY=VALUE",
+        help="hyperparameter (repeatable); VALUE is taken as JSON when it is JSON written as JSON "
+        "writes it (10, 0.5, true, [1, 2]), else kept as text exactly (1.10, 3e-5, resnet)",
+    )
+    parser.add_argument("--hyperparameters", help=hidden)
+    parser.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME=URI",
+        help="input channel (repeatable): s3://, file:// or a local path",
+    )
+    parser.add_argument("--inputs", help=hidden)
+    parser.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME=REGEX",
+        help="metric definition (repeatable); the first group of REGEX is the value",
+    )
+    parser.add_argument("--framework-version", help=f"PyTorch version (default {DEFAULT_FRAMEWORK_VERSION})")
+    parser.add_argument("--py-version", help=f"default {DEFAULT_PY_VERSION}")
+    parser.add_argument("--image-uri", help="training image (without ENTRY_POINT: a generic Estimator)")
+    parser.add_argument(
+        "--role",
+        default="SageMakerRole",
+        help="execution role ARN or name (SageMaker; a name becomes arn:aws:iam::<account>:role/<name>)",
+    )
+    parser.add_argument("--output-path")
+    parser.add_argument("--code-location")
+    parser.add_argument("--base-job-name")
+    parser.add_argument("--job-name")
+    parser.add_argument("--max-run", type=int, default=24 * 60 * 60, help="seconds (default one day)")
+    parser.add_argument("--volume-size", type=int, default=30, help="GB (default 30)")
+    parser.add_argument("--input-mode", default="File", help="File, FastFile or Pipe (default File)")
+    parser.add_argument("--environment", metavar="JSON", help="environment variables, a JSON object")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--docker", action="store_true", help="one local container per host")
+    target.add_argument("--sagemaker", action="store_true", help="Amazon SageMaker")
+    target.add_argument("--local", action="store_true", help=hidden)
+    parser.add_argument("--store", metavar="DIR", help="local job store (default $SMLAUNCH_HOME/jobs)")
+    parser.add_argument("--root", dest="store", help=hidden)
+    parser.add_argument(
+        "--region",
+        help="SageMaker dry runs: the region (default $AWS_REGION, $AWS_DEFAULT_REGION, "
+        f"else {DEFAULT_REGION})",
+    )
+    parser.add_argument("--account", help=f"SageMaker dry runs: the account (default {DEFAULT_ACCOUNT})")
+    parser.add_argument(
+        "--bucket", help="SageMaker dry runs: the default bucket (sagemaker-<region>-<account>)"
+    )
+
+
+def json_arg(text: str | None, flag: str) -> Any:
+    """``text`` parsed as JSON (None stays None); bad JSON names the flag."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            flag, text, f"not valid JSON ({exc.msg})", "quote the JSON, e.g. '{\"epochs\": 10}'"
+        ) from exc
+
+
+def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict, in order."""
+    found: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(flag, item, "expected KEY=VALUE", f"pass e.g. {flag} epochs=10")
+        found[key] = value
+    return found
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN and Infinity: Python's JSON extensions, not JSON
+
+
+def hp_value(text: str) -> Any:
+    """``--hp`` values: JSON when ``text`` is exactly how JSON writes that value (``10``, ``0.5``,
+    ``true``, ``"x"``), so the script receives what was typed; anything else (``1.10``, ``3e-5``,
+    ``resnet``) is the text itself."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:
+        return text
+    return value if json.dumps(value) == text else text
+
+
+def distribution(text: str | None, processes_per_host: int | None) -> dict[str, Any] | None:
+    """``--distribution``: a name of :data:`DISTRIBUTIONS` or a JSON object."""
+    if text is None:
+        return None
+    if text.lstrip().startswith("{"):
+        parsed: dict[str, Any] = json_arg(text, "--distribution")
+        return parsed
+    if text not in DISTRIBUTIONS:
+        raise ConfigurationError(
+            "--distribution",
+            text,
+            "unknown distribution",
+            f"use one of {sorted(DISTRIBUTIONS)} or a JSON object",
+        )
+    chosen: dict[str, Any] = json.loads(json.dumps(DISTRIBUTIONS[text]))
+    if "mpi" in chosen and processes_per_host:
+        chosen["mpi"]["processes_per_host"] = processes_per_host
+    return chosen
+
+
+def session(args: argparse.Namespace, dry_run: bool) -> Any:
+    """Where the job goes: ``LocalSession`` (``--docker``: its Docker executor), ``Session()`` with
+    ``--sagemaker``, or for a SageMaker dry run a :class:`PlanSession`."""
+    given = [f"--{name}" for name in _PLAN_ONLY if getattr(args, name) is not None]
+    if args.sagemaker:
+        if not args.instance_type:
+            raise ConfigurationError(
+                "--instance-type",
+                None,
+                "SageMaker needs an instance type",
+                "pass e.g. --instance-type ml.g5.xlarge",
+            )
+        if dry_run:
+            region = (
+                args.region
+                or os.environ.get("AWS_REGION")
+                or os.environ.get("AWS_DEFAULT_REGION")
+                or DEFAULT_REGION
+            )
+            return PlanSession(region, args.account or DEFAULT_ACCOUNT, args.bucket)
+        if given:
+            raise ConfigurationError(
+                given[0],
+                getattr(args, given[0][2:]),
+                "only a dry run takes it; a real run uses your AWS configuration's",
+                "drop it (set AWS_REGION for the region), or add --dry-run",
+            )
+        from estimator.session import Session
+
+        return Session()
+    if given:
+        raise ConfigurationError(
+            given[0],
+            getattr(args, given[0][2:]),
+            "applies to SageMaker only; this job would run on this machine",
+            "add --sagemaker (and --instance-type), or drop it",
+        )
+    from estimator.local_session import LocalSession
+
+    return LocalSession(
+        root=args.store,
+        processes_per_host=args.processes_per_host,
+        executor="docker" if args.docker else None,
+    )
+
+
+def build_estimator(args: argparse.Namespace, sagemaker_session: Any) -> Any:
+    """The estimator the flags describe: ``PyTorch`` with ENTRY_POINT, a generic ``Estimator`` for
+    ``--image-uri`` alone."""
+    from estimator.estimator import Estimator
+    from estimator.pytorch import PyTorch
+
+    entry_point = args.entry_point or args.entry_point_flag
+    if args.entry_point and args.entry_point_flag and args.entry_point != args.entry_point_flag:
+        raise ConfigurationError(
+            "--entry-point",
+            args.entry_point_flag,
+            f"disagrees with ENTRY_POINT {args.entry_point!r}",
+            "give one",
+        )
+    if entry_point is None and not args.image_uri:
+        raise ConfigurationError(
+            "ENTRY_POINT", None, "a training script is needed", "pass it first, e.g. smlaunch run train.py"
+        )
+    hyperparameters = dict(json_arg(args.hyperparameters, "--hyperparameters") or {})
+    hyperparameters.update({key: hp_value(value) for key, value in pairs(args.hp, "--hp").items()})
+    metrics = pairs(args.metric, "--metric")
+    kwargs: dict[str, Any] = dict(
+        entry_point=entry_point,
+        source_dir=args.source_dir,
+        dependencies=args.dependencies,
+        role=args.role,
+        instance_type=args.instance_type or contract.LOCAL_INSTANCE_TYPE,
+        instance_count=args.instance_count,
+        hyperparameters=hyperparameters or None,
+        distribution=distribution(args.distribution, args.processes_per_host),
+        metric_definitions=[{"Name": k, "Regex": v} for k, v in metrics.items()] or None,
+        output_path=args.output_path,
+        code_location=args.code_location,
+        base_job_name=args.base_job_name,
+        max_run=args.max_run,
+        volume_size=args.volume_size,
+        input_mode=args.input_mode,
+        environment=json_arg(args.environment, "--environment"),
+        sagemaker_session=sagemaker_session,
+    )
+    if entry_point is None:
+        return Estimator(image_uri=args.image_uri, **kwargs)
+    pinned = args.image_uri and not (args.framework_version or args.py_version)
+    return PyTorch(
+        framework_version=None if pinned else args.framework_version or DEFAULT_FRAMEWORK_VERSION,
+        py_version=None if pinned else args.py_version or DEFAULT_PY_VERSION,
+        image_uri=args.image_uri,
+        **kwargs,
+    )
+
+
+def inputs(args: argparse.Namespace) -> Any:
+    """``fit()``'s inputs: the ``--input`` channels (or the old ``--inputs`` JSON)."""
+    channels = pairs(args.input, "--input")
+    legacy = json_arg(args.inputs, "--inputs")
+    if legacy is not None and channels:
+        raise ConfigurationError("--inputs", args.inputs, "given with --input", "use --input NAME=URI only")
+    return legacy if legacy is not None else channels or None
+
+
+def plan_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The CreateTrainingJob request the flags would send: ``plan().to_request()``, offline."""
+    estimator = build_estimator(args, session(args, dry_run=True))
+    request: dict[str, Any] = estimator.plan(inputs(args), job_name=args.job_name).to_request()
+    return request

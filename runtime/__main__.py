@@ -132,7 +132,11 @@ def run(environ: Mapping[str, str]) -> int:
 
         launcher = select_launcher(env, python=prepared.python)
         supervisor = Supervisor.from_environ(
-            host, env.environ, containment=Containment(host), verbose=verbose
+            host,
+            env.environ,
+            containment=Containment(host),
+            verbose=verbose,
+            topology_file=paths.output_dir / contract.TOPOLOGY_FILE,
         )
         result = launcher.run(supervisor)
         code = report_run(paths, result)

@@ -186,6 +186,9 @@ FAILURE_FILE = "failure"
 # Machine-readable companion of the failure file, written by the runtime: {"host", "rank",
 # "exit_code", "time", "reason"}. Lets the local backend name the first failure across hosts.
 FAILURE_DETAILS_FILE = "failure.json"
+# The launch plan a host runtime resolved (LaunchPlan.record(): launcher, summary, topology, every
+# command): a local job's describe() shows each host's under "HostTopology".
+TOPOLOGY_FILE = "topology.json"
 
 SOURCEDIR_TARBALL = "sourcedir.tar.gz"
 MODEL_TARBALL = "model.tar.gz"

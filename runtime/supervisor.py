@@ -47,6 +47,7 @@ supervisor returns a :class:`RunResult` with the per-process exit codes and the 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import queue
 import shlex
@@ -57,6 +58,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from runtime import contract
@@ -229,10 +231,14 @@ class Supervisor:
         hooks: Sequence[SupervisorHook] = (),
         containment: Containment | None = None,
         verbose: bool = False,
+        topology_file: Path | None = None,
     ) -> None:
         self.host = host
         self.verbose = verbose
         """Log the plan's whole topology block (``SMLAUNCH_VERBOSE``); else its one-line summary."""
+        self.topology_file = topology_file
+        """Where the plan's :meth:`~runtime.launchers.base.LaunchPlan.record` is written before any
+        process starts (``output/topology.json``), if anywhere."""
         self.containment = containment
         """What keeps daemons the ranks start inside the host (:mod:`runtime.containment`); with
         None, only the ranks' process groups are killed at the end."""
@@ -309,6 +315,14 @@ class Supervisor:
         self._emit(self.stdout, f"[{self.host}] {message}")
 
     def _log_topology(self, plan: LaunchPlan) -> None:
+        if self.topology_file is not None:
+            record = plan.record()
+            if self.containment is not None:
+                record["containment"] = self.containment.describe()
+            try:
+                self.topology_file.write_text(json.dumps(record, indent=2) + "\n")
+            except OSError as error:  # only a description: the job goes on without it
+                self.log(f"could not write {self.topology_file.name}: {error.strerror}")
         if not self.verbose:
             self.log(f"launcher: {plan.launcher}" + (f", {plan.summary}" if plan.summary else ""))
             return

@@ -60,6 +60,19 @@ class LaunchPlan:
     """What this host starts, in a few words (``ranks 0-1 of 4 on host 1 of 2, gloo``): the host's
     one line, ``launcher: <launcher>, <summary>``, when not verbose."""
 
+    def record(self) -> dict[str, Any]:
+        """The plan as JSON-ready data: launcher, summary, topology and each process's label and
+        argv (its environment left out: it may hold secrets)."""
+        return {
+            "launcher": self.launcher,
+            "summary": self.summary,
+            "topology": {
+                key: value if isinstance(value, (int, float)) else str(value)
+                for key, value in self.topology.items()
+            },
+            "processes": [{"label": spec.label, "argv": list(spec.argv)} for spec in self.processes],
+        }
+
 
 def ranks_text(first: int, count: int, world: int) -> str:
     """``rank 3 of 4`` or ``ranks 2-3 of 4``: a host's consecutive global ranks."""

@@ -1,7 +1,8 @@
 """What a person reads while ``fit()`` runs a local job, in order: the SDK's ``Creating training-job``
 line, each status line where the job went through it, one line per host before its ranks' output,
 the training seconds, and one closing line (``Completed in N s; model: <uri>`` / ``Failed: <reason>``
-/ ``Stopped by user``). ``LocalSession(verbose=True)`` brings back each host's whole topology."""
+/ ``Stopped by user``). Each host's whole topology is in ``describe()["HostTopology"]``, and
+``LocalSession(verbose=True)`` logs it too."""
 
 from __future__ import annotations
 
@@ -92,6 +93,15 @@ def test_a_two_host_job_reads_in_order_with_one_line_per_host(
     assert lines[-2] == f"[smlaunch] Training seconds: {2 * seconds}"  # the SDK's line: per host, summed
     assert re.fullmatch(rf"\[smlaunch\] Completed in \d+ s; model: {re.escape(model)}", lines[-1]), lines[-1]
     assert sum("model.tar.gz" in line for line in lines) == 1  # said once, at the end
+    # The whole topology is in describe() instead: each host's launch plan.
+    plans = job.describe()["HostTopology"]
+    assert sorted(plans) == ["algo-1", "algo-2"]
+    assert (
+        plans["algo-2"]["launcher"] == "process" and plans["algo-2"]["summary"] == "train.py on host 2 of 2"
+    )
+    assert plans["algo-2"]["topology"]["hosts"] == "algo-1, algo-2"
+    assert [p["label"] for p in plans["algo-2"]["processes"]] == ["rank 0"]
+    assert plans["algo-2"]["processes"][0]["argv"][1:] == ["train.py"]
     assert not [line for line in lines if " ended " in line]
 
 

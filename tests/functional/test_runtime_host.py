@@ -216,7 +216,7 @@ def test_two_hosts_two_ranks_all_reduce_over_gloo(job: Path) -> None:
         assert info["SM_CURRENT_HOST"] == host
         assert info["argv"] == ["--epochs", "1"]
     assert "[algo-2/rank 3] rank 3 sum=10.0" in runs["algo-2"].output
-    assert "backend: gloo" in runs["algo-1"].output
+    assert "[algo-1] launcher: torchrun, ranks 0-1 of 4 on host 1 of 2, gloo" in runs["algo-1"].output
     for paths in trees.values():
         assert paths.success_file.exists()
 

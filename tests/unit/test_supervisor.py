@@ -69,11 +69,19 @@ def test_output_is_prefixed_per_host_and_rank_and_streams_are_kept_apart() -> No
     assert stdout.index("[algo-2] launcher: test") < stdout.index("[algo-2/rank 4] hello")
 
 
-def test_without_verbose_a_host_says_in_one_line_what_it_starts() -> None:
-    sup, out, _ = make("algo-2")
+def test_without_verbose_a_host_says_in_one_line_what_it_starts(tmp_path: Path) -> None:
+    sup, out, _ = make("algo-2", topology_file=tmp_path / "topology.json")
     plan = LaunchPlan("test", [spec("rank 4", "print('hello')", 4)], {"world size": 6}, "rank 4 of 6")
     assert sup.run(plan).exit_code == 0
     assert out.getvalue().splitlines() == ["[algo-2] launcher: test, rank 4 of 6", "[algo-2/rank 4] hello"]
+    # The whole plan is written for describe() (HostTopology), the processes' environments left out.
+    record = json.loads((tmp_path / "topology.json").read_text())
+    assert record == {
+        "launcher": "test",
+        "summary": "rank 4 of 6",
+        "topology": {"world size": 6},
+        "processes": [{"label": "rank 4", "argv": plan.processes[0].argv}],
+    }
 
 
 def test_prefix_can_be_turned_off() -> None:

@@ -62,8 +62,8 @@ from estimator.backends.local.executors.process import ProcessExecutor
 from estimator.backends.local.layout import file_uri_path, instance_ranks, machine_gpu_count
 from estimator.backends.local.metrics import METRICS_FILE, final_metric_data, read_metric_records
 from estimator.backends.local.spot import request_interruption, spot_faults
-from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, write_json_atomic
-from estimator.backends.status import closing_line, summary_lines, transition_line
+from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, host_report, write_json_atomic
+from estimator.backends.status import closing_line, instance_count, summary_lines, transition_line
 from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError, no_space_errors
 from estimator.metrics import LOCAL_SOURCE, MetricRecord
 from estimator.spec import TrainingJobSpec
@@ -613,6 +613,13 @@ class LocalBackend(Backend):
         final = final_metric_data(self.metric_records(job_name))
         if final:
             description["FinalMetricDataList"] = final
+        # smlaunch's addition, as Attempts: the launch plan each host resolved (runtime.launchers).
+        plans = {
+            name: host_report(contract.Paths(job.host_base(name)).output_dir / contract.TOPOLOGY_FILE)
+            for name in layout.host_names(instance_count(description))
+        }
+        if any(plans.values()):
+            description["HostTopology"] = {name: plan for name, plan in plans.items() if plan}
         return description
 
     def metric_records(self, job_name: str, metric_names: Sequence[str] | None = None) -> list[MetricRecord]:

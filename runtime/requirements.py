@@ -36,9 +36,9 @@ Where they go depends on who runs the host (:func:`prepare`):
   the template. The copy costs a small fraction of pip's run (``benchmarks/requirements_env.py``).
   Absolute paths to the template in ``bin/`` (console scripts' ``#!`` lines, ``activate``),
   ``pyvenv.cfg`` and top-level ``.pth`` files are rewritten to the copy. Each host holds a shared
-  lock on ``<cache>/jobs/<job name>.lock`` while it runs; the last to leave removes the copy, and a
-  copy nobody holds (its hosts were killed) is removed by the next job that prepares one in the
-  same cache.
+  lock on ``<cache>/jobs/<job name>.lock`` while it runs; the last to leave removes the copy. A copy
+  nobody holds (its hosts were killed) is removed by the job's agent when the job ends
+  (:func:`remove_job_environment`), or else by the next job that prepares one in the same cache.
 - **Nowhere** (``SMLAUNCH_INSTALL_REQUIREMENTS=0``, from ``LocalSession(install_requirements=False)``).
 
 With ``CA_REPOSITORY_ARN`` set (``environment=`` of the estimator), pip installs requirements from
@@ -295,7 +295,7 @@ class JobEnvironment:
     def hold(cls, jobs: Path, job: str) -> JobEnvironment:
         """Hold ``job``'s environment (not necessarily made yet), after removing every one nobody holds."""
         jobs.mkdir(parents=True, exist_ok=True)
-        name = job if _JOB_NAME.fullmatch(job) else hashlib.sha256(job.encode()).hexdigest()[:24]
+        name = _file_name(job)
         for stale in jobs.glob("*.lock"):
             _remove_unheld(stale)
         lock_path = jobs / f"{name}.lock"
@@ -339,6 +339,18 @@ class JobEnvironment:
             return
         _remove(self.root, Path(lock.name))
         lock.close()
+
+
+def remove_job_environment(cache: Path, job: str) -> None:
+    """Remove ``job``'s environment unless a host still holds it: for the job's agent once every
+    host has ended, since a host that was killed never released it."""
+    lock_path = cache / JOBS_DIR / f"{_file_name(job)}.lock"
+    if lock_path.exists():
+        _remove_unheld(lock_path)
+
+
+def _file_name(job: str) -> str:
+    return job if _JOB_NAME.fullmatch(job) else hashlib.sha256(job.encode()).hexdigest()[:24]
 
 
 def _remove_unheld(lock_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch
+from estimator import PyTorch, UnexpectedStatusException
 from estimator.session import LocalSession
 from runtime import contract
 from tests._wheels import make_wheel
@@ -53,15 +53,13 @@ def _freeze() -> str:
     ).stdout
 
 
-def _fit(
+def _estimator(
     tmp_path: Path,
     session: LocalSession,
-    job_name: str,
     instance_count: int,
     hyperparameters: dict[str, object] | None = None,
-) -> tuple[dict[str, bytes], str]:
-    """Run ``tmp_path/src/train.py`` to completion; the files of its model and its log."""
-    estimator = PyTorch(
+) -> PyTorch:
+    return PyTorch(
         entry_point="train.py",
         source_dir=str(tmp_path / "src"),
         role="arn:aws:iam::111122223333:role/r",
@@ -73,6 +71,17 @@ def _fit(
         output_path=(tmp_path / "out").as_uri(),
         sagemaker_session=session,
     )
+
+
+def _fit(
+    tmp_path: Path,
+    session: LocalSession,
+    job_name: str,
+    instance_count: int,
+    hyperparameters: dict[str, object] | None = None,
+) -> tuple[dict[str, bytes], str]:
+    """Run ``tmp_path/src/train.py`` to completion; the files of its model and its log."""
+    estimator = _estimator(tmp_path, session, instance_count, hyperparameters)
     estimator.fit(logs=False, job_name=job_name)
     description = session.backend().describe(job_name)
     log = "\n".join(session.backend().log_lines(job_name))
@@ -206,3 +215,19 @@ def test_install_requirements_false_skips_them(tmp_path: Path) -> None:
     files, log = _fit(tmp_path, session, "reqs-off", instance_count=1)
     assert json.loads(files["algo-1.json"]) == {"probe": None, "python": sys.executable}
     assert "requirements.txt not installed" in log and "pip:" not in log, log
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_environment_of_a_job_whose_host_was_killed_is_removed_when_the_job_ends(tmp_path: Path) -> None:
+    _source(tmp_path)
+    (tmp_path / "src" / "train.py").write_text(
+        "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(60)\n"
+    )
+    session = LocalSession(tmp_path / "jobs", stop_grace_seconds=5)
+    estimator = _estimator(tmp_path, session, instance_count=1)
+    with pytest.raises(UnexpectedStatusException):
+        estimator.fit(logs=False, job_name="reqs-killed")
+    log = "\n".join(session.backend().log_lines("reqs-killed"))
+    assert "the job's environment" in log, log
+    assert list((tmp_path / "jobs" / ".requirements" / "jobs").iterdir()) == []

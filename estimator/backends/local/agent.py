@@ -279,6 +279,10 @@ class Agent:
         if self._data is not None:
             self._data.close()  # whatever the path: no FastFile mount outlives the job
         self.executor.close(self.context())
+        if self.settings.get("requirements_cache"):  # a killed host left the job's own environment
+            from runtime.requirements import remove_job_environment
+
+            remove_job_environment(Path(self.settings["requirements_cache"]), self.spec.TrainingJobName)
         status, secondary, fields = outcome
         ended = time.time()
         start = self.state.get("TrainingStartTime", ended)

@@ -34,7 +34,8 @@ def main(argv: list[str]) -> int:
         node = os.environ.get("SLURMD_NODENAME", "this node")
         print(
             f"No private /opt/ml on {node} ({why}): scripts must take their paths from SM_* "
-            "variables (or use SlurmSession(container_image=...))",
+            "variables, and the job store is not hidden from them "
+            "(or use SlurmSession(container_image=...))",
             flush=True,
         )
     command = argv or [sys.executable, "-m", "runtime"]

@@ -223,10 +223,12 @@ class PrivateOptMl:
 
 
 def no_private_opt_ml(why: str) -> str:
-    """The job-log line that says, once per job, why hosts share the machine's ``/opt/ml``."""
+    """The job-log line that says, once per job, why hosts share the machine's ``/opt/ml`` (and
+    see the whole job store)."""
     return (
         f"No private /opt/ml per host on this machine ({why}): scripts must take their "
-        "paths from SM_* variables (or use LocalSession(executor='docker'))"
+        "paths from SM_* variables, and the job store is not hidden from them "
+        "(or use LocalSession(executor='docker'))"
     )
 
 

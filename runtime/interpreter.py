@@ -9,9 +9,9 @@ starts with another one, so :func:`job_path` puts the ranks' interpreter first:
 
 1. a directory of shims, only when the interpreter's own directory lacks one of ``python``,
    ``python3``, ``pip``, ``pip3`` or holds one that is not this interpreter's (Debian's
-   ``/usr/bin`` has ``python3`` but no ``python``; a layered environment has no ``pip``): each shim
-   is ``exec <interpreter> "$@"`` (``-m pip`` for pip). A script, not a link, so a virtual
-   environment's interpreter still finds its ``pyvenv.cfg``;
+   ``/usr/bin`` has ``python3`` but no ``python``; a venv made ``--without-pip`` has no ``pip``):
+   each shim is ``exec <interpreter> "$@"`` (``-m pip`` for pip). A script, not a link, so a
+   virtual environment's interpreter still finds its ``pyvenv.cfg``;
 2. the interpreter's own directory (its console scripts: ``torchrun``, ``accelerate``...);
 3. the rest of ``PATH``, without those two.
 

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from estimator import sdk_config
 from estimator.errors import ConfigurationError
 from runtime import contract
 
@@ -49,7 +50,11 @@ class PlanSession:
     def __init__(self, region: str, account: str, bucket: str | None = None) -> None:
         self.region_name = region
         self.account = account
-        self.bucket = bucket or f"sagemaker-{region}-{account}"
+        # The SageMaker SDK's config.yaml defaults, as a SageMaker Session applies them (local
+        # files only: a dry run reads nothing from S3).
+        self.sagemaker_config = sdk_config.load()
+        configured = sdk_config.value(self.sagemaker_config, sdk_config.DEFAULT_S3_BUCKET.path)
+        self.bucket = bucket or configured or f"sagemaker-{region}-{account}"
 
     def default_output_path(self) -> str:
         return f"s3://{self.bucket}/"

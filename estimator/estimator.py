@@ -40,6 +40,7 @@ deliberate differences (distribution ones are in :mod:`estimator.distribution`):
 | ``attach()``, Ctrl-C waiting     | stops waiting               | the same (the job goes on)              |
 | ``attach()`` model channel       | ``model_uri``, re-sent      | ``model_uri`` set, not re-sent by fit() |
 | ``set_hyperparameters``          | encodes values twice        | encodes once                            |
+| ``config.yaml``, local session   | every key applies           | Environment and Tags only               |
 | launcher hp vs ``distribution``  | replaced, or sent beside it | refused, naming the hyperparameter      |
 | SDK v1 ``script_mode``           | swallowed silently          | dropped with a no-op warning            |
 | any other unknown keyword        | swallowed silently          | ``TypeError``                           |
@@ -66,7 +67,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlparse
 
-from estimator import catalog, image_uris, jobref, keywords, naming, request, validation
+from estimator import catalog, image_uris, jobref, keywords, naming, request, sdk_config, validation
 from estimator import hyperparameters as hp
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.distribution import DISTRIBUTION_KEYS, Distribution
@@ -153,14 +154,14 @@ class Estimator:
         sagemaker_session: TrainingSession | None = None,
         subnets: list[str] | None = None,
         security_group_ids: list[str] | None = None,
-        enable_network_isolation: bool = False,
-        encrypt_inter_container_traffic: bool = False,
+        enable_network_isolation: bool | None = None,
+        encrypt_inter_container_traffic: bool | None = None,
         max_retry_attempts: int | None = None,
         disable_output_compression: bool = False,
         output_kms_key: str | None = None,
         container_log_level: int = logging.INFO,
         enable_sagemaker_metrics: bool | None = None,
-        disable_profiler: bool = False,
+        disable_profiler: bool | None = None,
         debugger_hook_config: bool | None = None,
         tensorboard_output_config: TensorBoardOutputConfig | None = None,
         keep_alive_period_in_seconds: int | None = None,
@@ -197,6 +198,33 @@ class Estimator:
         )
         self.sagemaker_session: TrainingSession = session
         self.is_local = session.is_local
+        validation.check_vpc(subnets, security_group_ids)  # as given: the SDK checks before its config
+        # The SageMaker SDK's config.yaml defaults fill what was left unset (estimator.sdk_config).
+        defaults = sdk_config.estimator_arguments(
+            session.sagemaker_config,
+            self.instance_type,
+            self.is_local,
+            role=role,
+            output_kms_key=output_kms_key,
+            volume_kms_key=volume_kms_key,
+            subnets=subnets,
+            security_group_ids=security_group_ids,
+            enable_network_isolation=enable_network_isolation,
+            encrypt_inter_container_traffic=encrypt_inter_container_traffic,
+            disable_profiler=disable_profiler,
+            environment=environment,
+            debugger_hook_config=debugger_hook_config,
+        )
+        role, output_kms_key, volume_kms_key = (
+            defaults["role"],
+            defaults["output_kms_key"],
+            defaults["volume_kms_key"],
+        )
+        subnets, security_group_ids = defaults["subnets"], defaults["security_group_ids"]
+        enable_network_isolation = defaults["enable_network_isolation"]
+        encrypt_inter_container_traffic = defaults["encrypt_inter_container_traffic"]
+        disable_profiler, environment = defaults["disable_profiler"], defaults["environment"]
+        debugger_hook_config = defaults["debugger_hook_config"]
         if self.instance.is_local and not self.is_local:
             raise ConfigurationError(
                 "instance_type",
@@ -244,23 +272,22 @@ class Estimator:
         self.input_mode = validation.check_input_mode(input_mode)
         self.environment = validation.check_environment(environment)
         self.metric_definitions = validation.check_metrics(metric_definitions)
-        self.tags = validation.check_tags(tags)
+        self.tags = sdk_config.merged_tags(validation.check_tags(tags), session.sagemaker_config)
         self.use_spot_instances = use_spot_instances
         self.max_wait = validation.check_spot(max_wait, use_spot_instances, self.max_run, self.is_local)
         self.checkpoint_s3_uri, self.checkpoint_local_path = validation.check_checkpoints(
             checkpoint_s3_uri, checkpoint_local_path, self.is_local
         )
-        validation.check_vpc(subnets, security_group_ids)
         self.subnets = list(subnets) if subnets else None
         self.security_group_ids = list(security_group_ids) if security_group_ids else None
-        self._enable_network_isolation = enable_network_isolation
-        self.encrypt_inter_container_traffic = encrypt_inter_container_traffic
+        self._enable_network_isolation = bool(enable_network_isolation)
+        self.encrypt_inter_container_traffic = bool(encrypt_inter_container_traffic)
         self.max_retry_attempts = validation.check_max_retry_attempts(max_retry_attempts)
         self.disable_output_compression = disable_output_compression
         self.output_kms_key = output_kms_key
         self.container_log_level = validation.check_container_log_level(container_log_level)
         self.enable_sagemaker_metrics = enable_sagemaker_metrics
-        self.disable_profiler = disable_profiler
+        self.disable_profiler = bool(disable_profiler)
         self.debugger_hook_config = debugger_hook_config
         self.tensorboard_output_config = validation.check_tensorboard(
             tensorboard_output_config, self.is_local

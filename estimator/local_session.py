@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from estimator import settings
+from estimator import sdk_config, settings
 from estimator.errors import ConfigurationError, require_type
 from estimator.tracking import check_tracking_uri
 
@@ -76,6 +76,9 @@ class LocalSession:
     ``verbose``: each host logs its whole launch topology (hosts, ranks, master, process-group
     backend, containment, every command) and where its code came from, instead of one line
     (``launcher: torchrun, ranks 0-1 of 4 on host 1 of 2, gloo``). Default False.
+    ``sagemaker_config``: the SageMaker SDK's ``config.yaml`` defaults as a dict (default: read from
+    the SDK's locations); local jobs take their ``Environment`` and ``Tags`` only
+    (:mod:`estimator.sdk_config`).
     """
 
     is_local = True
@@ -105,6 +108,7 @@ class LocalSession:
         unsafe_checkpoint_load: bool | None = None,
         retention: str | None = None,
         verbose: bool | None = None,
+        sagemaker_config: dict[str, Any] | None = None,
     ) -> None:
         require_type("root", root, (str, os.PathLike, type(None)), "pass a directory path, e.g. '~/jobs'")
         require_type("executor", executor, (str, type(None)), "use executor='process' or executor='docker'")
@@ -191,6 +195,8 @@ class LocalSession:
         self._s3_client = s3_client
         self._docker_client = docker_client
         self._backend: Backend | None = None
+        self.sagemaker_config = sdk_config.session_config(sagemaker_config, self.s3_client)
+        """The SageMaker SDK's ``config.yaml`` defaults, as its ``Session.sagemaker_config``."""
 
     def s3_client(self) -> Any:
         """A boto3 S3 client for ``s3://`` inputs, outputs and checkpoints (created on first use)."""

@@ -68,7 +68,8 @@ def join_uri(base: str, *parts: str) -> str:
 
 def code_uri(estimator: Estimator, job_name: str, output_path: str) -> str | None:
     """Where ``sourcedir.tar.gz`` will be staged: code_location, else the output bucket's root
-    (as the SDK does), else for ``file://`` output the output path itestimator."""
+    (below the session's ``default_bucket_prefix`` when the output path is the session's default,
+    as the SDK does), else for ``file://`` output the output path itself."""
     if estimator.entry_point is None:
         return None
     if estimator.source_dir is not None and validation.is_uri(estimator.source_dir):
@@ -76,7 +77,9 @@ def code_uri(estimator: Estimator, job_name: str, output_path: str) -> str | Non
     if estimator.code_location:
         base = estimator.code_location
     elif urlparse(output_path).scheme == "s3":
-        base = f"s3://{urlparse(output_path).netloc}"
+        # The SDK keeps the session's default_bucket_prefix only when the output path is the
+        # session's default (s3://<bucket>/<prefix>/); a path the user gave counts by its bucket.
+        base = output_path if estimator.output_path is None else f"s3://{urlparse(output_path).netloc}"
     else:
         base = output_path
     return join_uri(base, job_name, "source", contract.SOURCEDIR_TARBALL)

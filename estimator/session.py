@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
-from estimator import naming
+from estimator import naming, sdk_config
 from estimator.errors import ConfigurationError, require_type
 from estimator.inputs import BUCKET_PATTERN
 from estimator.local_session import LocalSession as LocalSession  # also importable from here
@@ -109,6 +109,9 @@ class Session:
     was raised above SageMaker's default (20); larger jobs are refused before anything is staged.
     ``mlflow``: an MLflow tracking URI; each job waited on becomes an MLflow run there
     (:mod:`estimator.tracking`; ``MLFLOW_TRACKING_URI`` does the same for every session).
+    ``sagemaker_config``: the SageMaker SDK's ``config.yaml`` defaults as a dict; by default they are
+    read from the SDK's locations (:mod:`estimator.sdk_config`), and fill the estimator arguments
+    (role, VPC, KMS keys, environment, tags...) and the default bucket left unset.
 
     Clients (``sagemaker``, ``s3``, ``sts``, ``iam``, ``logs``, ``cloudwatch``) are created lazily from
     ``boto_session``; pass any of them to inject moto-backed or otherwise configured ones. Nothing
@@ -133,27 +136,11 @@ class Session:
         instance_count_quota: int | None = None,
         cloudwatch_client: Any | None = None,
         mlflow: str | None = None,
+        sagemaker_config: dict[str, Any] | None = None,
     ) -> None:
-        require_type("default_bucket", default_bucket, (str, type(None)), "pass the bucket name as a string")
-        require_type(
-            "default_bucket_prefix",
-            default_bucket_prefix,
-            (str, type(None)),
-            "pass a key prefix as a string, e.g. 'team-a/experiments'",
-        )
         self.instance_count_quota = _check_quota(instance_count_quota)
         self.mlflow = check_tracking_uri(mlflow)
-        if default_bucket is not None and not BUCKET_PATTERN.fullmatch(default_bucket):
-            raise ConfigurationError(
-                "default_bucket",
-                default_bucket,
-                "not a valid S3 bucket name",
-                "pass the bucket name only (3-63 lowercase letters, digits, dots, hyphens), without s3://",
-            )
-        prefix = (default_bucket_prefix or "").strip("/") or None
         self._boto_session = boto_session
-        self._bucket_override = default_bucket
-        self.default_bucket_prefix = prefix
         self._clients: dict[str, Any] = {
             name: client
             for name, client in (
@@ -170,6 +157,30 @@ class Session:
         self._default_bucket: str | None = None
         self._backend: Backend | None = None
         self._lock = threading.Lock()
+        self.sagemaker_config = sdk_config.session_config(sagemaker_config, self.s3_client)
+        """The SageMaker SDK's ``config.yaml`` defaults (:mod:`estimator.sdk_config`), as its
+        ``Session.sagemaker_config``."""
+        # An argument beats the config's Modules.Session defaults, as in the SDK.
+        if default_bucket is None:
+            default_bucket = sdk_config.value(self.sagemaker_config, sdk_config.DEFAULT_S3_BUCKET.path)
+        if default_bucket_prefix is None:
+            default_bucket_prefix = sdk_config.value(self.sagemaker_config, sdk_config.DEFAULT_S3_PREFIX.path)
+        require_type("default_bucket", default_bucket, (str, type(None)), "pass the bucket name as a string")
+        require_type(
+            "default_bucket_prefix",
+            default_bucket_prefix,
+            (str, type(None)),
+            "pass a key prefix as a string, e.g. 'team-a/experiments'",
+        )
+        if default_bucket is not None and not BUCKET_PATTERN.fullmatch(default_bucket):
+            raise ConfigurationError(
+                "default_bucket",
+                default_bucket,
+                "not a valid S3 bucket name",
+                "pass the bucket name only (3-63 lowercase letters, digits, dots, hyphens), without s3://",
+            )
+        self._bucket_override = default_bucket
+        self.default_bucket_prefix = (default_bucket_prefix or "").strip("/") or None
 
     def __repr__(self) -> str:
         return f"Session(region_name={self._region_or_none()!r})"

@@ -34,6 +34,11 @@ class TrainingSession(Protocol):
         ...
 
     @property
+    def sagemaker_config(self) -> dict[str, Any]:
+        """The SageMaker SDK's ``config.yaml`` defaults (:mod:`estimator.sdk_config`; ``{}``: none)."""
+        ...
+
+    @property
     def processes_per_host(self) -> int | None:
         """Ranks per host pinned by a local session (``None``: the instance type's)."""
         ...

@@ -83,10 +83,10 @@ _ARGUMENT_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "use_spot_instances": ((bool,), "pass True or False"),
     "subnets": (_PATHS, "pass a list of subnet IDs, e.g. ['subnet-0abc']"),
     "security_group_ids": (_PATHS, "pass a list of security group IDs, e.g. ['sg-0abc']"),
-    "enable_network_isolation": ((bool,), "pass True or False"),
-    "encrypt_inter_container_traffic": ((bool,), "pass True or False"),
+    "enable_network_isolation": (_FLAG, "pass True or False"),
+    "encrypt_inter_container_traffic": (_FLAG, "pass True or False"),
     "disable_output_compression": ((bool,), "pass True or False"),
-    "disable_profiler": ((bool,), "pass True or False"),
+    "disable_profiler": (_FLAG, "pass True or False"),
     "enable_sagemaker_metrics": (_FLAG, "pass True, False or None"),
     "debugger_hook_config": (_FLAG, "pass False to turn the debugger hook off, or leave it unset"),
 }

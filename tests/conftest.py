@@ -40,8 +40,12 @@ def _pytest_stays_no_subreaper() -> Iterator[None]:
 @pytest.fixture(autouse=True, scope="session")
 def _no_personal_config_file() -> Iterator[None]:
     """The suite never reads the developer's ``~/.config/smlaunch/config.yaml`` (an ``executor:
-    docker`` there would change every local job): ``SMLAUNCH_CONFIG`` names an empty file for the
-    whole session, subprocesses included. Tests of the config file point it elsewhere."""
+    docker`` there would change every local job) or SageMaker SDK ``config.yaml`` files (a VPC or a
+    role there would change every request): the variables name an empty file for the whole
+    session, subprocesses included. Tests of the config files point them elsewhere."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SMLAUNCH_CONFIG", os.devnull)
+        # Nor the SageMaker SDK's config.yaml files, which both it and estimator.sdk_config read.
+        patch.setenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", os.devnull)
+        patch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", os.devnull)
         yield

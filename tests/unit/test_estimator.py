@@ -74,6 +74,7 @@ class FakeSageMakerSession:
 
     is_local = False
     instance_count_quota = None
+    sagemaker_config: dict[str, Any] = {}  # no config.yaml defaults
     processes_per_host = None
     region_name = "us-west-2"
 

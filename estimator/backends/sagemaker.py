@@ -12,7 +12,8 @@ owns is talking to the service well:
   (``[sagemaker] 2026-11-22 02:27:58 Starting - Preparing the instances for training``), waits for a
   log group that does not exist yet, follows until the job is terminal, reads once more after a short
   delay so the last lines CloudWatch ingests late are not lost, and ends with training and billable
-  seconds (and the spot saving) of a Completed job;
+  seconds (and the spot saving) of a Completed job and one closing line
+  (:func:`estimator.backends.status.summary_lines`);
 - ``stop`` of a job that already ended is a no-op, not an error.
 
 Ctrl-C while waiting does not stop a SageMaker job (``interrupt_stops_job=False``): the job runs and

@@ -4,8 +4,9 @@ progress.``), and at the end the training (and, on SageMaker, billable) seconds.
 
 SageMaker's lines are prefixed ``[sagemaker]``, local ones ``[smlaunch]``; neither is ever scraped for
 metrics (:mod:`estimator.metrics`). A local job's agent writes each transition's line into the job
-log as it makes it (:func:`transition_line`), so that it comes in order with the hosts' lines, and the
-local follower ends with :func:`closing_line`. Pure functions of a description; no I/O.
+log as it makes it (:func:`transition_line`), so that it comes in order with the hosts' lines. A
+followed job ends with :func:`summary_lines`: the SDK's seconds, then one :func:`closing_line`.
+Pure functions of a description; no I/O.
 """
 
 from __future__ import annotations
@@ -49,37 +50,38 @@ def instance_count(description: Mapping[str, Any]) -> int:
     return int(resources.get("InstanceCount") or 1)
 
 
-def summary_lines(
-    description: Mapping[str, Any],
-    source: str = SERVICE_SOURCE,
-    billable_seconds: bool = True,
-    artifact: bool = True,
-) -> list[str]:
-    """Where the model artifact is (with ``artifact``), the training and (with ``billable_seconds``)
-    billable seconds of a Completed job (times instance count, as the SDK prints them), and the Managed
-    Spot Training saving. Empty for any other status; a figure the service did not report is left out
-    rather than guessed. Lines are prefixed ``[source]``."""
-    if description.get("TrainingJobStatus") != contract.STATUS_COMPLETED:
-        return []
-    count = instance_count(description)
+def _training_seconds(description: Mapping[str, Any]) -> int | None:
+    """``TrainingTimeInSeconds``, else the span from start to end, else None (not guessed)."""
     training = description.get("TrainingTimeInSeconds")
     if training is None:
         start, end = description.get("TrainingStartTime"), description.get("TrainingEndTime")
         if isinstance(start, datetime) and isinstance(end, datetime):
             training = max(0, int((end - start).total_seconds()))
-    billable = description.get("BillableTimeInSeconds") if billable_seconds else None
+    return None if training is None else int(training)
+
+
+def summary_lines(
+    description: Mapping[str, Any], source: str = SERVICE_SOURCE, billable_seconds: bool = True
+) -> list[str]:
+    """The lines that end a followed job: for a Completed one the training and (with
+    ``billable_seconds``) billable seconds (times instance count, as the SDK prints them) and the
+    Managed Spot Training saving, then for any ended job its :func:`closing_line`. Empty while the job
+    runs; a figure the service did not report is left out rather than guessed. Lines are prefixed
+    ``[source]``."""
     lines = []
-    model = (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
-    if artifact and model:
-        lines.append(f"[{source}] Model artifact: {model}")
-    if training is not None:
-        lines.append(f"[{source}] Training seconds: {int(training) * count}")
-    if billable is not None:
-        lines.append(f"[{source}] Billable seconds: {int(billable) * count}")
-        if description.get("EnableManagedSpotTraining") and training:
-            saving = (1 - float(billable) / float(training)) * 100
-            lines.append(f"[{source}] Managed Spot Training savings: {saving:.1f}%")
-    return lines
+    if description.get("TrainingJobStatus") == contract.STATUS_COMPLETED:
+        count = instance_count(description)
+        training = _training_seconds(description)
+        billable = description.get("BillableTimeInSeconds") if billable_seconds else None
+        if training is not None:
+            lines.append(f"Training seconds: {training * count}")
+        if billable is not None:
+            lines.append(f"Billable seconds: {int(billable) * count}")
+            if description.get("EnableManagedSpotTraining") and training:
+                saving = (1 - float(billable) / float(training)) * 100
+                lines.append(f"Managed Spot Training savings: {saving:.1f}%")
+    lines += closing_line(description).splitlines()
+    return [f"[{source}] {line}" for line in lines]
 
 
 def transition_line(transition: Mapping[str, Any], when: Any = None) -> str:
@@ -96,12 +98,12 @@ def closing_line(description: Mapping[str, Any]) -> str:
     status = description.get("TrainingJobStatus")
     reason = str(description.get("FailureReason") or "").strip()
     if status == contract.STATUS_COMPLETED:
-        seconds = description.get("TrainingTimeInSeconds")
-        line = "Completed" if seconds is None else f"Completed in {int(seconds)} s"
+        seconds = _training_seconds(description)
+        line = "Completed" if seconds is None else f"Completed in {seconds} s"
         model = (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
         return f"{line}; model: {model}" if model else line
     if status == contract.STATUS_FAILED:
-        return f"Failed: {reason or description.get('SecondaryStatus') or 'no reason recorded'}"
+        return f"Failed: {reason or '(No reason provided)'}"  # the SDK's words for a missing reason
     if status == contract.STATUS_STOPPED:
         if not reason:
             return "Stopped by user"

@@ -194,11 +194,15 @@ def test_follow_logs_through_a_whole_job(aws: FakeSageMaker, backend: SageMakerB
         "Uploading - Uploading generated training model",
         "Completed - Training job completed",
     ]
-    assert lines[-3:] == [  # 3 instances: per-instance seconds times 3, as the SDK prints them
+    assert lines[-4:-1] == [  # 3 instances: per-instance seconds times 3, as the SDK prints them
         "[sagemaker] Training seconds: 300",
         "[sagemaker] Billable seconds: 120",
         "[sagemaker] Managed Spot Training savings: 60.0%",
     ]
+    assert (
+        lines[-1]
+        == f"[sagemaker] Completed in 100 s; model: s3://out-bucket/prefix/{JOB}/output/model.tar.gz"
+    )
     assert aws.steps == []  # the final-flush wait happened
     # Status lines sit in the timeline: Training before the first host line, Completed after the last
     # line written before completion.
@@ -228,6 +232,8 @@ def test_job_failing_before_any_log_line_ends_cleanly(aws: FakeSageMaker, backen
     assert error.value.reason.startswith("CapacityError")
     assert "Failed - Training job failed" in out.getvalue()
     assert "Training seconds" not in out.getvalue()
+    last = out.getvalue().splitlines()[-1]
+    assert last == "[sagemaker] Failed: CapacityError: Unable to provision requested ML compute capacity."
 
 
 def test_completed_wait_returns_description_and_prints_summary(
@@ -274,11 +280,23 @@ def test_stop_running_job_and_stop_of_finished_job(aws: FakeSageMaker, backend: 
     assert job.model_data == f"s3://out-bucket/prefix/{JOB}/output/model.tar.gz"
 
 
-def test_summary_lines_only_for_completed() -> None:
-    assert summary_lines({"TrainingJobStatus": "Failed", "TrainingTimeInSeconds": 5}) == []
+def test_summary_lines_give_seconds_only_for_completed_and_one_closing_line() -> None:
+    assert summary_lines({"TrainingJobStatus": "InProgress", "TrainingTimeInSeconds": 5}) == []
+    assert summary_lines({"TrainingJobStatus": "Failed", "TrainingTimeInSeconds": 5}) == [
+        "[sagemaker] Failed: (No reason provided)"  # as the SDK's UnexpectedStatusException says
+    ]
+    assert summary_lines(
+        {"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: exit 3\nLast lines: x"}
+    ) == ["[sagemaker] Failed: AlgorithmError: exit 3", "[sagemaker] Last lines: x"]
     assert summary_lines(
         {"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 2}, "TrainingTimeInSeconds": 5}
-    ) == ["[sagemaker] Training seconds: 10"]
+    ) == ["[sagemaker] Training seconds: 10", "[sagemaker] Completed in 5 s"]  # no model: no model line
+    assert summary_lines({"TrainingJobStatus": "Stopped", "TrainingTimeInSeconds": 5}) == [
+        "[sagemaker] Stopped by user"
+    ]
+    assert summary_lines(
+        {"TrainingJobStatus": "Stopped", "FailureReason": "MaxRuntimeExceeded: Training job exceeded 60 s"}
+    ) == ["[sagemaker] Stopped: MaxRuntimeExceeded: Training job exceeded 60 s"]
 
 
 def test_summary_says_where_the_model_is_and_local_jobs_bill_nothing() -> None:
@@ -290,10 +308,11 @@ def test_summary_says_where_the_model_is_and_local_jobs_bill_nothing() -> None:
         "ModelArtifacts": {"S3ModelArtifacts": "s3://b/job/output/model.tar.gz"},
     }
     assert summary_lines(description) == [
-        "[sagemaker] Model artifact: s3://b/job/output/model.tar.gz",
         "[sagemaker] Training seconds: 7",
         "[sagemaker] Billable seconds: 7",
+        "[sagemaker] Completed in 7 s; model: s3://b/job/output/model.tar.gz",
     ]
-    assert summary_lines(description, "smlaunch", billable_seconds=False, artifact=False) == [
-        "[smlaunch] Training seconds: 7"
+    assert summary_lines(description, "smlaunch", billable_seconds=False) == [
+        "[smlaunch] Training seconds: 7",
+        "[smlaunch] Completed in 7 s; model: s3://b/job/output/model.tar.gz",
     ]

@@ -63,7 +63,7 @@ from estimator.backends.local.layout import file_uri_path, instance_ranks, machi
 from estimator.backends.local.metrics import METRICS_FILE, final_metric_data, read_metric_records
 from estimator.backends.local.spot import request_interruption, spot_faults
 from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, host_report, write_json_atomic
-from estimator.backends.status import closing_line, instance_count, summary_lines, transition_line
+from estimator.backends.status import instance_count, summary_lines, transition_line
 from estimator.errors import ConfigurationError, JobNameTakenError, SmlaunchError, no_space_errors
 from estimator.metrics import LOCAL_SOURCE, MetricRecord
 from estimator.spec import TrainingJobSpec
@@ -678,12 +678,9 @@ class LocalBackend(Backend):
         """What follows a followed job's log: the transitions no agent logged (one that died: its
         job's end is the backend's), the training seconds, and the closing line."""
         description = self.describe(job_name)
-        prefix = f"[{LOCAL_SOURCE}] "
         missed = description.get("SecondaryStatusTransitions", [])[logged:]
-        return (
-            [prefix + transition_line(transition) for transition in missed]
-            + summary_lines(description, LOCAL_SOURCE, billable_seconds=False, artifact=False)
-            + [prefix + line for line in closing_line(description).splitlines()]
+        return [f"[{LOCAL_SOURCE}] {transition_line(transition)}" for transition in missed] + summary_lines(
+            description, LOCAL_SOURCE, billable_seconds=False
         )
 
     def stop(self, job_name: str, reason: str | None = None) -> None:

@@ -51,6 +51,11 @@ class UnexpectedStatusException(ValueError):
         super().__init__(message)
 
 
+class CapacityError(UnexpectedStatusException):
+    """A job that failed for want of capacity (its FailureReason names ``CapacityError``): SDK
+    v2's ``sagemaker.exceptions.CapacityError``, so a cell can retry on another instance type."""
+
+
 class JobFailedError(SmlaunchError, UnexpectedStatusException):
     """A training job ended Failed (a Stopped job ends ``wait()`` with a warning, as in the SDK;
     ``smlaunch run``, whose exit status must say whether the job completed, raises it for Stopped).
@@ -79,6 +84,10 @@ class JobFailedError(SmlaunchError, UnexpectedStatusException):
             allowed_statuses=list(allowed_statuses),
             actual_status=status,
         )
+
+
+class JobCapacityError(JobFailedError, CapacityError):
+    """A :class:`JobFailedError` for want of capacity: ``except CapacityError`` catches it too."""
 
 
 class UnsupportedFeatureError(SmlaunchError, NotImplementedError):

@@ -6,6 +6,6 @@ The classes live in :mod:`estimator.errors`; this module only names them where S
 
 from __future__ import annotations
 
-from estimator.errors import UnexpectedStatusException
+from estimator.errors import CapacityError, UnexpectedStatusException
 
-__all__ = ["UnexpectedStatusException"]
+__all__ = ["CapacityError", "UnexpectedStatusException"]

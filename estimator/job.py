@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from estimator.backends.base import Backend
-from estimator.errors import JobFailedError
+from estimator.errors import JobCapacityError, JobFailedError
 from estimator.tracking import track
 from runtime import contract
 
@@ -146,4 +146,6 @@ class TrainingJob:
             )
             return description
         reason = description.get("FailureReason") or description.get("SecondaryStatus") or status
-        raise JobFailedError(self.name, status, reason, exit_code=description.get("ExitCode"))
+        # The SDK raises its CapacityError subclass when the reason says so; so do we.
+        failed = JobCapacityError if "CapacityError" in str(reason) else JobFailedError
+        raise failed(self.name, status, reason, exit_code=description.get("ExitCode"))

@@ -10,6 +10,7 @@ import pytest
 
 from estimator import JobFailedError, UnexpectedStatusException
 from estimator.errors import ConfigurationError
+from estimator.exceptions import CapacityError
 from tests.unit.test_estimator import FakeSageMakerSession, TestLocalSession, config_error, local, remote
 
 
@@ -106,8 +107,16 @@ def test_changes_to_the_distribution_dict_are_honoured_and_checked(src: Path) ->
     assert est.distribution == {"torch_distributed": {"enabled": True}}  # a refused value changes nothing
 
 
-@pytest.mark.parametrize("status", ["Completed", "Stopped", "Failed"])
-def test_endings_match_the_sdk(status: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        ("Completed", "AlgorithmError: rank 0 exited 3"),
+        ("Stopped", "AlgorithmError: rank 0 exited 3"),
+        ("Failed", "AlgorithmError: rank 0 exited 3"),
+        ("Failed", "CapacityError: Unable to provision requested ML compute capacity."),
+    ],
+)
+def test_endings_match_the_sdk(status: str, reason: str) -> None:
     """The SDK's ``_check_job_status`` is the oracle: only Failed raises, and what it raises has the
     SDK's class, attributes and message (but for the SDK's link to its troubleshooting guide)."""
     sdk_session = pytest.importorskip("sagemaker.session")
@@ -115,7 +124,7 @@ def test_endings_match_the_sdk(status: str) -> None:
     from estimator.job import TrainingJob
     from tests.unit.test_estimator import RecordingBackend
 
-    description = {"TrainingJobStatus": status, "FailureReason": "AlgorithmError: rank 0 exited 3"}
+    description = {"TrainingJobStatus": status, "FailureReason": reason}
     sdk_error = ours = None
     try:
         sdk_session._check_job_status("job-1", description, "TrainingJobStatus")
@@ -133,6 +142,8 @@ def test_endings_match_the_sdk(status: str) -> None:
         sdk_error.actual_status,
         sdk_error.allowed_statuses,
     )
+    # The same class tree: CapacityError where the SDK raises its CapacityError.
+    assert isinstance(ours, CapacityError) is isinstance(sdk_error, sdk_exceptions.CapacityError)
     sdk_message = str(sdk_error)
     assert str(ours) == sdk_message[: sdk_message.index(" Check troubleshooting guide")]
 

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from estimator.errors import JobFailedError, SmlaunchError
+from estimator.errors import ConfigurationError, JobFailedError, SmlaunchError
 from runtime import contract
 
 EXIT_STATUS = """exit status:
@@ -223,9 +223,19 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``smlaunch COMMAND``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the exit status (:data:`EXIT_STATUS`)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     out = sys.stdout
     try:
         # Only the command's data goes to ``out``; whatever else prints (fit()'s progress, the
@@ -235,7 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JobFailedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except SmlaunchError as exc:  # a bad argument, an unknown job, a refusal, a damaged record
+    except ConfigurationError as exc:  # a bad argument, an unknown job, a refusal
+        from estimator.cli_run import cli_advice
+
+        print(f"error: {cli_advice(exc, _command_parser(parser, args.command))}", file=sys.stderr)
+        return 2
+    except SmlaunchError as exc:  # a damaged record, a missing extra
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,7 +6,8 @@ NAME=URI``, ``--metric NAME=REGEX``, ``--distribution NAME|JSON`` and the estima
 or ``--sagemaker``; ``plan`` (and ``run --dry-run``) never start anything, and a SageMaker plan calls
 no AWS API (:class:`PlanSession`: region, account and bucket come from flags). The spellings of
 earlier versions (``--entry-point``, ``--hyperparameters JSON``, ``--inputs JSON``, ``--root``,
-``--local``) are still accepted, unlisted.
+``--local``) are still accepted, unlisted. :func:`cli_advice` puts the estimator's errors, written
+for notebooks, in these flags' words.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ DISTRIBUTIONS: dict[str, dict[str, Any]] = {
     },
 }
 """``--distribution`` names and the ``distribution=`` each stands for (JSON gives any other)."""
-_PLAN_ONLY = ("region", "account", "bucket")
+_SAGEMAKER_ONLY = ("region", "account", "bucket")
 
 
 class PlanSession:
@@ -150,12 +152,15 @@ def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", dest="store", help=hidden)
     parser.add_argument(
         "--region",
-        help="SageMaker dry runs: the region (default $AWS_REGION, $AWS_DEFAULT_REGION, "
-        f"else {DEFAULT_REGION})",
+        help="SageMaker: the region (default: your AWS configuration's; dry runs: $AWS_REGION, "
+        f"$AWS_DEFAULT_REGION, else {DEFAULT_REGION})",
     )
-    parser.add_argument("--account", help=f"SageMaker dry runs: the account (default {DEFAULT_ACCOUNT})")
     parser.add_argument(
-        "--bucket", help="SageMaker dry runs: the default bucket (sagemaker-<region>-<account>)"
+        "--account",
+        help=f"SageMaker dry runs: the account (default {DEFAULT_ACCOUNT}; real runs: your credentials')",
+    )
+    parser.add_argument(
+        "--bucket", help="SageMaker: the default bucket (default sagemaker-<region>-<account>)"
     )
 
 
@@ -220,7 +225,7 @@ def distribution(text: str | None, processes_per_host: int | None) -> dict[str, 
 def session(args: argparse.Namespace, dry_run: bool) -> Any:
     """Where the job goes: ``LocalSession`` (``--docker``: its Docker executor), ``Session()`` with
     ``--sagemaker``, or for a SageMaker dry run a :class:`PlanSession`."""
-    given = [f"--{name}" for name in _PLAN_ONLY if getattr(args, name) is not None]
+    given = [f"--{name}" for name in _SAGEMAKER_ONLY if getattr(args, name) is not None]
     if args.sagemaker:
         if not args.instance_type:
             raise ConfigurationError(
@@ -237,16 +242,18 @@ def session(args: argparse.Namespace, dry_run: bool) -> Any:
                 or DEFAULT_REGION
             )
             return PlanSession(region, args.account or DEFAULT_ACCOUNT, args.bucket)
-        if given:
+        if args.account is not None:
             raise ConfigurationError(
-                given[0],
-                getattr(args, given[0][2:]),
-                "only a dry run takes it; a real run uses your AWS configuration's",
-                "drop it (set AWS_REGION for the region), or add --dry-run",
+                "--account",
+                args.account,
+                "a real run is in the account of your AWS credentials",
+                "drop it (choose the account with AWS_PROFILE), or add --dry-run",
             )
+        import boto3
+
         from estimator.session import Session
 
-        return Session()
+        return Session(boto_session=boto3.Session(region_name=args.region), default_bucket=args.bucket)
     if given:
         raise ConfigurationError(
             given[0],
@@ -328,3 +335,45 @@ def plan_request(args: argparse.Namespace) -> dict[str, Any]:
     estimator = build_estimator(args, session(args, dry_run=True))
     request: dict[str, Any] = estimator.plan(inputs(args), job_name=args.job_name).to_request()
     return request
+
+
+_PYTHON_ADVICE = (
+    # the Session's advice for notebooks, in the CLI's words
+    (
+        re.compile(r"run on this machine with sagemaker_session=LocalSession\(\)"),
+        "drop --sagemaker to run on this machine",
+    ),
+    (re.compile(r"pass boto_session=boto3\.Session\(region_name=('[^']*')\)"), r"pass --region \1"),
+    (re.compile(r"pass default_bucket=('[^']*') to Session\(\)"), r"pass --bucket \1"),
+)
+_RENAMED = {
+    "entry_point": "ENTRY_POINT",
+    "hyperparameters": "--hp",
+    "metric_definitions": "--metric",
+    "inputs": "--input",
+}
+
+
+def cli_advice(error: ConfigurationError, parser: argparse.ArgumentParser) -> ConfigurationError:
+    """``error`` (raised for a notebook: ``instance_count=0 ... pass instance_count=1``) in the
+    words of ``parser``'s command: its flags for the estimator's keywords, ``--sagemaker``,
+    ``--region``, ``--bucket`` for the Session's."""
+    flags = dict(_RENAMED)
+    for action in parser._actions:
+        if action.option_strings and action.help != argparse.SUPPRESS:
+            flags.setdefault(action.dest, action.option_strings[-1])
+    flags.pop("processes_per_host", None)  # in errors, a distribution's key: not --processes-per-host
+    fix = error.fix or ""
+    for pattern, replacement in _PYTHON_ADVICE:
+        fix = pattern.sub(replacement, fix)
+    keywords = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
+    fix = re.sub(rf"\b({keywords})=('[^']*'|\S+)", lambda m: f"{flags[m.group(1)]} {m.group(2)}", fix)
+    # a keyword named in passing ("relative to source_dir"); one-word names (role) may be plain words
+    named = "|".join(sorted((re.escape(k) for k in flags if "_" in k), key=len, reverse=True))
+    problem = re.sub(rf"\b({named})\b", lambda m: flags[m.group(1)], error.problem)
+    fix = re.sub(rf"\b({named})\b", lambda m: flags[m.group(1)], fix)
+    head = re.match(r"\w+", error.field)  # inputs['train'], distribution.mpi: the keyword's flag
+    field = flags[head.group()] + error.field[head.end() :] if head and head.group() in flags else error.field
+    if (field, problem, fix) == (error.field, error.problem, error.fix or ""):
+        return error
+    return ConfigurationError(field, error.value, problem, fix or None)

@@ -300,7 +300,7 @@ def test_every_command_on_a_read_only_store_ends_with_a_message(cli: Cli) -> Non
         gc = cli("gc", "--older-than", "0s", wrap=ro)
         assert "cannot remove ended" in clean(gc, 2)
         assert "Read-only file system" in clean(cli("stop", "running", wrap=ro), 2) or os.geteuid() != 0
-        assert "output_path" in clean(cli("run", "train.py", "--source-dir", "src", wrap=ro), 2)
+        assert "--output-path=" in clean(cli("run", "train.py", "--source-dir", "src", wrap=ro), 2)
         assert (cli.jobs / "ended" / "output" / "model.tar.gz").is_file()
     finally:
         if os.geteuid() != 0:
@@ -316,4 +316,4 @@ def test_every_command_on_a_store_that_is_a_file_ends_with_a_message(cli: Cli) -
         result = cli(*args)
         assert "Traceback" not in result.stderr, (args, result.stderr)
         assert result.returncode == 2 and result.stderr.startswith("error: "), (args, result.stderr)
-    assert "output_path" in clean(cli("run", "train.py", "--source-dir", "src"), 2)
+    assert "--output-path=" in clean(cli("run", "train.py", "--source-dir", "src"), 2)

@@ -128,5 +128,5 @@ def test_smlaunch_run_refuses_an_output_path_inside_the_store(src: Path, root: P
         timeout=120,
     )
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith(f"error: output_path='{(root / 'first').as_uri()}'"), result.stderr
+    assert result.stderr.startswith(f"error: --output-path='{(root / 'first').as_uri()}'"), result.stderr
     assert sorted(p.name for p in root.iterdir() if p.name != ".requirements") == ["first"]

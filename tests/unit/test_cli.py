@@ -139,7 +139,7 @@ def test_account_bucket_and_local(src: Path, tmp_path: Path, capsys: pytest.Capt
             ["--distribution", '{"mpi": {"enabled": true, "processes_per_host": 9}}'],
             "processes_per_host <= 8",
         ),
-        (["plan", "nope.py"], "entry_point='nope.py'"),
+        (["plan", "nope.py"], "ENTRY_POINT='nope.py'"),
         (["--sagemaker", "--local"], "--region='us-west-2': applies to SageMaker only"),
     ],
 )
@@ -263,3 +263,25 @@ def test_query_and_table(capsys: pytest.CaptureFixture) -> None:
     assert json.loads(out.getvalue()) == ["a"]
     with pytest.raises(ConfigurationError, match="--query='Jobs\\[': not a usable JMESPath"):
         emit(data, argparse.Namespace(output="json", query="Jobs["), out)
+
+
+def test_errors_give_cli_advice(
+    src: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The estimator's and the Session's errors name the command's flags, not Python keywords."""
+    from tests.functional._sagemaker_moto import aws_test_env
+
+    assert main(["run", "train.py", "--source-dir", "src", "--instance-count", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --instance-count=0: ") and "Fix: pass --instance-count 1 or more" in err
+    assert main(["plan", "nope.py", "--source-dir", "src"]) == 2
+    assert "no file named 'nope.py' in --source-dir 'src'" in capsys.readouterr().err
+    assert main(["run", "train.py", "--source-dir", "src", "--input", "train=nowhere"]) == 2
+    assert capsys.readouterr().err.startswith("error: --input['train']='nowhere': ")
+
+    aws_test_env(monkeypatch, credentials=False)
+    for command in (["describe", "--sagemaker", "x"], ["describe", "sagemaker:x"], ["list", "--sagemaker"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "no usable AWS credentials" in err and "drop --sagemaker to run on this machine" in err
+        assert "LocalSession" not in err and "sagemaker_session" not in err, err

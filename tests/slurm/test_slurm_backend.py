@@ -245,15 +245,15 @@ def test_stop_from_the_cli_reaches_the_script_on_both_nodes(
     wait_for_line(backend, name, "algo-1 ready", timeout=JOB_TIMEOUT)
     wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
     assert squeue(slurm_cluster, name) == "RUNNING"
-    assert cli.main(["stop", name, "--slurm", str(session.shared_dir)]) == 0  # as from a terminal
+    assert cli.main(["stop", f"slurm:{session.shared_dir}:{name}"]) == 0  # as from a terminal
     described = wait_terminal(backend, name, timeout=120)
     assert described["TrainingJobStatus"] == contract.STATUS_STOPPED, described.get("FailureReason")
     log = "\n".join(backend.log_lines(name))
     assert "got SIGTERM on algo-1" in log and "got SIGTERM on algo-2" in log, log[-3000:]
     capsys.readouterr()
-    assert cli.main(["list", "--slurm", str(session.shared_dir), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [(r["name"], r["status"]) for r in rows] == [(name, contract.STATUS_STOPPED)], rows
+    assert cli.main(["list", "--slurm", str(session.shared_dir), "--output", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["TrainingJobSummaries"]
+    assert [(r["TrainingJobName"], r["TrainingJobStatus"]) for r in rows] == [(name, contract.STATUS_STOPPED)]
 
 
 @pytest.mark.slow

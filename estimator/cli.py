@@ -83,7 +83,7 @@ def _job_commands(commands: Any) -> None:
     cli_run.add_estimator_arguments(run)
     run.add_argument("--no-wait", action="store_true", help="return once the job is created")
     run.add_argument("--dry-run", action="store_true", help="print the request instead (as `plan`)")
-    add_output_arguments(run, "json", "HyperParameters")
+    add_output_arguments(run, "json", "HyperParameters", "--dry-run's request")
     run.set_defaults(handler=cli_jobs.cmd_run)
 
     listing = commands.add_parser(

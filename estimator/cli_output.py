@@ -21,14 +21,16 @@ from estimator.errors import ConfigurationError
 OUTPUT_FORMATS = ("json", "table", "text")
 
 
-def add_output_arguments(parser: argparse.ArgumentParser, default: str, example: str) -> None:
-    """``--output`` (default ``default``) and ``--query`` (``example``: a JMESPath for the help), and
-    the old ``--json`` as a hidden spelling of ``--output json``."""
+def add_output_arguments(
+    parser: argparse.ArgumentParser, default: str, example: str, data: str = "the data"
+) -> None:
+    """``--output`` (default ``default``) and ``--query`` (``example``: a JMESPath for the help) for
+    ``data``, and the old ``--json`` as a hidden spelling of ``--output json``."""
+    parser.add_argument("--output", choices=OUTPUT_FORMATS, help=f"how to print {data} (default: {default})")
     parser.add_argument(
-        "--output", choices=OUTPUT_FORMATS, help=f"how to print the data (default: {default})"
-    )
-    parser.add_argument(
-        "--query", metavar="JMESPATH", help=f"print only what this JMESPath selects, e.g. {example!r}"
+        "--query",
+        metavar="JMESPATH",
+        help=f"print only what this JMESPath selects of {data}, e.g. {example!r}",
     )
     parser.add_argument("--json", dest="output", action="store_const", const="json", help=argparse.SUPPRESS)
     parser.set_defaults(output_default=default)

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from estimator import PyTorch
+from estimator import PyTorch, sdk_config
 from estimator import settings as knobs
 from estimator.backends.local import layout
 from estimator.backends.local.backend import LocalBackend
@@ -223,8 +224,8 @@ def test_the_configuration_page_lists_every_setting_its_default_and_variable() -
 def test_no_smlaunch_knob_reaches_a_sagemaker_request(
     config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every knob set every way it can be (config file, variable, ``environment=``): the
-    CreateTrainingJob request a SageMaker session sends carries none of them."""
+    """Every knob set every way it can be (smlaunch's config file, variable, ``environment=``, the
+    SDK's config.yaml): the CreateTrainingJob requests a SageMaker session sends carry none of them."""
     config.write_text("".join(f"{name}: {text}\n" for name, (text, _, _) in NON_DEFAULT.items()))
     variables = {
         var: NON_DEFAULT[name][1] for name, var in knobs.ENVIRONMENT_VARIABLES.items() if name != "root"
@@ -241,7 +242,7 @@ def test_no_smlaunch_knob_reaches_a_sagemaker_request(
         session.sagemaker_client().meta.events.register(
             "provide-client-params.sagemaker.CreateTrainingJob", lambda params, **_: sent.append(params)
         )
-        est = PyTorch(
+        arguments: dict[str, Any] = dict(
             entry_point="train.py",
             source_dir=str(src),
             role=ROLE_ARN,
@@ -249,14 +250,24 @@ def test_no_smlaunch_knob_reaches_a_sagemaker_request(
             instance_count=1,
             framework_version="2.1.0",
             py_version="py310",
-            environment={**variables, knobs.HOME_ENV: "/x", "SMLAUNCH_ANYTHING": "1", "NCCL_DEBUG": "INFO"},
             sagemaker_session=session,
         )
+        given = {**variables, knobs.HOME_ENV: "/x", "SMLAUNCH_ANYTHING": "1", "NCCL_DEBUG": "INFO"}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            est.fit(wait=False, job_name="no-knobs")
-    assert len(sent) == 1
-    assert sent[0]["Environment"] == {"NCCL_DEBUG": "INFO"}
+            PyTorch(**arguments, environment=given).fit(wait=False, job_name="no-knobs")
+            # The SDK's config.yaml fills environment= when the notebook leaves it unset.
+            sdk_file = tmp_path / "sagemaker-config.yaml"
+            sdk_file.write_text(
+                yaml.safe_dump({"SchemaVersion": "1.0", "SageMaker": {"TrainingJob": {"Environment": given}}})
+            )
+            monkeypatch.setenv(sdk_config.USER_OVERRIDE_ENV, str(sdk_file))
+            arguments["sagemaker_session"] = session = Session(boto_session=aws.boto_session)  # reads it
+            session.sagemaker_client().meta.events.register(
+                "provide-client-params.sagemaker.CreateTrainingJob", lambda params, **_: sent.append(params)
+            )
+            PyTorch(**arguments).fit(wait=False, job_name="no-knobs-sdk-config")
+    assert [request["Environment"] for request in sent] == [{"NCCL_DEBUG": "INFO"}] * 2
     warned = " ".join(str(w.message) for w in caught)
     for name in [*variables, knobs.HOME_ENV, "SMLAUNCH_ANYTHING"]:
         assert name in warned

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from estimator.backends.local.backend import LocalBackend
-from estimator.backends.local.state import JobDir
+from estimator.backends.local.state import JobDir, write_json_atomic
 from estimator.errors import ConfigurationError
 from estimator.job import TrainingJob
 from estimator.session import LocalSession
@@ -259,6 +259,9 @@ def test_a_host_stopped_before_the_agent_hears_of_a_preemption(tmp_path: Path, a
     runner = tmp_path / "requeueing_agent.py"
     runner.write_text(_REQUEUEING_AGENT)
     agent = subprocess.Popen([sys.executable, str(runner), str(job.path)], stdout=subprocess.DEVNULL)
+    # recorded as the backend records the agents it starts: from then on the job is started
+    started = psutil.Process(agent.pid).create_time()
+    write_json_atomic(job.agent_file, {"pid": agent.pid, "create_time": started})
     try:
         wait_for_line(backend, name, "saved epoch 1")
         (host,) = [p for p in psutil.Process(agent.pid).children() if "runtime" in p.cmdline()]

@@ -2,41 +2,57 @@
 
 Layout (as SageMaker SDK v2's ``tar_and_upload_dir``): the *contents* of ``source_dir`` at the
 archive root (no ``src/`` prefix), plus each ``dependencies`` path at the root under its basename;
-without ``source_dir`` the archive holds only the entry point's file. Symlinks are followed.
+without ``source_dir`` the archive holds only the entry point's file.
+
+Which entries of ``source_dir`` (and of a dependency directory) are packed is
+:mod:`runtime.artifact_tree`'s rule, the one for model directories: regular files; a link whose
+target is a file or directory *inside* the directory, as what it points to under the link's name;
+left out, each named in one ``UserWarning``: links out of the directory, dangling links, loops
+(``latest -> .``), FIFOs, sockets and devices. Packing never follows a loop and never opens a FIFO.
+The SDK (``sagemaker.utils.create_tar_file``, ``tarfile`` with ``dereference=True``) follows every
+link: it packs a link's target even outside ``source_dir`` (a link to ``/etc`` packs ``/etc``),
+fails on a dangling link or a loop (``ELOOP`` after 40 levels, the tree multiplied first), and
+packs a FIFO as a FIFO member. smlaunch packs what the SDK packs for a tree of regular files and
+links inside it; code reached by a link out of ``source_dir`` goes in ``dependencies`` (which both
+pack). A file named by the user (the entry point without ``source_dir``, a dependency file) is
+followed if it is a link, and must be a regular file.
 
 smlaunch extensions:
 
 - ``.smlaunchignore`` at the root of ``source_dir`` (and of a dependency directory) keeps files out,
-  with gitignore syntax (``pathspec``). The ignore file itself is packed like any other file.
+  with gitignore syntax (``pathspec``); an ignored directory is not even listed, and an ignored odd
+  entry is not named. The ignore file itself is packed like any other file.
 - The bytes are deterministic (``runtime.archive.create_tarball``: sorted entries, fixed mtimes and
-  owners), so the SHA-256 identifies the code and an unchanged tarball is not uploaded twice:
-  staging goes through ``runtime.transfer.TransferEngine``, which stores the SHA-256 in the
-  object's metadata and skips an upload whose object already has the same size and hash.
-- Every file is checked readable before the archive is written: an unreadable ``source_dir`` or a
-  dangling symlink is a :class:`ConfigurationError` naming the path, raised before anything is
-  staged.
+  owners), so the SHA-256 identifies the code and an unchanged tarball is not uploaded twice (an
+  entry left out changes nothing): staging goes through ``runtime.transfer.TransferEngine``, which
+  stores the SHA-256 in the object's metadata and skips an upload whose object already has the same
+  size and hash.
+- Every file is checked readable before the archive is written: an unreadable ``source_dir`` or
+  file is a :class:`ConfigurationError` naming the path, raised before anything is staged.
 - The archive is streamed to a temporary file, never held in memory, so packaging costs the same
   few megabytes whatever the size of the code; code larger than 100 MiB gets a warning (data
   belongs in a channel, where it is not re-packed and re-extracted on every host for every job).
-
-Only directories are walked here; nothing outside ``source_dir`` and ``dependencies`` is read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import posixpath
+import stat
 import tempfile
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import pathspec
 
 from estimator.errors import ConfigurationError
-from runtime import contract
+from runtime import artifact_tree, contract
 from runtime.archive import create_tarball
+from runtime.artifact_tree import Skipped
 from runtime.progress import PROGRESS_MIN_BYTES, ProgressBar, interactive_output
 from runtime.transfer import TransferEngine, TransferSummary
 
@@ -88,75 +104,82 @@ def _ignore_spec(directory: Path) -> pathspec.GitIgnoreSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(ignore_file.read_text().splitlines())
 
 
-def _walk(directory: Path, arc_prefix: str, field: str) -> list[tuple[Path, str]]:
-    """Every file under ``directory`` not ignored, as (path, archive name)."""
+def _walk(directory: Path, arc_prefix: str, field: str, skipped: list[Skipped]) -> list[tuple[Path, str]]:
+    """The files under ``directory`` to pack, not ignored, as (real path, archive name), by
+    :func:`runtime.artifact_tree.walk`'s rule; what it leaves out is added to ``skipped``."""
     spec = _ignore_spec(directory)
-    entries: list[tuple[Path, str]] = []
-
-    def on_error(exc: OSError) -> None:
-        raise ConfigurationError(
-            field,
-            exc.filename,
-            f"cannot be read ({exc.strerror})",
-            "fix its permissions or add it to .smlaunchignore",
-        ) from exc
-
-    for root, dirs, files in os.walk(directory, followlinks=True, onerror=on_error):
-        rel_root = Path(root).relative_to(directory)
-        if spec is not None:
-            # Prune ignored directories so nothing below them is read.
-            dirs[:] = [d for d in dirs if not spec.match_file((rel_root / d).as_posix() + "/")]
-        dirs.sort()
-        for name in sorted(files):
-            rel = (rel_root / name).as_posix()
-            if spec is not None and spec.match_file(rel):
-                continue
-            local = Path(root) / name
-            _check_readable_file(local, field)
-            entries.append((local, f"{arc_prefix}{rel}"))
-    return entries
+    listing = artifact_tree.walk(directory, ignore=spec.match_file if spec is not None else None)
+    skipped += [Skipped(arc_prefix + entry.name, entry.why) for entry in listing.skipped]
+    for item in listing.files:
+        if not os.access(item.path, os.R_OK):  # a check that opens nothing: a FIFO cannot block
+            raise ConfigurationError(
+                field,
+                str(directory / item.name),
+                "cannot be read (permission denied)",
+                "fix its permissions or add it to .smlaunchignore",
+            )
+    return [(item.path, arc_prefix + item.name) for item in listing.files]
 
 
-def _check_readable_file(path: Path, field: str) -> None:
-    if not path.exists():
-        raise ConfigurationError(
-            field,
-            str(path),
-            "a symlink to a file that does not exist",
-            "remove the link or add it to .smlaunchignore",
-        )
+def _check_regular_file(path: Path, field: str) -> Path:
+    """``path``, a file the user named, must be a readable regular file (a link to one is
+    followed), checked without opening it (a FIFO would block). Returns its real path."""
+    real = Path(os.path.realpath(path))
     try:
-        with open(path, "rb"):
-            pass
+        mode = real.stat().st_mode
     except OSError as exc:
+        problem = "no such file" if exc.errno == errno.ENOENT else f"cannot be read ({exc.strerror})"
+        raise ConfigurationError(field, str(path), problem, "pass an existing file") from exc
+    if not stat.S_ISREG(mode):
         raise ConfigurationError(
             field,
             str(path),
-            f"cannot be read ({exc.strerror})",
-            "fix its permissions or add it to .smlaunchignore",
-        ) from exc
+            f"not a regular file but {artifact_tree.describe_mode(mode)}",
+            "pass a regular file",
+        )
+    if not os.access(real, os.R_OK):
+        raise ConfigurationError(
+            field, str(path), "cannot be read (permission denied)", "fix its permissions or pass another file"
+        )
+    return real
+
+
+def _check_packed(entry_point: str, packed: set[str], skipped: list[Skipped]) -> None:
+    """The entry point, relative to ``source_dir``, must be packed: a job without it cannot start."""
+    name = posixpath.normpath(PurePath(entry_point).as_posix())
+    if PurePath(entry_point).is_absolute() or name in packed:
+        return
+    why = next((entry.why for entry in skipped if entry.name == name), f"listed in {contract.IGNORE_FILE}")
+    raise ConfigurationError(
+        "entry_point",
+        entry_point,
+        f"left out of the code archive: {why}",
+        f"make it a regular file inside source_dir, or remove it from {contract.IGNORE_FILE}",
+    )
 
 
 def code_entries(
     entry_point: str, source_dir: str | Path | None, dependencies: list[str] | None = None
-) -> list[tuple[Path, str]]:
-    """The files of ``sourcedir.tar.gz`` as (local path, archive name), after ignore rules."""
+) -> tuple[list[tuple[Path, str]], dict[str, list[Skipped]]]:
+    """The files of ``sourcedir.tar.gz`` as (real path, archive name), after ignore rules, and
+    the entries left out of each directory walked, by the field that named it."""
     entries: list[tuple[Path, str]] = []
+    skipped: dict[str, list[Skipped]] = {}
     if source_dir is not None:
         directory = check_readable_dir(source_dir, "source_dir")
-        entries += _walk(directory, "", "source_dir")
+        entries += _walk(directory, "", "source_dir", skipped.setdefault("source_dir", []))
+        _check_packed(entry_point, {name for _, name in entries}, skipped["source_dir"])
     else:
         script = Path(entry_point)
-        _check_readable_file(script, "entry_point")
-        entries.append((script, script.name))
+        entries.append((_check_regular_file(script, "entry_point"), script.name))
     for index, dependency in enumerate(dependencies or []):
         field = f"dependencies[{index}]"
         path = Path(dependency).expanduser()
         if path.is_dir():
-            entries += _walk(check_readable_dir(path, field), f"{path.resolve().name}/", field)
+            directory = check_readable_dir(path, field)
+            entries += _walk(directory, f"{path.resolve().name}/", field, skipped.setdefault(field, []))
         else:
-            _check_readable_file(path, field)
-            entries.append((path, path.name))
+            entries.append((_check_regular_file(path, field), path.name))
     seen: dict[str, Path] = {}
     for local, arcname in entries:
         if arcname in seen and seen[arcname] != local:
@@ -167,7 +190,19 @@ def code_entries(
                 "rename one of them",
             )
         seen[arcname] = local
-    return entries
+    return entries, skipped
+
+
+def _warn_skipped(skipped: dict[str, list[Skipped]]) -> None:
+    for field, entries in skipped.items():
+        if not entries:
+            continue
+        lines = artifact_tree.skip_report(entries, field)
+        lines.append(
+            f"{field}: code outside it goes in dependencies=[...]; "
+            "entries listed in .smlaunchignore are left out silently"
+        )
+        warnings.warn("\n".join(lines), UserWarning, stacklevel=3)
 
 
 def build_sourcedir(
@@ -179,7 +214,7 @@ def build_sourcedir(
     """Write ``<dest_dir>/sourcedir.tar.gz``; same files give the same bytes.
 
     Warns (``UserWarning``) when the files add up to more than :data:`LARGE_CODE_BYTES`."""
-    entries = code_entries(entry_point, source_dir, dependencies)
+    entries, skipped = code_entries(entry_point, source_dir, dependencies)
     size = sum(local.stat().st_size for local, _ in entries)
     if size > LARGE_CODE_BYTES:
         warnings.warn(
@@ -194,14 +229,18 @@ def build_sourcedir(
     started = time.monotonic()
     progress = ProgressBar(size, "package", interactive_output() and size >= PROGRESS_MIN_BYTES)
     try:
-        digest = create_tarball(entries, dest, on_file=progress)
+        # A file swapped for a FIFO or a link since the walk is left out and named too.
+        late = skipped.setdefault(contract.SOURCEDIR_TARBALL, [])
+        digest = create_tarball(entries, dest, on_file=progress, on_skip=late.append)
     finally:
         progress.close()
+    _warn_skipped(skipped)
     summary = TransferSummary(
         transferred=[str(local) for local, _ in entries], bytes=size, seconds=time.monotonic() - started
     )
     progress.report(summary.line(f"package {contract.SOURCEDIR_TARBALL}"))
-    return CodeArchive(dest, digest, tuple(sorted(arcname for _, arcname in entries)))
+    left_out = {entry.name for entry in late}
+    return CodeArchive(dest, digest, tuple(sorted(name for _, name in entries if name not in left_out)))
 
 
 def stage(

@@ -1,10 +1,11 @@
 """Tarballs, written deterministically and extracted safely. Shared by ``estimator`` and ``runtime``.
 
-- :func:`create_tarball` writes the same bytes for the same files whatever the clock, the umask or
+- :func:`pack_files` writes the same bytes for the same files whatever the clock, the umask or
   the owner: entries sorted, mtimes fixed, owner root, gzip header without a timestamp. So the
   archive's hash identifies its content and unchanged code is never uploaded twice. The archive is
-  streamed to its file: memory stays flat whatever the size of the code. :func:`pack_files` writes
-  the same way what a job wrote, as :mod:`runtime.artifact_tree` walked it (regular files only).
+  streamed to its file: memory stays flat whatever the size of the code. It packs regular files
+  only, as :mod:`runtime.artifact_tree` walked them (code, or what a job wrote), and opens none
+  that is not one; :func:`create_tarball` packs named files and directories the same way.
 - :func:`safe_extract` is the one extractor of code archives (local runs, containers, ``python -m
   runtime``). It never relies on ``tarfile``'s ``filter`` (absent from Debian bookworm's Python
   3.11.2, and fooled by links whose resolved path exceeds the OS path limit, CVE-2025-4517).
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from runtime import contract
-from runtime.artifact_tree import ArtifactFile, NotARegularFile, Skipped
+from runtime.artifact_tree import ArtifactFile, NotARegularFile, Skipped, walk
 from runtime.errors import HostConfigurationError
 
 FIXED_MTIME = 0
@@ -71,47 +72,52 @@ def _normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def create_tarball(
-    entries: Iterable[tuple[Path, str]], dest: Path, on_file: Callable[[int], None] | None = None
+    entries: Iterable[tuple[Path, str]],
+    dest: Path,
+    on_file: Callable[[int], None] | None = None,
+    on_skip: Callable[[Skipped], None] | None = None,
 ) -> str:
     """Write a gzipped tar of ``entries`` (local path, name in the archive) to ``dest``.
 
-    Symlinks are followed (as the SageMaker SDK does), directories recurse, and every member is
-    added in sorted order with normalised metadata. The tar stream goes straight through gzip to
-    ``dest`` (never held in memory). ``on_file(size)`` is called as each file is added (progress).
-    Returns the SHA-256 of the bytes written. For the code the user hands over; what a job wrote
-    is packed by :func:`pack_files`.
+    A file is packed under its name as what it is (a link the caller named is followed to its
+    file); a directory is walked by :func:`runtime.artifact_tree.walk`, its regular files packed
+    below its name. What is not packed (what the walk skips, a named entry that is not a regular
+    file, a file swapped for a FIFO or a link before it is read) goes to ``on_skip``, named as in
+    the archive; without ``on_skip`` it raises :class:`~runtime.artifact_tree.NotARegularFile`.
+    Members are written as :func:`pack_files` writes them. Returns the SHA-256 of the bytes written.
     """
-    members: dict[str, Path] = {}
+
+    def skip(entry: Skipped) -> None:
+        if on_skip is None:
+            raise NotARegularFile(errno.EINVAL, f"{entry.name!r} is not packed: {entry.why}")
+        on_skip(entry)
+
+    files: list[ArtifactFile] = []
     for local, arcname in entries:
-        local = Path(local)
-        members[arcname] = local
-        if local.is_dir():
-            for root, dirs, files in os.walk(local, followlinks=True):
-                rel_root = PurePosixPath(arcname) / PurePosixPath(Path(root).relative_to(local).as_posix())
-                for name in dirs + files:
-                    members[str(rel_root / name)] = Path(root) / name
-    with _tar_stream(dest) as tar:
-        for arcname in sorted(members):
-            local = members[arcname]
-            info = _normalized(tar.gettarinfo(str(local), arcname=str(PurePosixPath(arcname))))
-            if info.issym() or info.islnk():
-                info = _normalized(tar.gettarinfo(str(local.resolve()), arcname=arcname))
-            if info.isfile():
-                with open(local, "rb") as handle:
-                    tar.addfile(info, handle)
-                if on_file is not None:
-                    on_file(info.size)
-            else:
-                tar.addfile(info)
-    return sha256_file(dest)
+        real = os.path.realpath(local)
+        if os.path.isdir(real):
+            listing = walk(Path(real))
+            files += [ArtifactFile(f"{arcname}/{f.name}", f.root, f.source) for f in listing.files]
+            for entry in listing.skipped:
+                skip(Skipped(f"{arcname}/{entry.name}", entry.why))
+        else:  # opened by open_regular: what is not a regular file is skipped, never opened
+            files.append(ArtifactFile(arcname, os.path.dirname(real), os.path.basename(real)))
+    return pack_files(files, dest, skip, on_file)
 
 
-def pack_files(files: Iterable[ArtifactFile], dest: Path, on_skip: Callable[[Skipped], None]) -> str:
+def pack_files(
+    files: Iterable[ArtifactFile],
+    dest: Path,
+    on_skip: Callable[[Skipped], None],
+    on_file: Callable[[int], None] | None = None,
+) -> str:
     """Write a gzipped tar of the regular ``files`` a walk found (:func:`runtime.artifact_tree.walk`)
-    to ``dest``, as :func:`create_tarball` writes (sorted, normalised metadata, streamed).
+    to ``dest``: entries sorted by name, metadata normalised (fixed mtimes, owner root, modes 0644
+    or 0755), gzip header without a timestamp, streamed (never held in memory).
 
     Each file is read through :func:`runtime.artifact_tree.open_regular`: one that is no longer a
-    regular file is left out and passed to ``on_skip``. Returns the SHA-256 of the bytes written.
+    regular file is left out and passed to ``on_skip``. ``on_file(size)`` is called as each file
+    is added (progress). Returns the SHA-256 of the bytes written.
     """
     with _tar_stream(dest) as tar:
         for item in sorted(files, key=lambda f: f.name):
@@ -125,6 +131,8 @@ def pack_files(files: Iterable[ArtifactFile], dest: Path, on_skip: Callable[[Ski
                 found = os.fstat(handle.fileno())
                 info.size, info.mode = found.st_size, stat.S_IMODE(found.st_mode)
                 tar.addfile(_normalized(info), handle)
+            if on_file is not None:
+                on_file(info.size)
     return sha256_file(dest)
 
 

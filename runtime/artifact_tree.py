@@ -2,8 +2,9 @@
 
 Shared by every place that packs or copies such a directory: ``model.tar.gz`` and ``output.tar.gz``
 (and the merge of several hosts' model directories), the uncompressed model upload, and the
-checkpoint, intermediate-output and TensorBoard syncs. SageMaker's own upload is the reference: it
-delivers regular files. The rule, applied by :func:`walk`:
+checkpoint, intermediate-output and TensorBoard syncs; and the code of ``sourcedir.tar.gz`` (where
+``.smlaunchignore`` also leaves entries out). SageMaker's own upload is the reference: it delivers
+regular files. The rule, applied by :func:`walk`:
 
 - a regular file is delivered under its path;
 - a directory is walked;
@@ -30,7 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -83,7 +84,8 @@ class Listing:
     skipped: list[Skipped]
 
 
-def _kind(mode: int) -> str:
+def describe_mode(mode: int) -> str:
+    """What an entry that is not a regular file nor a directory is, in words (``a FIFO (named pipe)``)."""
     if stat.S_ISFIFO(mode):
         return "a FIFO (named pipe)"
     if stat.S_ISSOCK(mode):
@@ -99,7 +101,12 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def walk(directory: Path, seen_at: str | None = None, limit: int = DEFAULT_MAX_ENTRIES) -> Listing:
+def walk(
+    directory: Path,
+    seen_at: str | None = None,
+    limit: int = DEFAULT_MAX_ENTRIES,
+    ignore: Callable[[str], bool] | None = None,
+) -> Listing:
     """The files of ``directory`` to deliver, and the entries skipped, by the module's rule.
 
     ``seen_at``: where the job's code saw ``directory`` when that is not its path here (a process
@@ -107,7 +114,16 @@ def walk(directory: Path, seen_at: str | None = None, limit: int = DEFAULT_MAX_E
     is an absolute path below ``seen_at`` (``latest -> /opt/ml/model/checkpoint-3``) is read as the
     same path below ``directory``. A ``directory`` that does not exist or is not a directory has
     nothing to deliver.
+
+    ``ignore``: the entries left out on purpose (``.smlaunchignore`` for code), asked with an
+    entry's name, a directory's (or a link's to one) with a trailing ``/`` as gitignore matches
+    them, an entry skipped for what it is with both spellings. What it accepts is neither delivered
+    nor reported, and an ignored directory is not listed at all.
     """
+
+    def ignored(name: str, *spellings: str) -> bool:
+        return ignore is not None and any(ignore(name + end) for end in spellings)
+
     root = os.path.realpath(directory)
     try:
         top = os.lstat(root)
@@ -142,15 +158,20 @@ def walk(directory: Path, seen_at: str | None = None, limit: int = DEFAULT_MAX_E
             path = entry.path
             try:
                 if entry.is_file(follow_symlinks=False):  # the directory entry says so: no stat
-                    files.append(ArtifactFile(name, root, os.path.relpath(path, root)))
+                    if not ignored(name, ""):
+                        files.append(ArtifactFile(name, root, os.path.relpath(path, root)))
                     continue
                 found = _resolve(path, root, (seen_at, str(directory)) if seen_at else None)
                 if isinstance(found, str):
-                    skipped.append(Skipped(name, found))
+                    if not ignored(name, "", "/"):
+                        skipped.append(Skipped(name, found))
                     continue
                 path, info = found
             except OSError as error:
-                skipped.append(Skipped(name, f"cannot be read ({error.strerror})"))
+                if not ignored(name, "", "/"):
+                    skipped.append(Skipped(name, f"cannot be read ({error.strerror})"))
+                continue
+            if ignored(name, "/" if stat.S_ISDIR(info.st_mode) else ""):
                 continue
             if stat.S_ISREG(info.st_mode):
                 files.append(ArtifactFile(name, root, os.path.relpath(path, root)))
@@ -161,7 +182,7 @@ def walk(directory: Path, seen_at: str | None = None, limit: int = DEFAULT_MAX_E
                 else:
                     pending.append((name + "/", path, ancestors | {key}))
             else:
-                skipped.append(Skipped(name, _kind(info.st_mode)))
+                skipped.append(Skipped(name, describe_mode(info.st_mode)))
     return Listing(sorted(files, key=lambda f: f.name), skipped)
 
 
@@ -211,7 +232,7 @@ def open_regular(root: str, source: str) -> int:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise NotARegularFile(errno.EINVAL, f"since the walk, {_kind(mode)}")
+        raise NotARegularFile(errno.EINVAL, f"since the walk, {describe_mode(mode)}")
     return fd
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from estimator.errors import ConfigurationError
-from estimator.naming import CHANNEL_NAME_PATTERN
+from estimator.naming import CHANNEL_NAME_PATTERN, refuse_nul
 from estimator.spec import Channel
 
 DEFAULT_CHANNEL = "training"
@@ -82,6 +82,14 @@ class TrainingInput:
                 "must be a URI string",
                 "pass e.g. 's3://bucket/prefix' or 'file:///data/train'",
             )
+        refuse_nul(
+            {
+                "s3_data": s3_data,
+                "content_type": content_type,
+                "attribute_names": attribute_names,
+                "target_attribute_name": target_attribute_name,
+            }
+        )
         given = {
             "distribution": distribution,
             "compression": compression,
@@ -246,6 +254,7 @@ def channels(inputs: Any, *, local: bool) -> list[Channel] | None:
         validate_channel_name(name)
         field = f"inputs[{name!r}]"
         if isinstance(value, str):
+            refuse_nul({field: value})
             value = TrainingInput(value)
         if not isinstance(value, TrainingInput):
             raise ConfigurationError(

@@ -13,7 +13,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from estimator import Session, inputs, naming, validation
+from estimator import Session, TrainingInput, inputs, naming, validation
 from estimator import hyperparameters as hp
 from estimator.errors import ConfigurationError
 from tests.unit.test_estimator import ROLE, config_error, local, remote
@@ -152,3 +152,12 @@ def test_nul_in_any_argument_is_refused_at_construction_naming_it(
 
 def test_nul_in_the_entry_point_is_refused_naming_it(src: Path, tmp_path: Path) -> None:
     assert config_error(lambda: local(src, tmp_path, entry_point="train\x00.py")).field == "entry_point"
+
+
+def test_nul_in_an_input_is_refused_naming_it(src: Path, tmp_path: Path) -> None:
+    est = local(src, tmp_path)
+    error = config_error(lambda: est.plan({"train": "s3://bucket/a\x00b"}, job_name="abc"))
+    assert error.field == "inputs['train']" and "NUL" in error.problem
+    assert config_error(lambda: TrainingInput("s3://bucket/data", content_type="text/\x00")).field == (
+        "content_type"
+    )

@@ -93,8 +93,8 @@ def transition_line(transition: Mapping[str, Any], when: Any = None) -> str:
 
 def closing_line(description: Mapping[str, Any]) -> str:
     """How a job ended, in one line: ``Completed in 33 s; model: <uri>`` (without the model when the
-    job has none), ``Failed: <FailureReason>``, ``Stopped by user``, or ``Stopped: <why>`` when
-    something else stopped it (``max_run``, a scheduler). Empty while the job runs."""
+    job has none), ``Failed: <reason>`` (:func:`failure_headline`), ``Stopped by user``, or
+    ``Stopped: <why>`` when something else stopped it (``max_run``, a scheduler). Empty while the job runs."""
     status = description.get("TrainingJobStatus")
     reason = str(description.get("FailureReason") or "").strip()
     if status == contract.STATUS_COMPLETED:
@@ -103,12 +103,31 @@ def closing_line(description: Mapping[str, Any]) -> str:
         model = (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
         return f"{line}; model: {model}" if model else line
     if status == contract.STATUS_FAILED:
-        return f"Failed: {reason or '(No reason provided)'}"  # the SDK's words for a missing reason
+        return f"Failed: {failure_headline(reason) or '(No reason provided)'}"  # the SDK's words for none
     if status == contract.STATUS_STOPPED:
         if not reason:
             return "Stopped by user"
         return reason if reason.startswith("Stopped") else f"Stopped: {reason}"
     return ""
+
+
+def failure_headline(reason: str) -> str:
+    """A ``FailureReason`` in one line: the exception its ``ErrorMessage`` line names, then the
+    reason's first line in parentheses (``ValueError: boom (AlgorithmError: rank 0 on host algo-1
+    exited with code 1)``); without an ``ErrorMessage``, the first line. The whole reason, traceback
+    included, stays in ``describe()`` and in the exception ``wait()`` raises; the ranks' own lines
+    have already shown the traceback, so the closing line does not repeat it."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    for line in lines[1:]:
+        # Ours write ``ErrorMessage: ValueError: boom``; SageMaker's toolkit ``ErrorMessage "..."``.
+        if line.startswith("ErrorMessage"):
+            message = line[len("ErrorMessage") :].lstrip(": ").strip().strip('"').strip()
+            if message:
+                return f"{message} ({head.rstrip(': ')})"
+    return head
 
 
 class StatusTracker:

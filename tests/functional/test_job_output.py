@@ -23,6 +23,8 @@ print("first line of", os.environ["SM_CURRENT_HOST"], flush=True)
 open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.txt"), "w").write("w")
 if os.environ.get("EXIT_CODE"):
     sys.exit(int(os.environ["EXIT_CODE"]))
+if os.environ.get("RAISE"):
+    raise ValueError(os.environ["RAISE"])
 if os.environ.get("SLEEP"):
     print("sleeping", flush=True)
     time.sleep(float(os.environ["SLEEP"]))
@@ -116,6 +118,22 @@ def test_a_failed_job_ends_with_its_reason_and_names_no_model(
     assert lines[-1] == "[smlaunch] Failed: AlgorithmError: rank 0 on host algo-1 exited with code 3"
     assert _host_lines(lines, "algo-1")[-1] == "[algo-1] training failed: exit code 3"
     assert not [line for line in lines if "model.tar.gz" in line or "Training seconds" in line]
+
+
+def test_a_failed_job_closes_with_its_exception_and_shows_the_traceback_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(JobFailedError) as raised:
+        _estimator(tmp_path, RAISE="the loss went to nan").fit(job_name="raises")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == (
+        "[smlaunch] Failed: ValueError: the loss went to nan"
+        " (AlgorithmError: rank 0 on host algo-1 exited with code 1)"
+    )
+    # The rank's own lines show the traceback; the closing line does not repeat it...
+    assert sum("Traceback (most recent call last)" in line for line in lines) == 1
+    # ...and the exception (as the SDK's) and describe() keep the whole reason.
+    assert "Traceback (most recent call last)" in str(raised.value)
 
 
 def test_a_stopped_job_says_its_hosts_were_stopped(tmp_path: Path) -> None:

@@ -280,6 +280,20 @@ def test_stop_running_job_and_stop_of_finished_job(aws: FakeSageMaker, backend: 
     assert job.model_data == f"s3://out-bucket/prefix/{JOB}/output/model.tar.gz"
 
 
+def test_a_failure_reason_closes_in_one_line_led_by_its_exception() -> None:
+    toolkit = (  # SageMaker training toolkit's FailureReason for a script that raised
+        'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: boom"\n'
+        'Command "/opt/conda/bin/python3.10 train.py", exit code: 1'
+    )
+    ours = "AlgorithmError: rank 0 on host algo-1 exited with code 1\nErrorMessage: ValueError: boom\nTb"
+    assert summary_lines({"TrainingJobStatus": "Failed", "FailureReason": toolkit}) == [
+        "[sagemaker] Failed: ValueError: boom (AlgorithmError: ExecuteUserScriptError)"
+    ]
+    assert summary_lines({"TrainingJobStatus": "Failed", "FailureReason": ours}, "smlaunch") == [
+        "[smlaunch] Failed: ValueError: boom (AlgorithmError: rank 0 on host algo-1 exited with code 1)"
+    ]
+
+
 def test_summary_lines_give_seconds_only_for_completed_and_one_closing_line() -> None:
     assert summary_lines({"TrainingJobStatus": "InProgress", "TrainingTimeInSeconds": 5}) == []
     assert summary_lines({"TrainingJobStatus": "Failed", "TrainingTimeInSeconds": 5}) == [
@@ -287,7 +301,7 @@ def test_summary_lines_give_seconds_only_for_completed_and_one_closing_line() ->
     ]
     assert summary_lines(
         {"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: exit 3\nLast lines: x"}
-    ) == ["[sagemaker] Failed: AlgorithmError: exit 3", "[sagemaker] Last lines: x"]
+    ) == ["[sagemaker] Failed: AlgorithmError: exit 3"]  # one line: the rest is in describe()
     assert summary_lines(
         {"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 2}, "TrainingTimeInSeconds": 5}
     ) == ["[sagemaker] Training seconds: 10", "[sagemaker] Completed in 5 s"]  # no model: no model line

@@ -345,8 +345,45 @@ def _wanted(line: str, host: str | None, rank: int | None) -> bool:
     return rank is None or rank_text == str(rank)
 
 
+def _check_host_and_rank(job: str, description: dict[str, Any], host: str | None, rank: int | None) -> None:
+    """Refuse a ``--host``/``--rank`` the job does not have (else the filter prints nothing and exits
+    0, as if the host had been silent). Ranks are known once every host's runtime wrote its plan
+    (``HostTopology``); before that, or on SageMaker, ``--rank`` is taken as given."""
+    from estimator.backends.status import instance_count
+
+    hosts = [f"algo-{index}" for index in range(1, instance_count(description) + 1)]
+    if host is not None and host not in hosts:
+        raise ConfigurationError(
+            "--host",
+            host,
+            f"{job} has no such host (its hosts: {', '.join(hosts)})",
+            f"pass e.g. --host {hosts[-1]}",
+        )
+    plans = description.get("HostTopology") or {}
+    if rank is None or sorted(plans) != sorted(hosts):
+        return
+    ranks = {
+        int(label.partition("rank ")[2])
+        for name, plan in plans.items()
+        if host is None or name == host
+        for label in (process.get("label", "") for process in plan.get("processes") or [])
+        if label.startswith("rank ") and label.partition("rank ")[2].isdigit()
+    }
+    if ranks and rank not in ranks:
+        where = f" on {host}" if host is not None else ""
+        low, high = min(ranks), max(ranks)
+        span = str(low) if low == high else f"{low}-{high}"
+        raise ConfigurationError(
+            "--rank",
+            rank,
+            f"{job} has no rank {rank}{where} (its ranks{where}: {span})",
+            f"pass --rank {low}" if low == high else f"pass a rank from {low} to {high}",
+        )
+
+
 def cmd_logs(args: Any, out: TextIO) -> int:
-    backend, _ = describe_job(args.job, args)
+    backend, description = describe_job(args.job, args)
+    _check_host_and_rank(args.job, description, args.host, args.rank)
     for line in backend.log_lines(args.job, follow=args.follow):
         if _wanted(line, args.host, args.rank):
             print(line, file=out, flush=True)

@@ -156,6 +156,24 @@ def test_run_list_describe_logs(cli: Cli, done: tuple[str, subprocess.CompletedP
     ]
 
 
+def test_logs_refuses_a_host_or_rank_the_job_lacks(
+    cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]]
+) -> None:
+    name, _ = done
+    # Silence would read as "that host printed nothing": exit 2, naming what the job has.
+    host = cli("logs", name, "--host", "algo-9")
+    assert (host.returncode, host.stdout) == (2, "")
+    assert host.stderr == (
+        f"error: --host='algo-9': {name} has no such host (its hosts: algo-1, algo-2)."
+        " Fix: pass e.g. --host algo-2\n"
+    )
+    rank = cli("logs", name, "--host", "algo-2", "--rank", "7")
+    assert (rank.returncode, rank.stdout) == (2, "")
+    assert rank.stderr == (
+        f"error: --rank=7: {name} has no rank 7 on algo-2 (its ranks on algo-2: 0). Fix: pass --rank 0\n"
+    )
+
+
 def test_metrics_table_json_and_plot(
     cli: Cli, done: tuple[str, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:

@@ -23,13 +23,15 @@ device cannot block it. Files are read through :func:`open_regular`, which reach
 the walked directory one component at a time with ``O_NOFOLLOW`` and opens it with ``O_NONBLOCK``,
 then requires ``fstat`` to say "regular file": an entry replaced by a link, a FIFO or a device
 between the walk and the read raises :class:`NotARegularFile` (the caller skips it), and is never
-followed nor waited on.
+followed nor waited on. What the runtime itself writes into such a tree (a host's ``output/success``)
+goes through :func:`write_file`, which never follows a link planted in its place.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -234,6 +236,38 @@ def open_regular(root: str, source: str) -> int:
         os.close(fd)
         raise NotARegularFile(errno.EINVAL, f"since the walk, {describe_mode(mode)}")
     return fd
+
+
+def write_file(directory: str | Path, name: str, data: bytes, *, exclusive: bool = False) -> None:
+    """Write ``data`` as the file ``name`` of ``directory``, a directory the job's code can write
+    (a host's ``output``), never following a link it planted there.
+
+    ``directory`` is opened with ``O_NOFOLLOW`` (a link in its place is an :class:`OSError`).
+    The file is written under a fresh name, then renamed over ``name``: what was there (a link, a
+    FIFO, a device) is replaced, never followed nor opened. ``exclusive``: ``name`` is created in
+    place with ``O_EXCL`` instead (which follows no link), and :class:`FileExistsError` is raised
+    when anything is there already.
+    """
+    parent = os.open(directory, _DIR_FLAGS)
+    try:
+        if exclusive:
+            _write_new(parent, name, data)
+            return
+        fresh = f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
+        _write_new(parent, fresh, data)
+        try:
+            os.rename(fresh, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except OSError:
+            os.unlink(fresh, dir_fd=parent)
+            raise
+    finally:
+        os.close(parent)
+
+
+def _write_new(parent: int, name: str, data: bytes) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(name, flags, 0o666, dir_fd=parent), "wb") as handle:
+        handle.write(data)
 
 
 def skip_report(skipped: Sequence[Skipped], what: str, limit: int = MAX_REPORTED) -> list[str]:

@@ -12,29 +12,45 @@
   user's own ``failure`` file when they wrote one;
   ``kind`` is ``failed`` (a process exited non-zero), ``stopped`` (the runtime got SIGTERM/SIGINT)
   or ``framework_error`` (the runtime itself failed before or around the user's code).
+
+The ranks can write ``output/``: these files are written without following a link a rank left in
+their place (``runtime.artifact_tree.write_file``), and the script's own ``failure`` is read only
+if it is a regular file, at most :data:`OWN_FAILURE_MAX_BYTES` of it (never a FIFO, which would
+block the host for ever, nor ``/dev/zero``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from runtime import contract
+from runtime.artifact_tree import open_regular, write_file
 from runtime.supervisor import RunResult
 
+OWN_FAILURE_MAX_BYTES = 64 * 1024
+"""Of a ``failure`` file the script wrote itself, what is read (SageMaker shows 1024 characters)."""
 
-def _write_text_if_absent(path: Path, text: str) -> str:
-    """Write ``text`` unless the file exists; return what the file holds afterwards."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+
+def _write_text_if_absent(directory: Path, name: str, text: str) -> str:
+    """Write ``text`` as ``directory/name`` unless something is there; return the text recorded:
+    the script's own file (its first :data:`OWN_FAILURE_MAX_BYTES`) when it is a regular file,
+    else ``text`` (a FIFO, a device or a link a rank left there is neither followed nor read)."""
+    directory.mkdir(parents=True, exist_ok=True)
     try:
-        with open(path, "x", encoding="utf-8") as handle:
-            handle.write(text)
+        write_file(directory, name, text.encode("utf-8"), exclusive=True)
         return text
     except FileExistsError:
-        return path.read_text(encoding="utf-8", errors="replace")
+        pass
+    try:
+        with os.fdopen(open_regular(str(directory), name), "rb") as own:
+            return own.read(OWN_FAILURE_MAX_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return text
 
 
 def wire_failure_reason(text: str, limit: int = contract.FAILURE_REASON_MAX_CHARS) -> str:
@@ -67,8 +83,9 @@ def wire_failure_reason(text: str, limit: int = contract.FAILURE_REASON_MAX_CHAR
 
 
 def write_success(paths: contract.Paths) -> None:
+    """Write ``output/success`` (empty), replacing whatever a rank left in its place."""
     paths.output_dir.mkdir(parents=True, exist_ok=True)
-    paths.success_file.touch()
+    write_file(paths.output_dir, contract.SUCCESS_FILE, b"")
 
 
 def write_failure(
@@ -85,7 +102,7 @@ def write_failure(
     """Write ``failure`` (if absent; the wire form of ``text``) and ``failure.json`` (the whole
     ``text``, or the user's own ``failure`` file); return the reason that was recorded."""
     wire = wire_failure_reason(text)
-    recorded = _write_text_if_absent(paths.failure_file, wire)
+    recorded = _write_text_if_absent(paths.output_dir, contract.FAILURE_FILE, wire)
     reason = text if recorded == wire else recorded
     details: dict[str, Any] = {
         "host": host,
@@ -96,7 +113,8 @@ def write_failure(
         "reason": reason,
         "kind": kind,
     }
-    (paths.output_dir / contract.FAILURE_DETAILS_FILE).write_text(json.dumps(details, indent=2) + "\n")
+    data = (json.dumps(details, indent=2) + "\n").encode("utf-8")
+    write_file(paths.output_dir, contract.FAILURE_DETAILS_FILE, data)
     return reason
 
 

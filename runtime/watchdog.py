@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime import contract
+from runtime.artifact_tree import write_file
 from runtime.hooks import Log, RankRegistry, StartedProcess, SupervisorHook
 from runtime.stacks import STACK_DUMPERS, dump_stacks, where
 from runtime.supervisor import RankFailure
@@ -140,7 +141,8 @@ class StallWatchdog(SupervisorHook):
             try:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
                 target = self.output_dir / f"smlaunch-stacks-{self.host}.txt"
-                target.write_text("\n".join(report) + "\n", encoding="utf-8")
+                # The ranks can write there: a link left in the file's place is replaced, not followed.
+                write_file(self.output_dir, target.name, ("\n".join(report) + "\n").encode("utf-8"))
             except OSError as error:
                 self.log(f"could not write the stacks file: {error}")
                 target = None

@@ -11,12 +11,14 @@ them against the installed SDK.
 Deliberate differences: the generic ``Estimator`` takes ``image_name`` too (see
 :data:`RENAMED`); TensorFlow's ``script_mode`` (SDK v1), which SDK v2 swallows silently, is
 dropped with a warning saying it has no effect; any other keyword the SDK would swallow is a
-``TypeError`` here, as Python raises it; arguments smlaunch does not provide (``instance_groups``)
+``TypeError`` here, as Python raises it, with the nearest argument name as its fix
+(:func:`unexpected_keyword_message`); arguments smlaunch does not provide (``instance_groups``)
 are refused with a :class:`ConfigurationError` naming them instead of a bare ``TypeError``.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import logging
@@ -98,11 +100,42 @@ def sdk_keywords(renamed: Mapping[str, str], removed: Collection[str] = ()) -> C
                 kwargs = {**{k: v for k, v in bound.arguments.items() if k != "self"}, **kwargs}
                 args = ()
                 _rewrite(kwargs, renamed, removed)
+            # Checked against every constructor of the class, before any argument is looked at, so
+            # that a misspelt keyword is named rather than the argument it left unset.
+            cls: type = type(self)
+            unknown = [name for name in kwargs if name not in constructor_keywords(cls)]
+            if unknown:
+                raise TypeError(unexpected_keyword_message(cls, unknown[0]))
             init(self, *args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+@functools.cache
+def constructor_keywords(cls: type) -> frozenset[str]:
+    """The keyword arguments the constructors of ``cls`` and its bases take, together."""
+    known: set[str] = set()
+    for klass in cls.__mro__[:-1]:  # all but object
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            parameters = inspect.signature(init).parameters.values()
+            known.update(p.name for p in parameters if p.kind is not p.VAR_KEYWORD and p.name != "self")
+    return frozenset(known)
+
+
+def unexpected_keyword_message(cls: type, name: str) -> str:
+    """Python's ``TypeError`` text for a keyword no constructor of ``cls`` takes, with the fix: the
+    nearest argument name when the keyword looks misspelt (``instance_typ``), else where the SDK
+    arguments smlaunch does not take are listed."""
+    close = difflib.get_close_matches(name, sorted(constructor_keywords(cls)), n=1, cutoff=0.75)
+    fix = (
+        f"did you mean {close[0]!r}?"
+        if close
+        else "remove it (docs/porting.md lists what smlaunch does not take)"
+    )
+    return f"{cls.__name__}() got an unexpected keyword argument {name!r}. Fix: {fix}"
 
 
 def _rewrite(kwargs: dict[str, Any], renamed: Mapping[str, str], removed: Collection[str]) -> None:

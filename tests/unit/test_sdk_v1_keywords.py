@@ -232,6 +232,29 @@ def test_an_unknown_keyword_is_still_a_type_error() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
+def test_a_misspelt_keyword_is_named_first_with_the_argument_it_meant(name: str) -> None:
+    # Without instance_type (misspelt) or framework_version (misspelt) the constructor would
+    # otherwise complain about the missing argument, not about the typo that caused it.
+    arguments = dict(BASE[name], role=ROLE, instance_count=1, instance_typ="ml.c5.xlarge")
+    with pytest.raises(TypeError) as raised:
+        PAIRS[name][1](sagemaker_session=FakeSageMakerSession(), **arguments)
+    assert str(raised.value) == (
+        f"{name}() got an unexpected keyword argument 'instance_typ'. Fix: did you mean 'instance_type'?"
+    )
+    if "framework_version" in arguments:
+        arguments = dict(
+            arguments, instance_type="ml.c5.xlarge", framework_verison=arguments["framework_version"]
+        )
+        del arguments["instance_typ"], arguments["framework_version"]
+        with pytest.raises(
+            TypeError, match=r"'framework_verison'\. Fix: did you mean 'framework_version'\?$"
+        ):
+            PAIRS[name][1](sagemaker_session=FakeSageMakerSession(), **arguments)
+    with pytest.raises(TypeError, match=r"'rules'\. Fix: remove it \(docs/porting\.md"):
+        PAIRS[name][1](sagemaker_session=FakeSageMakerSession(), **dict(BASE[name], rules=[], role=ROLE))
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
 def test_instance_groups_is_refused_by_name(name: str) -> None:
     from sagemaker.instance_group import InstanceGroup
 

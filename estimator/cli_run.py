@@ -346,6 +346,7 @@ _PYTHON_ADVICE = (
     (re.compile(r"pass boto_session=boto3\.Session\(region_name=('[^']*')\)"), r"pass --region \1"),
     (re.compile(r"pass default_bucket=('[^']*') to Session\(\)"), r"pass --bucket \1"),
 )
+_LOCAL_LOOKUP = "look in the local job store instead (no --sagemaker, no sagemaker: prefix)"
 _RENAMED = {
     "entry_point": "ENTRY_POINT",
     "hyperparameters": "--hp",
@@ -366,6 +367,8 @@ def cli_advice(error: ConfigurationError, parser: argparse.ArgumentParser) -> Co
     fix = error.fix or ""
     for pattern, replacement in _PYTHON_ADVICE:
         fix = pattern.sub(replacement, fix)
+    if parser.prog.split()[-1] not in ("run", "plan"):  # a read command runs nothing
+        fix = fix.replace("drop --sagemaker to run on this machine", _LOCAL_LOOKUP)
     keywords = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
     fix = re.sub(rf"\b({keywords})=('[^']*'|\S+)", lambda m: f"{flags[m.group(1)]} {m.group(2)}", fix)
     # a keyword named in passing ("relative to source_dir"); one-word names (role) may be plain words

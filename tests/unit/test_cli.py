@@ -280,8 +280,16 @@ def test_errors_give_cli_advice(
     assert capsys.readouterr().err.startswith("error: --input['train']='nowhere': ")
 
     aws_test_env(monkeypatch, credentials=False)
+    run = ["run", "train.py", "--source-dir", "src", "--sagemaker", "--instance-type", "ml.c5.xlarge"]
+    assert main([*run, "--region", "us-west-2"]) == 2
+    err = capsys.readouterr().err
+    assert "no usable AWS credentials" in err and "drop --sagemaker to run on this machine" in err
+    # A read command runs nothing, and `sagemaker:x` has no --sagemaker to drop.
     for command in (["describe", "--sagemaker", "x"], ["describe", "sagemaker:x"], ["list", "--sagemaker"]):
         assert main(command) == 2
         err = capsys.readouterr().err
-        assert "no usable AWS credentials" in err and "drop --sagemaker to run on this machine" in err
+        assert "no usable AWS credentials" in err, err
+        assert err.rstrip().endswith(
+            "or look in the local job store instead (no --sagemaker, no sagemaker: prefix)"
+        )
         assert "LocalSession" not in err and "sagemaker_session" not in err, err

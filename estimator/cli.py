@@ -235,7 +235,9 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the exit status (:data:`EXIT_STATUS`)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the command's usage, which lists its flags, rather than the top level's
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     out = sys.stdout
     try:
         # Only the command's data goes to ``out``; whatever else prints (fit()'s progress, the

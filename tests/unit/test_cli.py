@@ -180,6 +180,12 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
     assert "--distribution='horovod': unknown distribution" in capsys.readouterr().err
     assert main(["gc", "--older-than", "7 days"]) == 2
     assert "pass a number and a unit: 7d" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # the command's usage, with its flags
+        main(["describe", "--bogus", "x"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: smlaunch describe ") and "--query JMESPATH" in err
+    assert err.endswith("smlaunch describe: error: unrecognized arguments: --bogus\n")
 
 
 @pytest.mark.parametrize(

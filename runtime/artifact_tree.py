@@ -238,6 +238,15 @@ def open_regular(root: str, source: str) -> int:
     return fd
 
 
+def read_regular(root: str | Path, source: str, limit: int, offset: int = 0) -> bytes:
+    """At most ``limit`` bytes, from ``offset``, of the regular file ``source`` below ``root``,
+    opened by :func:`open_regular`: a FIFO, a device or a link there raises
+    :class:`NotARegularFile`, never blocks nor is followed, and a huge file costs ``limit``."""
+    with os.fdopen(open_regular(str(root), source), "rb") as handle:
+        handle.seek(offset)
+        return handle.read(limit)
+
+
 def write_file(directory: str | Path, name: str, data: bytes, *, exclusive: bool = False) -> None:
     """Write ``data`` as the file ``name`` of ``directory``, a directory the job's code can write
     (a host's ``output``), never following a link it planted there.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runtime.artifact_tree import read_regular
 from runtime.processes import pid_alive
 from runtime.rankboot import BOOT_DIR as _BOOT_DIR
 from runtime.rankboot import LIVE_SUFFIX, RANK_DIR_ENV
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from runtime.supervisor import RankFailure
 
 BOOT_DIR = Path(_BOOT_DIR)
+REGISTRATION_MAX_BYTES = 64 * 1024
+"""A rank's registration (``<pid>.json``, a few dozen bytes) larger than this is not read."""
 
 Log = Callable[[str], None]
 
@@ -123,8 +126,8 @@ class RankRegistry(SupervisorHook):
         own Python subprocesses register too, later)."""
         found: dict[tuple[str | None, int | None, int], RankInfo] = {}
         for path in sorted(self.dir.glob("*.json")):
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+            try:  # the ranks write here: a FIFO or a link in a registration's place is not read
+                data = json.loads(read_regular(self.dir, path.name, REGISTRATION_MAX_BYTES))
                 info = RankInfo(int(data["pid"]), data.get("rank"), data.get("host"), float(data["time"]))
             except (OSError, ValueError, KeyError, TypeError):
                 continue

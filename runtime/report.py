@@ -22,14 +22,13 @@ block the host for ever, nor ``/dev/zero``).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from runtime import contract
-from runtime.artifact_tree import open_regular, write_file
+from runtime.artifact_tree import read_regular, write_file
 from runtime.supervisor import RunResult
 
 OWN_FAILURE_MAX_BYTES = 64 * 1024
@@ -47,8 +46,7 @@ def _write_text_if_absent(directory: Path, name: str, text: str) -> str:
     except FileExistsError:
         pass
     try:
-        with os.fdopen(open_regular(str(directory), name), "rb") as own:
-            return own.read(OWN_FAILURE_MAX_BYTES).decode("utf-8", errors="replace")
+        return read_regular(directory, name, OWN_FAILURE_MAX_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return text
 

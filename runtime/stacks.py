@@ -18,11 +18,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from runtime.artifact_tree import read_regular
 from runtime.hooks import RankInfo, RankRegistry
 
 STACK_DUMPERS = ("auto", "py-spy", "faulthandler")
 PY_SPY_TIMEOUT_SECONDS = 20.0
 FAULTHANDLER_WAIT_SECONDS = 5.0
+STACK_MAX_BYTES = 4 << 20
+"""Of what faulthandler wrote for one rank, what is read (a dump of every thread: a few KiB)."""
 
 
 def _py_spy() -> str | None:
@@ -71,10 +74,11 @@ def _dump_faulthandler(registry: RankRegistry, pids: Sequence[int]) -> dict[int,
         last = now
     out: dict[int, str] = {}
     for pid in pids:
-        try:
-            with open(registry.stack_file(pid), encoding="utf-8", errors="replace") as handle:
-                handle.seek(sizes[pid])
-                text = handle.read()
+        try:  # the rank can replace its stack file: a FIFO or a link there is not read
+            stack = registry.stack_file(pid)
+            text = read_regular(stack.parent, stack.name, STACK_MAX_BYTES, sizes[pid]).decode(
+                errors="replace"
+            )
         except OSError:
             text = ""
         if text.strip():

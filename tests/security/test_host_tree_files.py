@@ -28,6 +28,8 @@ from estimator.errors import JobFailedError
 from estimator.session import LocalSession
 from runtime import contract
 from runtime.artifact_tree import write_file
+from runtime.hooks import RankRegistry
+from runtime.rankboot import register
 from runtime.report import OWN_FAILURE_MAX_BYTES, write_failure, write_success
 from tests.functional._local_helpers import kill_leftover_jobs
 
@@ -190,3 +192,16 @@ def test_write_file_replaces_what_a_rank_left_and_follows_no_link(tmp_path: Path
         write_file(tmp_path / "linked", "success", b"")
     assert refused.value.errno in (errno.ELOOP, errno.ENOTDIR)
     _untouched(outside)
+
+
+@pytest.mark.timeout(60)
+def test_the_rank_registry_reads_no_fifo_nor_link(tmp_path: Path) -> None:
+    """The ranks write their registrations (``<pid>.json``) where the host's supervisor reads them on
+    every poll of the stall watchdog: a FIFO or ``/dev/zero`` there would block or exhaust it."""
+    registry = RankRegistry(tmp_path, host="algo-1")
+    register(str(registry.dir))  # this process, as a rank registers at start
+    os.mkfifo(registry.dir / "1.json")
+    (registry.dir / "2.json").symlink_to("/dev/zero")
+    (registry.dir / "3.json").symlink_to(registry.dir / f"{os.getpid()}.json")
+    assert [info.pid for info in registry.ranks()] == [os.getpid()]
+    registry.close()

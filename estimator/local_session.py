@@ -237,6 +237,18 @@ class LocalSession:
                 self._backend = LocalBackend(session=self)
         return self._backend
 
+    def default_bucket(self) -> str:
+        """Refused, naming the fix: a LocalSession has no default bucket (it needs no AWS account).
+        Notebooks call it to stage data for ``upload_data``; a local job reads a local directory
+        in place, so the directory itself is what to pass to ``fit()``."""
+        raise ConfigurationError(
+            "default_bucket()",
+            None,
+            "a LocalSession has no default bucket (local jobs read local data in place)",
+            "pass the local directory to fit() instead of uploading it, e.g. fit({'training': 'data'}),"
+            " or name a bucket you own: upload_data(path, bucket='<your bucket>')",
+        )
+
     def upload_data(
         self,
         path: str | Path,
@@ -251,7 +263,11 @@ class LocalSession:
 
         if not bucket:
             raise ConfigurationError(
-                "bucket", bucket, "a LocalSession has no default bucket", "pass bucket='<your bucket>'"
+                "bucket",
+                bucket,
+                "a LocalSession has no default bucket (local jobs read local data in place)",
+                "pass the local directory to fit() instead, e.g. fit({'training': 'data'}),"
+                " or bucket='<your bucket>'",
             )
         return s3.upload_data(self.s3_client(), path, bucket, key_prefix, extra_args)
 

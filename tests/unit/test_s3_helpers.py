@@ -142,6 +142,13 @@ def test_bad_arguments_are_refused(aws: FakeSageMaker, tmp_path: Path) -> None:
         S3Downloader.download(f"s3://{BUCKET}/x", tmp_path, kms_key="k", sagemaker_session=ours(aws))
     with pytest.raises(ConfigurationError, match="no default bucket"):
         LocalSession(root=tmp_path / "jobs").upload_data(str(tmp_path))
+    # A notebook's `bucket = sagemaker_session.default_bucket()` cell: the fix, not an AttributeError.
+    with pytest.raises(ConfigurationError) as raised:
+        LocalSession(root=tmp_path / "jobs").default_bucket()
+    assert str(raised.value).startswith(
+        "default_bucket()=None: a LocalSession has no default bucket (local jobs read local data in place)."
+        " Fix: pass the local directory to fit() instead of uploading it, e.g. fit({'training': 'data'})"
+    )
 
 
 def test_a_local_session_uploads_to_a_named_bucket(aws: FakeSageMaker, data: Path, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.artifact_tree import read_regular
+from runtime.artifact_tree import read_regular, write_file
 from runtime.processes import pid_alive
 from runtime.rankboot import BOOT_DIR as _BOOT_DIR
 from runtime.rankboot import LIVE_SUFFIX, RANK_DIR_ENV
@@ -155,8 +155,8 @@ class RankRegistry(SupervisorHook):
         return self.dir / f"{pid}.stack"
 
     def write_fault(self, pid: int, action: Mapping[str, object]) -> None:
-        path = self.dir / f"{pid}.fault"
-        path.write_text(json.dumps(dict(action)), encoding="utf-8")
+        # The ranks write here too: a link left in the file's place is replaced, not followed.
+        write_file(self.dir, f"{pid}.fault", json.dumps(dict(action)).encode("utf-8"))
 
     def close(self) -> None:
         if self._dir is not None:

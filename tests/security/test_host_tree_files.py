@@ -204,4 +204,7 @@ def test_the_rank_registry_reads_no_fifo_nor_link(tmp_path: Path) -> None:
     (registry.dir / "2.json").symlink_to("/dev/zero")
     (registry.dir / "3.json").symlink_to(registry.dir / f"{os.getpid()}.json")
     assert [info.pid for info in registry.ranks()] == [os.getpid()]
+    (registry.dir / "7.fault").symlink_to(tmp_path / "planted")  # a fault for rank pid 7, redirected
+    registry.write_fault(7, {"action": "exit"})
+    assert not (tmp_path / "planted").exists() and (registry.dir / "7.fault").is_file()
     registry.close()

@@ -339,6 +339,14 @@ def check_location(uri: str | None, field: str, is_local: bool) -> str | None:
                 "pass a directory you can write to",
             )
         return uri
+    if scheme == "" and uri.lower().startswith("s3/"):
+        # s3//bucket/out: a mistyped S3 URI that a local run would take as a directory "s3/bucket".
+        raise ConfigurationError(
+            field,
+            uri,
+            "reads as an S3 URI without its ':', and would be taken as the local directory s3/",
+            f"write s3://{uri[3:].lstrip('/')}, or ./{uri} if a local directory named s3 is meant",
+        )
     if scheme == "" and is_local:
         path = Path(uri).expanduser().resolve()
         return check_location(path.as_uri() + ("/" if uri.endswith("/") else ""), field, is_local)

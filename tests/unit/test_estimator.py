@@ -577,6 +577,17 @@ def test_tensorboard_output_config_errors(src: Path, build: Any, field: str, pro
     assert err.field == field and problem in str(err)
 
 
+@pytest.mark.parametrize("field", ["output_path", "checkpoint_s3_uri", "code_location"])
+def test_a_mistyped_s3_uri_is_not_taken_for_a_local_directory(src: Path, tmp_path: Path, field: str) -> None:
+    # Locally a relative path is a directory: "s3//bucket/out" would quietly become ./s3/bucket/out.
+    err = config_error(lambda: local(src, tmp_path, **{field: "s3//bucket/out"}).plan())
+    assert str(err) == (
+        f"{field}='s3//bucket/out': reads as an S3 URI without its ':', and would be taken as the"
+        " local directory s3/. Fix: write s3://bucket/out, or ./s3//bucket/out if a local directory"
+        " named s3 is meant"
+    )
+
+
 def _tensorboard(uri: str, local_path: str | None = None) -> Any:
     from estimator import TensorBoardOutputConfig
 

@@ -410,9 +410,16 @@ def cmd_metrics(args: Any, out: TextIO) -> int:
     from estimator.analytics import TrainingJobAnalytics
     from estimator.cli_output import emit
 
-    describe_job(args.job, args)  # a clear exit 2 for an unknown job
+    _, description = describe_job(args.job, args)  # a clear exit 2 for an unknown job
     session = _session_for(args.job, args)
     defined = TrainingJobAnalytics(args.job, sagemaker_session=session).metric_names
+    if args.plot and not defined:
+        raise ConfigurationError(
+            "--plot",
+            args.plot,
+            f"{args.job} defines no metrics, so there is nothing to plot",
+            "define them when the job is started: smlaunch run --metric NAME=REGEX",
+        )
     unknown = [name for name in args.metric or [] if name not in defined]
     if unknown:
         raise ConfigurationError(
@@ -426,10 +433,12 @@ def cmd_metrics(args: Any, out: TextIO) -> int:
 
     def table(out: TextIO) -> None:
         if frame.empty:
-            print(
-                f"no metric values yet for {args.job} (metrics: {', '.join(defined) or 'none'})",
-                file=sys.stderr,
-            )
+            ended = description.get("TrainingJobStatus") in contract.TERMINAL_STATUSES
+            if not defined:
+                why = "it defines no metrics; smlaunch run --metric NAME=REGEX defines them"
+            else:
+                why = f"its metrics: {', '.join(defined)}"
+            print(f"no metric values{'' if ended else ' yet'} for {args.job} ({why})", file=sys.stderr)
         else:
             print(frame.to_string(index=False), file=out)
 

@@ -219,6 +219,17 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
     assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
     assert " Failed - Training job failed" in failed.stderr
     assert failed.stdout == "cli-failed\n"  # `smlaunch logs "$JOB"` can follow
+    # A job without metric definitions: an ended job has no values "yet"; a plot names the cause.
+    metrics = cli("metrics", "cli-failed")
+    assert (metrics.returncode, metrics.stdout) == (0, "")
+    assert metrics.stderr == (
+        "no metric values for cli-failed"
+        " (it defines no metrics; smlaunch run --metric NAME=REGEX defines them)\n"
+    )
+    plot = cli("metrics", "cli-failed", "--plot", "m.png")
+    assert plot.returncode == 2 and plot.stderr.startswith(
+        "error: --plot='m.png': cli-failed defines no metrics, so there is nothing to plot. Fix: "
+    )
     stopped = cli(
         "run",
         "train.py",

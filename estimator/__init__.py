@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from estimator.errors import (
+    CapacityError,
     ConfigurationError,
     JobFailedError,
     UnexpectedStatusException,
@@ -56,6 +57,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CapacityError",
     "ConfigurationError",
     "Estimator",
     "HyperparameterTuner",

@@ -164,6 +164,18 @@ def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_EXAMPLES = {
+    # What each flag's fix shows: a value of that flag's own kind.
+    "--hp": "--hp epochs=10",
+    "--input": "--input train=s3://my-bucket/train",
+    "--metric": "--metric 'train:loss=loss=([0-9.]+)'",
+    "--hyperparameters": """--hyperparameters '{"epochs": 10}'""",
+    "--inputs": """--inputs '{"train": "s3://my-bucket/train"}'""",
+    "--environment": """--environment '{"MY_SETTING": "1"}'""",
+    "--distribution": """--distribution '{"torch_distributed": {"enabled": true}}'""",
+}
+
+
 def json_arg(text: str | None, flag: str) -> Any:
     """``text`` parsed as JSON (None stays None); bad JSON names the flag."""
     if text is None:
@@ -172,7 +184,7 @@ def json_arg(text: str | None, flag: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(
-            flag, text, f"not valid JSON ({exc.msg})", "quote the JSON, e.g. '{\"epochs\": 10}'"
+            flag, text, f"not valid JSON ({exc.msg})", f"quote the JSON, e.g. {_EXAMPLES[flag]}"
         ) from exc
 
 
@@ -182,7 +194,7 @@ def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigurationError(flag, item, "expected KEY=VALUE", f"pass e.g. {flag} epochs=10")
+            raise ConfigurationError(flag, item, "expected KEY=VALUE", f"pass e.g. {_EXAMPLES[flag]}")
         found[key] = value
     return found
 

@@ -131,6 +131,38 @@ def test_account_bucket_and_local(src: Path, tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.parametrize(
+    ("flag", "bad"),
+    [
+        ("--hp", "epochs"),
+        ("--input", "train"),
+        ("--metric", "loss"),
+        ("--environment", "{bad"),
+        ("--inputs", "["),
+    ],
+)
+def test_a_malformed_flag_value_is_shown_fixed_with_a_value_of_its_kind(flag: str, bad: str) -> None:
+    import shlex
+
+    from estimator.cli_run import json_arg, pairs
+
+    parse = (
+        (lambda text: pairs([text], flag))
+        if flag in ("--hp", "--input", "--metric")
+        else (lambda text: json_arg(text, flag))
+    )
+    with pytest.raises(ConfigurationError) as raised:
+        parse(bad)
+    fix = (raised.value.fix or "").partition("e.g. ")[2]
+    written_flag, example = shlex.split(fix)  # the example as a shell passes it
+    assert written_flag == flag
+    parsed = parse(example)  # and it is a good value of that flag
+    if flag == "--input":
+        assert list(parsed.values()) == ["s3://my-bucket/train"]  # never --input epochs=10
+    if flag == "--metric":
+        assert list(parsed) == ["train:loss"]
+
+
+@pytest.mark.parametrize(
     ("change", "needle"),
     [
         (["--instance-type", "ml.p3.16xlarg"], "did you mean 'ml.p3.16xlarge'"),

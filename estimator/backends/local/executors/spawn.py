@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,35 +26,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from runtime import contract
+from runtime import contract, mounts
+from runtime.mounts import MS_BIND, MS_NODEV, MS_NOSUID, MS_REC
 from runtime.processes import die_with_parent, pipe_reader
 
 STORE_VIEW_ENV = "SMLAUNCH_STORE_VIEW"
 """Where a Slurm step finds the :meth:`PrivateOptMl.view` it enters (JSON), set by the executor."""
 DRAINED_BYTES = 16 << 20
 """At most this much of a host's output waits in a :class:`DrainedOutput` for the agent's log pump."""
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWUSER = 0x10000000
-_MS_RDONLY = 0x1
-_MS_NOSUID = 0x2
-_MS_NODEV = 0x4
-_MS_NOEXEC = 0x8
-_MS_REMOUNT = 0x20
-_MS_NOATIME = 0x400
-_MS_NODIRATIME = 0x800
-_MS_BIND = 0x1000
-_MS_REC = 0x4000
-_MS_SLAVE = 0x80000
-_MS_STRICTATIME = 0x1000000
-_KEPT_FLAGS = (
-    (os.ST_NOSUID, _MS_NOSUID),
-    (os.ST_NODEV, _MS_NODEV),
-    (os.ST_NOEXEC, _MS_NOEXEC),
-    (os.ST_NOATIME, _MS_NOATIME),
-    (os.ST_NODIRATIME, _MS_NODIRATIME),
-)
-"""statvfs flags -> the mount flags a read-only remount must repeat (in a user namespace the kernel
-refuses to drop what the machine's mount locked)."""
 
 
 class PrivateOptMl:
@@ -76,7 +54,7 @@ class PrivateOptMl:
         self.writable = sorted({os.path.realpath(p) for p in writable})
         self.read_only = sorted({os.path.realpath(p) for p in read_only})
         # Loaded here, in the parent: the hook runs between fork and exec and must not load libraries.
-        self._libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+        self._libc = mounts.load_libc()
 
     def view(self) -> dict[str, Any]:
         """What :meth:`from_view` makes this again from (JSON: for ``early-start.json``, a Slurm step)."""
@@ -98,67 +76,25 @@ class PrivateOptMl:
         """None when a child can get ``tree`` at the target here (tried in a throwaway child), else why."""
         if self._libc is None:
             return f"mount namespaces need Linux, not {sys.platform}"
-        true = shutil.which("true") or "/bin/true"
-        read, write = os.pipe()
-
-        def probe() -> None:
-            try:
-                self._enter(str(tree))
-            except OSError as error:
-                os.write(write, str(error).encode())
-                os._exit(1)
-
-        try:
-            code = subprocess.run([true], preexec_fn=probe, pass_fds=(write,), check=False).returncode
-        except (OSError, subprocess.SubprocessError) as error:
-            code, why = 1, str(error)
-        else:
-            why = ""
-        finally:
-            os.close(write)
-            with os.fdopen(read, "rb") as pipe:
-                why = pipe.read().decode(errors="replace") or why
-        return None if code == 0 else why or f"the probe exited with code {code}"
+        return mounts.unavailable(lambda: self._enter(str(tree)))
 
     # --- in the forked child ------------------------------------------------------------------
 
-    def _check(self, what: str, result: int) -> None:
-        if result != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-    def _mount(
-        self,
-        source: str | None,
-        target: str,
-        fstype: str | None,
-        flags: int,
-        what: str,
-        data: str | None = None,
-    ) -> None:
+    @property
+    def _c(self) -> ctypes.CDLL:
+        """The C library (in the child: only where :meth:`unavailable` said it can work)."""
         assert self._libc is not None
-        fields = [None if s is None else os.fsencode(s) for s in (source, target, fstype)]
-        self._check(what, self._libc.mount(*fields, flags, None if data is None else os.fsencode(data)))
+        return self._libc
 
     def _enter(self, tree: str) -> None:
-        assert self._libc is not None
-        uid, gid = os.getuid(), os.getgid()
-        root = os.geteuid() == 0
-        self._check("unshare", self._libc.unshare(_CLONE_NEWNS if root else _CLONE_NEWNS | _CLONE_NEWUSER))
-        if not root:
-            maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
-            for name, text in maps:
-                with open(f"/proc/self/{name}", "w") as handle:
-                    handle.write(text)
-        # First, before anything is mounted: nothing done here may propagate to the machine.
-        self._mount(None, "/", None, _MS_REC | _MS_SLAVE, "making every mount a slave")
+        mounts.enter_namespace(self._c)
         source = os.open(tree, os.O_PATH | os.O_DIRECTORY)  # the tree, even once the store is covered
         if self.store is not None:
             self._hide_store(self.store)
         if not os.path.isdir(self.target):
             self._cover_parent()
         where = f"bind-mounting {tree} at {self.target}"
-        self._mount(f"/proc/self/fd/{source}", self.target, None, _MS_BIND | _MS_REC, where)
+        mounts.mount(self._c, f"/proc/self/fd/{source}", self.target, None, MS_BIND | MS_REC, where)
         os.close(source)
 
     def _hide_store(self, store: str) -> None:
@@ -176,8 +112,8 @@ class PrivateOptMl:
             for path, writable in sorted(inside)
             if not any(path.startswith(other + "/") for other, _ in inside)
         ]
-        cover = _MS_NOSUID | _MS_NODEV
-        self._mount("tmpfs", store, "tmpfs", cover, f"covering the job store {store}", "mode=755")
+        cover = MS_NOSUID | MS_NODEV
+        mounts.mount(self._c, "tmpfs", store, "tmpfs", cover, f"covering the job store {store}", "mode=755")
         for handle, path, writable in kept:
             source = f"/proc/self/fd/{handle}"
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -185,19 +121,11 @@ class PrivateOptMl:
                 os.mkdir(path)
             else:
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            self._mount(source, path, None, _MS_BIND | _MS_REC, f"bind-mounting {path} back")
+            mounts.mount(self._c, source, path, None, MS_BIND | MS_REC, f"bind-mounting {path} back")
             os.close(handle)
             if not writable:
-                self._read_only(path)
-        self._read_only(store)
-
-    def _read_only(self, path: str) -> None:
-        """Remount the mount at ``path`` read-only, keeping the flags the machine gave it."""
-        flags = os.statvfs(path).f_flag
-        kept = sum(mount for statvfs, mount in _KEPT_FLAGS if flags & statvfs)
-        if not flags & (os.ST_NOATIME | os.ST_RELATIME):
-            kept |= _MS_STRICTATIME  # relatime is what a remount gets by default
-        self._mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"making {path} read-only")
+                mounts.read_only(self._c, path)
+        mounts.read_only(self._c, store)
 
     def _cover_parent(self) -> None:
         """A tmpfs over the target's parent, with the parent's entries bind-mounted back and the
@@ -207,7 +135,7 @@ class PrivateOptMl:
             raise OSError(2, f"{parent} does not exist, so {self.target} cannot be mounted")
         original = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)  # still reaches what the tmpfs hides
         entries = os.listdir(original)
-        self._mount("tmpfs", parent, "tmpfs", 0, f"mounting a tmpfs over {parent}", "mode=755")
+        mounts.mount(self._c, "tmpfs", parent, "tmpfs", 0, f"mounting a tmpfs over {parent}", "mode=755")
         for entry in entries:
             source, placed = f"/proc/self/fd/{original}/{entry}", os.path.join(parent, entry)
             if os.path.islink(source):
@@ -217,7 +145,9 @@ class PrivateOptMl:
                 os.mkdir(placed)
             else:
                 os.close(os.open(placed, os.O_CREAT | os.O_WRONLY, 0o644))
-            self._mount(source, placed, None, _MS_BIND | _MS_REC, f"bind-mounting {parent}/{entry} back")
+            mounts.mount(
+                self._c, source, placed, None, MS_BIND | MS_REC, f"bind-mounting {parent}/{entry} back"
+            )
         os.mkdir(os.path.join(parent, name))
         os.close(original)
 

@@ -135,6 +135,7 @@ def run(environ: Mapping[str, str]) -> int:
             host,
             env.environ,
             containment=Containment(host),
+            seal=prepared.seal,
             verbose=verbose,
             topology_file=paths.output_dir / contract.TOPOLOGY_FILE,
         )

@@ -39,6 +39,14 @@ Where they go depends on who runs the host (:func:`prepare`):
   lock on ``<cache>/jobs/<job name>.lock`` while it runs; the last to leave removes the copy. A copy
   nobody holds (its hosts were killed) is removed by the job's agent when the job ends
   (:func:`remove_job_environment`), or else by the next job that prepares one in the same cache.
+
+  The ranks write into their copy and nowhere else in the cache: every process the host runtime
+  starts runs in a mount namespace of its own where the cache is read-only but for the job's copy,
+  bind-mounted back writable (:func:`seal_hook`), so no path (``$VIRTUAL_ENV/..``, the template's
+  absolute path) leads a rank to a template or to another running job's copy. The runtime itself
+  keeps the cache writable: it builds templates and copies, and removes the job's copy at the end.
+  Limits: a root rank that calls ``mount``/``umount`` itself, or a rank that goes through
+  ``/proc/<pid>/root`` of a process outside its namespace, is beyond this (as for the job store).
 - **Nowhere** (``SMLAUNCH_INSTALL_REQUIREMENTS=0``, from ``LocalSession(install_requirements=False)``).
 
 With ``CA_REPOSITORY_ARN`` set (``environment=`` of the estimator), pip installs requirements from
@@ -121,6 +129,9 @@ class Prepared:
     python: str
     environ: dict[str, str] = field(default_factory=dict)
     job_environment: JobEnvironment | None = None
+    seal: Callable[[], None] | None = None
+    """Run in each rank's child before ``exec`` (:func:`seal_hook`): the cache read-only, but for
+    the job's own environment; None where there is nothing to seal or no way to."""
 
     def release(self) -> None:
         """Give the job's environment back (the host's last step); idempotent."""
@@ -164,7 +175,7 @@ def prepare(
         return here  # a package without requirements.txt: nothing to layer
     job = environ.get(contract.TRAINING_JOB_NAME_ENV) or f"host-{os.getpid()}"
     own = layered_environment(Path(code_dir), Path(cache), job, pip_environ, log)
-    return Prepared(str(own.python), own.environ, own)
+    return Prepared(str(own.python), own.environ, own, seal_hook(Path(cache), own.root, log))
 
 
 def codeartifact_index(arn: str, client: Callable[[str], Any] | None, log: Log) -> str:
@@ -339,6 +350,50 @@ class JobEnvironment:
             return
         _remove(self.root, Path(lock.name))
         lock.close()
+
+
+def seal_hook(cache: Path, own: Path, log: Log) -> Callable[[], None] | None:
+    """A pre-exec hook giving a rank a mount namespace of its own in which ``cache`` is read-only
+    but for ``own`` (the job's environment, if it exists), bind-mounted back writable: a rank then
+    writes into no template and no other job's environment by any path below the cache, while its
+    own ``pip install`` works. Tried once here (:func:`runtime.mounts.unavailable`); where it
+    cannot be had, says why in the log and returns None (the ranks then reach the whole cache).
+
+    The host runtime itself keeps the cache writable (it builds templates and removes the job's
+    environment at the end); only what it starts is sealed. Each rank gets a namespace of its own
+    (one for ``mpirun`` and all it starts), nested in the host's: a user namespace too when not
+    root, as a mount the host's user namespace made is read-only for ranks only through a nested one.
+    """
+    from runtime import mounts
+
+    libc = mounts.load_libc()
+    if libc is None:
+        return None
+    cache_path = os.path.realpath(cache)
+    own_path = os.path.realpath(own) if os.path.isdir(own) else None
+
+    def seal() -> None:
+        assert libc is not None
+        bind = mounts.MS_BIND | mounts.MS_REC
+        mounts.enter_namespace(libc)
+        mounts.mount(libc, cache_path, cache_path, None, bind, f"bind-mounting {cache_path}")
+        if own_path is not None:
+            mounts.mount(libc, own_path, own_path, None, bind, f"bind-mounting {own_path} back")
+        mounts.read_only(libc, cache_path)
+
+    why = mounts.unavailable(seal)
+    if why is None:
+        return seal
+    log(
+        f"{contract.REQUIREMENTS_FILE}: the ranks can write into the environments of other jobs "
+        f"under {cache} (no mount namespace for them here: {why})"
+    )
+    return None
+
+
+def job_environment_root(cache: Path, job: str) -> Path:
+    """Where ``job``'s own environment is (or would be) in ``cache``."""
+    return cache / JOBS_DIR / _file_name(job)
 
 
 def remove_job_environment(cache: Path, job: str) -> None:

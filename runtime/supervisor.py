@@ -56,7 +56,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -230,6 +230,7 @@ class Supervisor:
         stderr: IO[str] | None = None,
         hooks: Sequence[SupervisorHook] = (),
         containment: Containment | None = None,
+        seal: Callable[[], None] | None = None,
         verbose: bool = False,
         topology_file: Path | None = None,
     ) -> None:
@@ -242,6 +243,9 @@ class Supervisor:
         self.containment = containment
         """What keeps daemons the ranks start inside the host (:mod:`runtime.containment`); with
         None, only the ranks' process groups are killed at the end."""
+        self.seal = seal
+        """Run in each child before ``exec``, after it joined the host's cgroup: what it may not
+        write (the requirements cache but for the job's own environment: :mod:`runtime.requirements`)."""
         self.hooks = list(hooks)
         """Watchdog / fault-injection hooks (:class:`runtime.hooks.SupervisorHook`)."""
         self.stop_grace = stop_grace
@@ -403,9 +407,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=die_with_parent(
-                signal.SIGKILL, self.containment.join_in_child if self.containment else None
-            ),
+            preexec_fn=die_with_parent(signal.SIGKILL, self._in_child),
         )
         proc = _Proc(spec, popen)
         assert popen.stdout is not None and popen.stderr is not None
@@ -415,6 +417,14 @@ class Supervisor:
             proc.readers.append(reader)
         threading.Thread(target=self._wait, args=(proc,), daemon=True).start()
         return proc
+
+    def _in_child(self) -> None:
+        """What a child does between ``fork`` and ``exec``: join the host's cgroup (from this
+        user namespace), then enter its sealed mount namespace."""
+        if self.containment is not None:
+            self.containment.join_in_child()
+        if self.seal is not None:
+            self.seal()
 
     def _wait(self, proc: _Proc) -> None:
         returncode = proc.popen.wait()

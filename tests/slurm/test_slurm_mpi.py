@@ -25,7 +25,10 @@ import pytest
 from estimator import PyTorch
 from estimator.slurm_session import SlurmSession
 from runtime import contract
+from runtime.requirements import READY_MARKER
+from tests._wheels import make_wheel
 from tests.functional._local_helpers import wait_for_line, wait_terminal
+from tests.security.test_requirements_cache import RANK_UNDER_MPI
 from tests.slurm.conftest import JOB_TIMEOUT
 
 pytestmark = [
@@ -137,6 +140,14 @@ def _estimator(
     )
 
 
+def _model_files(described: dict[str, Any]) -> dict[str, Any]:
+    """The JSON files of a completed job's ``model.tar.gz``, by name."""
+    model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
+    with tarfile.open(model) as archive:
+        files = {m.name: archive.extractfile(m) for m in archive.getmembers() if m.isfile()}
+        return {name: json.loads(f.read()) for name, f in files.items() if f is not None}
+
+
 def test_mpi_two_nodes_two_ranks_each_rank_on_its_own_node(
     session: SlurmSession,
     tmp_path: Path,
@@ -146,10 +157,7 @@ def test_mpi_two_nodes_two_ranks_each_rank_on_its_own_node(
     job = estimator.latest_training_job.name
     described = wait_terminal(session.backend(), job, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
-    model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
-    with tarfile.open(model) as archive:
-        files = {m.name: archive.extractfile(m) for m in archive.getmembers() if m.isfile()}
-        data = {name: json.loads(f.read()) for name, f in files.items() if f is not None}
+    data = _model_files(described)
     assert sorted(data) == ["model.json", "rank-0.json", "rank-1.json", "rank-2.json", "rank-3.json"]
     assert abs(data["model.json"]["w"] - 3) < 0.01 and abs(data["model.json"]["b"] - 1) < 0.01
     for rank in range(4):
@@ -200,3 +208,25 @@ def test_mpi_stop_reaches_every_rank_on_both_nodes(
     assert described["TrainingJobStatus"] == contract.STATUS_STOPPED, described.get("FailureReason")
     seen = {path.name: path.read_text() for path in marks.iterdir()}
     assert seen == {f"rank-{r}": f"node{r // 2 + 1} algo-{r // 2 + 1}" for r in range(4)}, seen
+
+
+def test_mpi_ranks_on_both_nodes_write_only_their_jobs_own_requirements_environment(
+    session: SlurmSession,
+    tmp_path: Path,
+) -> None:
+    """algo-2's ranks are started by an orted step, not by algo-2's runtime: sealed all the same."""
+    estimator = _estimator(session, tmp_path)
+    (tmp_path / "src" / "train.py").write_text(RANK_UNDER_MPI)
+    probe = make_wheel(tmp_path / "wheels", "smlaunch_probe", "1.0", {"smlaunch_probe.py": "VALUE = 1\n"})
+    (tmp_path / "src" / contract.REQUIREMENTS_FILE).write_text(f"--no-index\n{probe}\n")
+    estimator.fit(wait=False)
+    job = estimator.latest_training_job.name
+    described = wait_terminal(session.backend(), job, timeout=JOB_TIMEOUT)
+    assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
+    data = _model_files(described)
+    cache = session.root / ".requirements"
+    template = next(p.name for p in cache.iterdir() if (p / READY_MARKER).is_file())
+    for rank in range(4):
+        node = f"node{rank // 2 + 1}"
+        assert data[f"rank-{rank}.json"] == {"node": node, template: "OSError", job: "written"}, data
+    assert not list((cache / template).glob("rank-*"))

@@ -255,7 +255,8 @@ def host_view(
     The store (the session's root: every job's record) is hidden from the hosts, who see at their
     own paths only: writable, the job's host trees (one ``mpirun`` on the master serves every
     emulated host), ``shared`` (the attempt's scratch directory) and the requirements cache (hosts
-    build and copy environments there: created here, as the store hides where it would be made);
+    build and copy environments there: created here, as the store hides where it would be made; the
+    ranks see it read-only but for their job's copy: :func:`runtime.requirements.seal_hook`);
     read-only, the job's code, its ``file://`` channel originals and its ``s3://`` download cache
     (:func:`read_only_sources`). Never ``state.json``, ``spec.json``, the stop file or the logs, of
     this job or any other.

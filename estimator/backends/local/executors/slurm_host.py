@@ -5,7 +5,8 @@ estimator.backends.local.executors.slurm_host``, started by
 It gives the host its tree at ``/opt/ml`` in a private mount namespace
 (:class:`~estimator.backends.local.executors.spawn.PrivateOptMl`, as local process hosts get),
 so scripts that use literal ``/opt/ml`` paths work on the node, with the job store hidden but what
-the executor's ``SMLAUNCH_STORE_VIEW`` keeps (:func:`.layout.host_view`), then replaces itself
+the executor's ``SMLAUNCH_STORE_VIEW`` keeps (:func:`.layout.host_view`) (for an ``orted``, with the
+requirements cache sealed as the runtime seals it for its ranks), then replaces itself
 with ``python -m runtime`` (same process: Slurm's signals reach the runtime); with arguments, it
 becomes that command instead (an MPI host's ``orted``, started by the master's ``mpirun`` through
 :func:`~estimator.backends.local.executors.slurm.mpi_step_prefix`). Where the node cannot give a
@@ -30,6 +31,8 @@ def main(argv: list[str]) -> int:
     why = mounts.unavailable(tree)
     if why is None:
         mounts.hook(tree)()  # unshare and bind-mount in this process, which the runtime becomes
+        if argv:
+            _seal_requirements()  # an orted: it starts ranks, as the runtime's supervisor does
     else:
         node = os.environ.get("SLURMD_NODENAME", "this node")
         print(
@@ -41,6 +44,23 @@ def main(argv: list[str]) -> int:
     command = argv or [sys.executable, "-m", "runtime"]
     os.execvp(command[0], command)
     return 1  # not reached: execv replaced this process or raised
+
+
+def _seal_requirements() -> None:
+    """Seal the requirements cache for what this process becomes, as the host runtime seals it for
+    the ranks it starts (:func:`runtime.requirements.seal_hook`): the ranks of an MPI host other
+    than the master's are started by the ``orted`` this step runs, not by its runtime."""
+    cache = os.environ.get(contract.SMLAUNCH_REQUIREMENTS_CACHE)
+    job = os.environ.get(contract.TRAINING_JOB_NAME_ENV)
+    if not cache or not job:
+        return
+    from runtime.requirements import job_environment_root, seal_hook
+
+    seal = seal_hook(
+        Path(cache), job_environment_root(Path(cache), job), lambda line: print(line, flush=True)
+    )
+    if seal is not None:
+        seal()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ def _job_commands(commands: Any) -> None:
             help=f"{what} on a Slurm cluster: SlurmSession(shared_dir=SHARED_DIR)",
         )
         command.add_argument(
-            "--store", metavar="DIR", help=f"{what} in this local job store (default $SMLAUNCH_HOME/jobs)"
+            "--store",
+            metavar="DIR",
+            help=f"{what} in this local job store (default: the root setting, ~/.smlaunch/jobs)",
         )
 
     def on_job(name: str, handler: Any, summary: str, description: str) -> argparse.ArgumentParser:
@@ -159,7 +161,9 @@ def _job_commands(commands: Any) -> None:
     )
     rm.add_argument("jobs", metavar="JOB", nargs="*", help="names, or local:NAME")
     rm.add_argument("--last", action="store_true", help="the most recently created job")
-    rm.add_argument("--store", metavar="DIR", help="the local job store (default $SMLAUNCH_HOME/jobs)")
+    rm.add_argument(
+        "--store", metavar="DIR", help="the local job store (default: the root setting, ~/.smlaunch/jobs)"
+    )
     rm.set_defaults(handler=cli_jobs.with_jobs(cli_jobs.cmd_rm))
 
     gc = commands.add_parser(
@@ -174,7 +178,9 @@ def _job_commands(commands: Any) -> None:
     )
     gc.add_argument("--older-than", metavar="AGE", help="7d, 12h, 30m, 2w (default: the retention setting)")
     gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
-    gc.add_argument("--store", metavar="DIR", help="the local job store (default $SMLAUNCH_HOME/jobs)")
+    gc.add_argument(
+        "--store", metavar="DIR", help="the local job store (default: the root setting, ~/.smlaunch/jobs)"
+    )
     gc.set_defaults(handler=cli_jobs.cmd_gc)
 
 

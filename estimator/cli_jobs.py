@@ -26,6 +26,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, TextIO
 
 from estimator import jobref
@@ -45,7 +46,16 @@ def _local_session(args: Any) -> Any:
 
     if getattr(args, "slurm", None):
         return SlurmSession(shared_dir=args.slurm)
-    return LocalSession(root=getattr(args, "store", None))
+    store = getattr(args, "store", None)
+    if store and not Path(store).expanduser().exists():
+        # A misspelt --store would read as an empty store: nothing listed, nothing to collect.
+        raise ConfigurationError(
+            "--store",
+            store,
+            "no such directory",
+            "pass an existing job store, or leave --store out for the root setting's",
+        )
+    return LocalSession(root=store)
 
 
 def _session_for(job_name: str, args: Any) -> Any:

@@ -148,7 +148,9 @@ def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--docker", action="store_true", help="one local container per host")
     target.add_argument("--sagemaker", action="store_true", help="Amazon SageMaker")
     target.add_argument("--local", action="store_true", help=hidden)
-    parser.add_argument("--store", metavar="DIR", help="local job store (default $SMLAUNCH_HOME/jobs)")
+    parser.add_argument(
+        "--store", metavar="DIR", help="local job store (default: the root setting, ~/.smlaunch/jobs)"
+    )
     parser.add_argument("--root", dest="store", help=hidden)
     parser.add_argument(
         "--region",

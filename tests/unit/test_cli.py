@@ -212,6 +212,12 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
     assert "--distribution='horovod': unknown distribution" in capsys.readouterr().err
     assert main(["gc", "--older-than", "7 days"]) == 2
     assert "pass a number and a unit: 7d" in capsys.readouterr().err
+    for command in (["list"], ["gc"], ["rm", "x"], ["describe", "x"]):  # a misspelt store: not empty
+        assert main([*command, "--store", "/no/such/store"]) == 2
+        assert capsys.readouterr().err == (
+            "error: --store='/no/such/store': no such directory."
+            " Fix: pass an existing job store, or leave --store out for the root setting's\n"
+        )
     with pytest.raises(SystemExit) as exited:  # the command's usage, with its flags
         main(["describe", "--bogus", "x"])
     assert exited.value.code == 2

@@ -159,17 +159,15 @@ def describe_job(job_name: str, args: Any) -> tuple[Any, dict[str, Any]]:
     try:
         return backend, backend.describe(job_name)
     except JobNotFoundError as exc:
-        raise ConfigurationError(
-            "JOB", job_name, str(exc).strip('"'), "smlaunch list shows local jobs"
-        ) from None
+        raise ConfigurationError("JOB", job_name, str(exc), "smlaunch list shows local jobs") from None
     except ConfigurationError as exc:
         if getattr(args, "sagemaker", False) or isinstance(backend, LocalBackend):
             raise
-        root = _local_session(args).root
-        raise ConfigurationError(
+        raise jobref.not_found_anywhere(
             "JOB",
             job_name,
-            f"no local job of that name under {root}, and on SageMaker: {exc.problem}",
+            _local_session(args).root,
+            exc,
             "check the name with `smlaunch list` (or `smlaunch list --sagemaker`)",
         ) from None
 

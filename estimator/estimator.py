@@ -633,9 +633,24 @@ class Estimator:
         """
         require_type("model_channel_name", model_channel_name, (str, type(None)), "pass e.g. 'model'")
         require_type("wait", wait, bool, "pass wait=True (block until the job ends) or wait=False")
+        bare = sagemaker_session is None and jobref.parse(training_job_name).scheme is None
         sagemaker_session, training_job_name = jobref.resolve(training_job_name, sagemaker_session)
         backend = sagemaker_session.backend()
-        description = backend.describe(training_job_name)
+        try:
+            description = backend.describe(training_job_name)
+        except ConfigurationError as exc:
+            if not bare or sagemaker_session.is_local:
+                raise
+            # A bare name the local store lacks went to SageMaker, which could not be asked.
+            from estimator.local_session import LocalSession
+
+            raise jobref.not_found_anywhere(
+                "training_job_name",
+                training_job_name,
+                LocalSession().root,
+                exc,
+                "check the name (smlaunch list), or pass sagemaker_session= for the place the job is in",
+            ) from None
         kwargs = cls._init_params_from_description(description)
         estimator = cls(sagemaker_session=sagemaker_session, **kwargs)
         for channel in description.get("InputDataConfig") or []:

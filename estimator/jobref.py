@@ -98,6 +98,16 @@ def session_for(ref: JobRef, default_local: Any | None = None) -> Any:
     return Session()
 
 
+def not_found_anywhere(
+    field: str, name: str, local_root: Path, error: ConfigurationError, fix: str
+) -> ConfigurationError:
+    """A bare name the local store ``local_root`` lacks and SageMaker could not be asked about
+    (``error``): both places named, rather than only an AWS credentials error."""
+    return ConfigurationError(
+        field, name, f"no local job of that name under {local_root}, and on SageMaker: {error.problem}", fix
+    )
+
+
 def resolve(
     reference: object, sagemaker_session: Any | None = None, field: str = "training_job_name"
 ) -> tuple[Any, str]:

@@ -103,6 +103,24 @@ def test_model_channel_name_must_be_text(src: Path, tmp_path: Path) -> None:
     assert error.value.field == "model_channel_name"
 
 
+def test_a_bare_name_found_nowhere_names_both_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from estimator.backends.local.backend import JobNotFoundError
+    from tests.functional._sagemaker_moto import aws_test_env
+
+    aws_test_env(monkeypatch, credentials=False)
+    monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path))
+    # Not only "no AWS credentials": the newcomer meant a local job and mistyped it.
+    with pytest.raises(ConfigurationError) as error:
+        PyTorch.attach("tpyo-1")
+    assert str(error.value).startswith(
+        f"training_job_name='tpyo-1': no local job of that name under {tmp_path / 'jobs'}, and on"
+        " SageMaker: no usable AWS credentials"
+    )
+    with pytest.raises(JobNotFoundError) as missing:
+        PyTorch.attach("local:tpyo-1")
+    assert str(missing.value) == f"no local training job 'tpyo-1' under {tmp_path / 'jobs'}"  # no quotes
+
+
 # --- the SDK's attach on the same job -----------------------------------------------------------
 
 

@@ -93,6 +93,10 @@ _STATUS_LINE = re.compile(rf"^\[{LOCAL_SOURCE}\] \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\
 class JobNotFoundError(SmlaunchError, KeyError):
     """No local job of that name under the session's root."""
 
+    def __str__(self) -> str:
+        # KeyError's str() is the repr of its key: the message in quotes.
+        return str(self.args[0]) if self.args else ""
+
 
 class LocalBackend(Backend):
     """Run jobs on this machine with the session's executor; see the module docstring."""

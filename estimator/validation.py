@@ -8,7 +8,6 @@ functions of their arguments (plus, for paths, the file system they name); they 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from estimator import inputs as channel_inputs
 from estimator import naming
 from estimator.debugger import TensorBoardOutputConfig
 from estimator.errors import ConfigurationError, require_type
+from estimator.metrics import MetricParser
 from estimator.packaging import check_readable_dir
 from estimator.spec import ExperimentConfig
 from runtime import contract
@@ -442,15 +442,9 @@ def check_metrics(metric_definitions: Any) -> list[dict[str, str]] | None:
             )
         for key in ("Name", "Regex"):
             require_type(f"{field}.{key}", metric[key], str, "pass a string")
-        try:
-            re.compile(metric["Regex"])
-        except (re.error, TypeError) as exc:
-            raise ConfigurationError(
-                f"{field}.Regex",
-                metric["Regex"],
-                f"not a valid regex ({exc})",
-                "fix the pattern; the first group is the value",
-            ) from exc
+    # The patterns as the log scraper compiles them (a capture group holds the value): a regex that
+    # could never yield a value is refused here, not when the job's first line is read.
+    MetricParser(metric_definitions)
     return [dict(m) for m in metric_definitions]
 
 

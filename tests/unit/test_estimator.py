@@ -577,6 +577,17 @@ def test_tensorboard_output_config_errors(src: Path, build: Any, field: str, pro
     assert err.field == field and problem in str(err)
 
 
+def test_a_metric_regex_without_a_capture_group_is_refused_at_construction(src: Path, tmp_path: Path) -> None:
+    # The scraper takes the value from the first group: without one, no value would ever be found.
+    err = config_error(
+        lambda: local(src, tmp_path, metric_definitions=[{"Name": "loss", "Regex": "loss=[0-9.]+"}])
+    )
+    assert str(err) == (
+        "metric_definitions[0].Regex='loss=[0-9.]+': has no capture group."
+        " Fix: put the value in parentheses, e.g. 'loss=([0-9.]+)'"
+    )
+
+
 @pytest.mark.parametrize("field", ["output_path", "checkpoint_s3_uri", "code_location"])
 def test_a_mistyped_s3_uri_is_not_taken_for_a_local_directory(src: Path, tmp_path: Path, field: str) -> None:
     # Locally a relative path is a directory: "s3//bucket/out" would quietly become ./s3/bucket/out.

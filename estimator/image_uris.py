@@ -131,7 +131,9 @@ def version_config(framework_version: str, py_version: str, framework: str = "py
     """The table row for a version, after checking the version and the Python version."""
     data = table(framework)
     if framework_version not in data["versions"] and framework_version not in data["version_aliases"]:
-        raise _fail("framework_version", framework_version, "version", versions(framework), framework)
+        # Full versions only: each also answers to its major.minor alias, which would double the list.
+        listed = [*data["versions"], f"or a major.minor such as {next(reversed(data['version_aliases']))!r}"]
+        raise _fail("framework_version", framework_version, "version", listed, framework)
     full = data["version_aliases"].get(framework_version, framework_version)
     row = data["versions"][full]
     if py_version not in row["py_versions"]:

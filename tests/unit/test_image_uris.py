@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -32,6 +33,11 @@ def test_unknown_version_lists_valid_ones() -> None:
         image_uris.retrieve("0.9", "py3", lookup("ml.p3.2xlarge"), "us-west-2")
     assert info.value.field == "framework_version" and info.value.value == "0.9"
     assert "2.1.0" in str(info.value) and "1.8" in str(info.value) and "image_uri" in str(info.value)
+    # Each full version once; the aliases (2.1 for 2.1.0...) are described, not listed again.
+    listed = (info.value.fix or "").removeprefix("use one of: ").split(", ")
+    assert listed[:-1] == list(image_uris.table()["versions"])
+    alias = re.fullmatch(r"or a major\.minor such as '(\d+\.\d+)'; or pass image_uri", listed[-1])
+    assert alias is not None and listed[-2].startswith(f"{alias.group(1)}.")  # the newest's
 
 
 def test_python_version_mismatch() -> None:

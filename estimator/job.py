@@ -138,11 +138,11 @@ class TrainingJob:
         if status == contract.STATUS_STOPPED:
             why = description.get("FailureReason") or description.get("SecondaryStatus") or status
             logger.warning(
-                "Training job %s ended with status 'Stopped' rather than 'Completed' (%s). This could "
+                "Training job %s ended with status 'Stopped' rather than 'Completed'%s. This could "
                 "mean it timed out (max_run) or was stopped early: check whether it completed as you "
                 "expect.",
                 self.name,
-                why,
+                "" if why == status else f" ({why})",  # "(Stopped)" after 'Stopped' says nothing
             )
             return description
         reason = description.get("FailureReason") or description.get("SecondaryStatus") or status

@@ -27,6 +27,11 @@ def test_a_stopped_job_ends_fit_with_a_warning(
     assert "stopped-job" in caplog.text and "'Stopped' rather than 'Completed'" in caplog.text
     assert "MaxRuntimeExceeded" in caplog.text
     assert est.latest_training_job is not None and est.latest_training_job.status == "Stopped"
+    caplog.clear()
+    session.recording.failure_reason = None  # stopped by the user: no reason, no "(Stopped)"
+    with caplog.at_level(logging.WARNING, logger="estimator.job"):
+        est.fit(job_name="stopped-job-2", logs=False)
+    assert "'Stopped' rather than 'Completed'. This could mean" in caplog.text, caplog.text
 
 
 def test_a_failed_job_still_raises(src: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -238,6 +239,19 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
     return parser
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """A warning as a command-line tool prints one: ``warning: <message>`` on stderr, without the
+    Python source file and line the interpreter's default format adds."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the exit status (:data:`EXIT_STATUS`)."""
     parser = build_parser()
@@ -248,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Only the command's data goes to ``out``; whatever else prints (fit()'s progress, the
         # job's streamed logs, status lines) goes to stderr, so $(smlaunch ...) captures data only.
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+            warnings.showwarning = _show_warning
             return int(args.handler(args, out))
     except JobFailedError as exc:
         print(f"error: {exc}", file=sys.stderr)

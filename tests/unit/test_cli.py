@@ -309,6 +309,19 @@ def test_query_and_table(capsys: pytest.CaptureFixture) -> None:
         emit(data, argparse.Namespace(output="json", query="Jobs["), out)
 
 
+def test_warnings_print_as_a_command_line_tool_prints_them(src: Path, capsys: pytest.CaptureFixture) -> None:
+    environment = '{"SMLAUNCH_FAULTS": "[]", "A": "1"}'
+    sagemaker = ["--sagemaker", "--instance-type", "ml.c5.xlarge", "--role", "R"]
+    assert main(["plan", "train.py", "--source-dir", "src", *sagemaker, "--environment", environment]) == 0
+    err = capsys.readouterr().err
+    # One line, no Python file, line number or source line of the interpreter's default format.
+    assert err == (
+        "warning: environment=['SMLAUNCH_FAULTS'] dropped: SMLAUNCH_* variables configure local runs"
+        " and are not sent to SageMaker (set them in LocalSession(...) or ~/.config/smlaunch/config.yaml;"
+        " docs/configuration.md)\n"
+    )
+
+
 def test_errors_give_cli_advice(
     src: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -184,6 +184,14 @@ def cmd_run(args: Any, out: TextIO) -> int:
         from estimator.cli import cmd_plan
 
         return cmd_plan(args, out)
+    for flag, given in (("--output", args.output), ("--query", args.query)):
+        if given is not None:  # shaping nothing: refused rather than ignored
+            raise ConfigurationError(
+                flag,
+                given,
+                "shapes the request --dry-run prints; run prints the job's name",
+                f"add --dry-run, or drop {flag}",
+            )
     estimator = cli_run.build_estimator(args, cli_run.session(args, dry_run=False))
     try:
         estimator.fit(cli_run.inputs(args), wait=not args.no_wait, job_name=args.job_name)

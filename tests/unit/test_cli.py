@@ -212,6 +212,11 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
     assert "--distribution='horovod': unknown distribution" in capsys.readouterr().err
     assert main(["gc", "--older-than", "7 days"]) == 2
     assert "pass a number and a unit: 7d" in capsys.readouterr().err
+    for flag in (["--output", "json"], ["--query", "TrainingJobName"]):  # would be ignored: refused
+        assert main(["run", "train.py", *flag]) == 2
+        assert capsys.readouterr().err.startswith(
+            f"error: {flag[0]}='{flag[1]}': shapes the request --dry-run prints; run prints the job's name."
+        )
     for command in (["list"], ["gc"], ["rm", "x"], ["describe", "x"]):  # a misspelt store: not empty
         assert main([*command, "--store", "/no/such/store"]) == 2
         assert capsys.readouterr().err == (

@@ -42,7 +42,8 @@ Where they go depends on who runs the host (:func:`prepare`):
 
   The ranks write into their copy and nowhere else in the cache: every process the host runtime
   starts runs in a mount namespace of its own where the cache is read-only but for the job's copy,
-  bind-mounted back writable (:func:`seal_hook`), so no path (``$VIRTUAL_ENV/..``, the template's
+  bind-mounted back writable (:func:`seal_hook`; a job without a copy gets the whole cache
+  read-only), so no path (``$VIRTUAL_ENV/..``, the template's
   absolute path) leads a rank to a template or to another running job's copy. The runtime itself
   keeps the cache writable: it builds templates and copies, and removes the job's copy at the end.
   Limits: a root rank that calls ``mount``/``umount`` itself, or a rank that goes through
@@ -149,8 +150,24 @@ def prepare(
     """Install the code's requirements as the module docstring says; return what the ranks run.
 
     ``codeartifact(region)``: a boto3 CodeArtifact client, used when ``CA_REPOSITORY_ARN`` is set
-    (default: ``boto3.client("codeartifact", region_name=region)``).
+    (default: ``boto3.client("codeartifact", region_name=region)``). With a cache, the ranks get it
+    sealed (:func:`seal_hook`) whether this job has an environment there or not.
     """
+    prepared = _install(code_dir, entry_point, environ, log, codeartifact)
+    cache = environ.get(contract.SMLAUNCH_REQUIREMENTS_CACHE)
+    if cache:
+        own = prepared.job_environment
+        prepared.seal = seal_hook(Path(cache), None if own is None else own.root, log)
+    return prepared
+
+
+def _install(
+    code_dir: Path,
+    entry_point: str | None,
+    environ: Mapping[str, str],
+    log: Log,
+    codeartifact: Callable[[str], Any] | None,
+) -> Prepared:
     here = Prepared(sys.executable)
     if environ.get(contract.SMLAUNCH_INSTALL_REQUIREMENTS, "1") == "0":
         if (Path(code_dir) / contract.REQUIREMENTS_FILE).is_file():
@@ -175,7 +192,7 @@ def prepare(
         return here  # a package without requirements.txt: nothing to layer
     job = environ.get(contract.TRAINING_JOB_NAME_ENV) or f"host-{os.getpid()}"
     own = layered_environment(Path(code_dir), Path(cache), job, pip_environ, log)
-    return Prepared(str(own.python), own.environ, own, seal_hook(Path(cache), own.root, log))
+    return Prepared(str(own.python), own.environ, own)
 
 
 def codeartifact_index(arn: str, client: Callable[[str], Any] | None, log: Log) -> str:
@@ -352,9 +369,9 @@ class JobEnvironment:
         lock.close()
 
 
-def seal_hook(cache: Path, own: Path, log: Log) -> Callable[[], None] | None:
+def seal_hook(cache: Path, own: Path | None, log: Log) -> Callable[[], None] | None:
     """A pre-exec hook giving a rank a mount namespace of its own in which ``cache`` is read-only
-    but for ``own`` (the job's environment, if it exists), bind-mounted back writable: a rank then
+    but for ``own`` (the job's environment, if any and made), bind-mounted back writable: a rank then
     writes into no template and no other job's environment by any path below the cache, while its
     own ``pip install`` works. Tried once here (:func:`runtime.mounts.unavailable`); where it
     cannot be had, says why in the log and returns None (the ranks then reach the whole cache).
@@ -370,7 +387,7 @@ def seal_hook(cache: Path, own: Path, log: Log) -> Callable[[], None] | None:
     if libc is None:
         return None
     cache_path = os.path.realpath(cache)
-    own_path = os.path.realpath(own) if os.path.isdir(own) else None
+    own_path = os.path.realpath(own) if own is not None and os.path.isdir(own) else None
 
     def seal() -> None:
         assert libc is not None

@@ -4,8 +4,9 @@ Each job runs in its own copy of the cached template (:mod:`runtime.requirements
 the cache read-only but for that copy (:func:`runtime.requirements.seal_hook`). A rank written as
 SageMaker scripts are (``VIRTUAL_ENV``, ``site.getsitepackages()``) walks from its environment to
 the template it was copied from and to the copy of another job running beside it, and tries to plant
-a ``.pth`` and to patch a module in each; a later job with the same ``requirements.txt`` sees none of
-it, while the rank's own run-time ``pip install`` keeps working.
+a ``.pth`` and to patch a module in each, as does a job without ``requirements.txt``; a later job
+with the same ``requirements.txt`` sees none of it, while the rank's own run-time ``pip install``
+keeps working.
 """
 
 from __future__ import annotations
@@ -85,11 +86,30 @@ Path(os.environ["SM_MODEL_DIR"], "seen.json").write_text(json.dumps({"tried": tr
 """
 
 
+BARE = """
+import json, os, site
+from pathlib import Path
+
+# No requirements.txt, so no VIRTUAL_ENV: the cache is where the store is.
+cache = Path(os.environ["SM_MODEL_DIR"]).parents[3] / ".requirements"
+tried = {}
+for target in cache.iterdir():
+    for found in target.glob("lib/python*/site-packages"):
+        try:
+            (found / "zz-planted.pth").write_text("import os; os.environ['SMLAUNCH_PLANTED'] = '1'\\n")
+            tried[target.name] = "written"
+        except OSError as error:
+            tried[target.name] = type(error).__name__
+Path(os.environ["SM_MODEL_DIR"], "seen.json").write_text(json.dumps(tried))
+"""
+
+
 def _estimator(tmp_path: Path, session: LocalSession, name: str, script: str, **kwargs: Any) -> PyTorch:
     source = tmp_path / f"src-{name}"
     source.mkdir()
     (source / "train.py").write_text(script)
-    (source / contract.REQUIREMENTS_FILE).write_text((tmp_path / contract.REQUIREMENTS_FILE).read_text())
+    if script != BARE:
+        (source / contract.REQUIREMENTS_FILE).write_text((tmp_path / contract.REQUIREMENTS_FILE).read_text())
     return PyTorch(
         entry_point="train.py",
         source_dir=str(source),
@@ -121,6 +141,7 @@ def test_a_rank_cannot_write_into_the_template_or_another_jobs_environment(tmp_p
     environment = {"SIGNALS": str(signals), "WHEELS": str(wheels)}
     victim = _estimator(tmp_path, session, "victim", VICTIM, environment=environment)
     intruder = _estimator(tmp_path, session, "intruder", INTRUDER, environment=environment)
+    bare = _estimator(tmp_path, session, "bare", BARE)
     later = _estimator(tmp_path, session, "later", VICTIM, environment=environment)
     try:
         victim.fit(job_name="victim", wait=False)
@@ -128,6 +149,7 @@ def test_a_rank_cannot_write_into_the_template_or_another_jobs_environment(tmp_p
         assert victim.latest_training_job is not None
         victim.latest_training_job.wait(logs=False)
         (signals / "victim-ready").unlink()
+        bare.fit(job_name="bare", wait=True, logs=False)
         later.fit(job_name="later", wait=True, logs=False)
     finally:
         kill_leftover_jobs(root)
@@ -142,6 +164,7 @@ def test_a_rank_cannot_write_into_the_template_or_another_jobs_environment(tmp_p
     assert set(seen["tried"]) == expected, seen
     assert set(seen["tried"].values()) == {"OSError"}, seen  # read-only file system
     assert seen["mine"] == ["v0.9", "1"], seen
+    assert _seen(root, "bare") == {templates[0].name: "OSError"}
     assert _seen(root, "victim") == ["v1", "None"]
     assert _seen(root, "later") == ["v1", "None"]
     log = "\n".join(session.backend().log_lines("later"))

@@ -209,6 +209,10 @@ def test_a_non_root_rank_in_a_host_namespace_writes_only_its_own_environment() -
             f'echo x > "{cache / where}/f" 2>/dev/null && echo "wrote {where}"; '
             for where in ("template", "jobs/other", "jobs/mine", "jobs")
         )
+        # A hard link in its own environment would write through to the template: another mount.
+        (cache / "template" / "module.py").write_text("VALUE = 1\n")
+        os.chown(cache / "template" / "module.py", nobody.pw_uid, nobody.pw_gid)
+        script += f'ln "{cache}/template/module.py" "{cache}/jobs/mine/module.py" 2>/dev/null && echo linked'
         written = subprocess.run(
             ["/bin/sh", "-c", script], preexec_fn=host_then_rank, capture_output=True, text=True, check=False
         )

@@ -33,7 +33,9 @@ before the runtime is executed (:meth:`.spawn.PrivateOptMl.hook`):
 - the job store (the session's root) is covered by an empty tmpfs on which only what the job's
   hosts need is bind-mounted back at its own path (:func:`.layout.host_view`), then made
   read-only: no rank reaches a job's record (``state.json``, ``spec.json``, the stop file, the
-  logs), its own or another's, nor another job's host trees.
+  logs), its own or another's, nor another job's host trees. The requirements cache is writable
+  there for the host runtime only: each rank gets a nested namespace in which it is read-only but
+  for the job's own environment (:func:`runtime.requirements.seal_hook`).
 
 The ``SM_*`` variables keep naming the host tree's own path, which stays valid inside the
 namespace. Where namespaces cannot be had (not Linux, user namespaces disabled, no ``/opt``),

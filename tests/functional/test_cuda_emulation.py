@@ -337,7 +337,10 @@ def test_torchrun_ddp_script_sets_devices_and_matches_a_cpu_run(tmp_path: Path) 
         assert facts["cuda"] is True and facts["device_count"] == 8 and facts["backend"] == "gloo"
         assert facts["current_device"] == facts["local_rank"] == rank % 2
         assert facts["name"] == "NVIDIA V100 (emulated on CPU by smlaunch)" and facts["allocated"] == 0
-    assert "gloo (CUDA emulated on CPU: NCCL requests use gloo)" in emulated.log
+    plans = emulated.description["HostTopology"]  # each host's resolved launch plan
+    assert sorted(plans) == ["algo-1", "algo-2"]
+    for plan in plans.values():
+        assert plan["topology"]["backend"] == "gloo (CUDA emulated on CPU: NCCL requests use gloo)"
 
     cpu = run_job(tmp_path, TORCHRUN_DDP, base_name="ddp-cpu", emulate_cuda=False, **common)  # type: ignore[arg-type]
     _completed(cpu)

@@ -266,7 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             return int(args.handler(args, out))
     except JobFailedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # One line: the job's streamed lines above hold the traceback, `describe` the whole reason.
+        from estimator.backends.status import failure_headline
+
+        reason = failure_headline(exc.reason) or exc.reason
+        print(
+            f"error: Error for Training job {exc.job_name}: {exc.status}. Reason: {reason}.", file=sys.stderr
+        )
         return 1
     except ConfigurationError as exc:  # a bad argument, an unknown job, a refusal
         from estimator.cli_run import cli_advice

@@ -217,6 +217,10 @@ def test_failed_run_exits_1_and_usage_errors_exit_2(cli: Cli) -> None:
     assert failed.returncode == 1, failed.stdout[-2000:]
     assert "Error for Training job cli-failed: Failed. Reason: " in failed.stderr
     assert "rank 0 on host algo-1 exited with code 3" in failed.stderr
+    assert failed.stderr.endswith(  # one line, not the FailureReason's stderr tail again
+        "error: Error for Training job cli-failed: Failed."
+        " Reason: AlgorithmError: rank 0 on host algo-1 exited with code 3.\n"
+    )
     assert " Failed - Training job failed" in failed.stderr
     assert failed.stdout == "cli-failed\n"  # `smlaunch logs "$JOB"` can follow
     # A job without metric definitions: an ended job has no values "yet"; a plot names the cause.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -324,6 +325,29 @@ def test_warnings_print_as_a_command_line_tool_prints_them(src: Path, capsys: py
         "warning: environment=['SMLAUNCH_FAULTS'] dropped: SMLAUNCH_* variables configure local runs"
         " and are not sent to SageMaker (set them in LocalSession(...) or ~/.config/smlaunch/config.yaml;"
         " docs/configuration.md)\n"
+    )
+
+
+def test_a_job_that_did_not_complete_is_one_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from estimator import cli_jobs
+    from estimator.errors import JobFailedError
+
+    reason = (
+        "AlgorithmError: rank 0 on host algo-1 exited with code 1\nErrorMessage: ValueError: boom\n"
+        "Last stderr lines of [algo-1/rank 0]:\nTraceback (most recent call last):\nValueError: boom"
+    )
+
+    def fails(args: Any, out: Any) -> int:
+        raise JobFailedError("job-1", "Failed", reason)
+
+    monkeypatch.setattr(cli_jobs, "cmd_run", fails)
+    assert main(["run", "train.py"]) == 1
+    # The streamed lines showed the traceback already; `describe` keeps the whole reason.
+    assert capsys.readouterr().err == (
+        "error: Error for Training job job-1: Failed."
+        " Reason: ValueError: boom (AlgorithmError: rank 0 on host algo-1 exited with code 1).\n"
     )
 
 

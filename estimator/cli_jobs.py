@@ -98,7 +98,10 @@ def newest_job(args: argparse.Namespace) -> str:
 def _job_text(args: argparse.Namespace, text: str | None) -> str:
     if getattr(args, "last", False) == (text is not None):
         raise ConfigurationError(
-            "JOB", text, "give a job or --last, not both or neither", "e.g. smlaunch describe --last"
+            "JOB",
+            text,
+            "give a job or --last, not both or neither",
+            f"e.g. smlaunch {getattr(args, 'command', None) or 'describe'} --last",
         )
     if text is None:
         name = newest_job(args)

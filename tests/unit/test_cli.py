@@ -202,7 +202,9 @@ def test_every_command_answers_help(command: str, capsys: pytest.CaptureFixture)
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
     assert main(["logs"]) == 2  # JOB missing
-    assert "give a job or --last" in capsys.readouterr().err
+    assert (
+        "give a job or --last, not both or neither. Fix: e.g. smlaunch logs --last" in capsys.readouterr().err
+    )
     assert main(["describe", "bad_name"]) == 2
     assert main(["describe", "ftp:x"]) == 2
     assert "unknown place 'ftp'. Fix: write the job as NAME, local:NAME" in capsys.readouterr().err

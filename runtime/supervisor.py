@@ -515,10 +515,11 @@ class Supervisor:
                     result.first_failure = RankFailure(
                         self.host, proc.spec.label, proc.spec.rank, code, when, proc.stderr.tail()
                     )
-                    self.log(
-                        f"{proc.spec.label} exited with code {code}: ending the other "
-                        f"{len(alive)} process(es) (SIGTERM, SIGKILL after {self.fail_fast_grace:g} s)"
-                    )
+                    if alive:  # alone, its exit is said by the host's closing line
+                        self.log(
+                            f"{proc.spec.label} exited with code {code}: ending the other "
+                            f"{len(alive)} process(es) (SIGTERM, SIGKILL after {self.fail_fast_grace:g} s)"
+                        )
                     for other in alive.values():
                         self._signal_group(other, signal.SIGTERM)
                     kill_at = time.monotonic() + self.fail_fast_grace

@@ -115,9 +115,10 @@ def test_first_failure_ends_the_others_and_sets_the_exit_code(tmp_path: Path) ->
         "    except RuntimeError:\n        traceback.print_exc()\n"
         "sys.exit(7)\n"
     )
-    sup, _, _ = make(fail_fast_grace=1.0)
+    sup, out, _ = make(fail_fast_grace=1.0)
     result = sup.run(LaunchPlan("t", [spec("rank 0", survivor, 0), spec("rank 1", crasher, 1)]))
     assert result.exit_code == 7
+    assert "[algo-1] rank 1 exited with code 7: ending the other 1 process(es)" in out.getvalue()
     failure = result.first_failure
     assert failure is not None and (failure.label, failure.rank, failure.exit_code) == ("rank 1", 1, 7)
     assert result.exit_codes["rank 0"] == 128 + signal.SIGTERM
@@ -129,6 +130,12 @@ def test_first_failure_ends_the_others_and_sets_the_exit_code(tmp_path: Path) ->
     assert not psutil.pid_exists(int(marker.read_text())) or (
         psutil.Process(int(marker.read_text())).status() == psutil.STATUS_ZOMBIE
     )
+
+
+def test_a_lone_process_that_fails_ends_no_others() -> None:
+    sup, out, _ = make()
+    assert sup.run(LaunchPlan("t", [spec("rank 0", "import sys; sys.exit(3)", 0)])).exit_code == 3
+    assert "ending the other" not in out.getvalue()  # never "ending the other 0 process(es)"
 
 
 def test_the_tail_of_a_stderr_flood_keeps_the_last_traceback_whole() -> None:

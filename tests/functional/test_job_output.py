@@ -132,6 +132,8 @@ def test_a_failed_job_closes_with_its_exception_and_shows_the_traceback_once(
     )
     # The rank's own lines show the traceback; the closing line does not repeat it...
     assert sum("Traceback (most recent call last)" in line for line in lines) == 1
+    # A lone host with a lone rank has no other process or host to end: nothing says it does.
+    assert not [line for line in lines if "ending the other" in line or "ending every host" in line], lines
     # ...and the exception (as the SDK's) and describe() keep the whole reason.
     assert "Traceback (most recent call last)" in str(raised.value)
 

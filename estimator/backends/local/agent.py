@@ -595,10 +595,11 @@ class Agent:
                 elif failed:
                     outcome = ("failed", "", {})
                     names = ", ".join(h.name for h in failed)
-                    self.say(
-                        f"Host {names} failed: ending every host (SIGTERM, SIGKILL after "
-                        f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
-                    )
+                    if any(h not in failed for h in running):  # else no host is left to end
+                        self.say(
+                            f"Host {names} failed: ending every host (SIGTERM, SIGKILL after "
+                            f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
+                        )
                     kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
                 elif self._data is not None and self._data.errors:
                     outcome = (

@@ -53,7 +53,10 @@ def _log(host: str, message: str) -> None:
 
 
 def _outcome_line(result: RunResult, code: int) -> str:
-    """The host's last line: it succeeded, was stopped (a stop asked for, not a failure), or failed."""
+    """The host's last line: it succeeded, was stopped (a stop asked for, not a failure), or failed;
+    or the launcher's :attr:`RunResult.outcome` where the exit status does not tell."""
+    if result.outcome is not None:
+        return result.outcome
     if code == 0:
         return "training succeeded"
     if result.stop_signal is not None and result.first_failure is None:

@@ -142,6 +142,9 @@ class RunResult:
     """The signal that stopped the job (SIGTERM, SIGINT), when it was stopped."""
     unreaped: list[str] = field(default_factory=list)
     """Labels of processes that did not exit even after SIGKILL (should never happen)."""
+    outcome: str | None = None
+    """The host's last line when its exit status does not tell it: an MPI worker exits 0 (the job's
+    failure is the master's to report) even when the master's ``mpirun`` failed."""
 
     @property
     def exit_codes(self) -> dict[str, int]:

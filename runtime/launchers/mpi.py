@@ -388,8 +388,9 @@ class MpiLauncher(Launcher):
             finally:
                 for hook in supervisor.hooks:
                     hook.close()
-            supervisor.log(f"MPI: the master's job ended with exit code {code}")
-            return RunResult(host=host)
+            # One closing line: "training succeeded" after a master's success, else what it was.
+            failed = f"training failed on the master ({self.env.master_hostname}): exit code {code}"
+            return RunResult(host=host, outcome=None if code == 0 else failed)
         meeting.announce_master()
         others = [h for h in self.hosts if h != host]
         result: RunResult | None = None

@@ -70,6 +70,9 @@ def test_mpi4py_on_two_hosts_sees_each_host_and_the_torch_variables(tmp_path: Pa
         assert seen["FOO"] == "a b" and seen["argv"] == ["--epochs", "2"]
         assert f"[{host}/rank {rank}] rank {rank} on {host} total 10" in run.log
     assert "[algo-2] MPI: the master (algo-1) runs this host's ranks" in run.log
+    assert [line for line in run.log.splitlines() if line.startswith("[algo-2] ")][-1] == (
+        "[algo-2] training succeeded"  # one closing line, not the master's exit code first
+    )
 
 
 @needs_mpi4py
@@ -79,6 +82,10 @@ def test_failing_rank_under_mpi_is_the_root_cause(tmp_path: Path) -> None:
     reason = run.reason
     assert reason.startswith("AlgorithmError: rank 3 on host algo-2 exited with code 1"), reason
     assert "ValueError: boom from rank 3" in reason and "Traceback (most recent call last):" in reason
+    # The worker waited for the master's mpirun: it never says "training succeeded" of a failed job.
+    worker = [line for line in run.log.splitlines() if line.startswith("[algo-2] ")]
+    assert worker[-1] == "[algo-2] training failed on the master (algo-1): exit code 1", worker
+    assert "[algo-2] training succeeded" not in worker
 
 
 @pytest.mark.slow

@@ -191,6 +191,16 @@ JOB_HELP = (
 )
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a checkout not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("smlaunch")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``smlaunch`` parser: every command, its flags, and the exit statuses in each ``--help``."""
     from estimator import cli_run
@@ -203,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"smlaunch {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _job_commands(commands)
     plan = commands.add_parser(

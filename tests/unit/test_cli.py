@@ -200,6 +200,19 @@ def test_every_command_answers_help(command: str, capsys: pytest.CaptureFixture)
     assert capsys.readouterr().out.startswith(f"usage: smlaunch {command}")
 
 
+def test_version_prints_the_distributions(capsys: pytest.CaptureFixture) -> None:
+    from importlib import metadata
+
+    try:
+        installed = metadata.version("smlaunch")
+    except metadata.PackageNotFoundError:
+        pytest.skip("smlaunch is not installed (pip install -e .)")
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"smlaunch {installed}\n"
+
+
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
     assert main(["logs"]) == 2  # JOB missing
     assert (

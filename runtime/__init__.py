@@ -29,6 +29,8 @@ imports torch, the supervisor, the watchdog or a launcher.
 - :mod:`runtime.framework_env`: the rank variables frameworks read, and the framework a job's image
   stands for (``SAGEMAKER_TRAINING_MODULE``),
   which the agent sets for each host as the image would.
+- :mod:`runtime.mounts`: mount-namespace primitives, for the local executors (``/opt/ml`` per host,
+  the store hidden) and the host runtime (the requirements cache sealed from the ranks).
 """
 
 SHARED_LAYER = (
@@ -46,5 +48,6 @@ SHARED_LAYER = (
     "runtime.artifact_tree",
     "runtime.hyperparameters",
     "runtime.framework_env",
+    "runtime.mounts",
 )
 """The ``runtime`` modules the estimator may import (see above)."""

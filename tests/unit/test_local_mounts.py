@@ -12,13 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends.local import layout
 from estimator.backends.local.executors.base import Host, LaunchContext
-from estimator.backends.local.executors.containers import FailedStart
 from estimator.backends.local.executors.process import PrivateOptMl, ProcessExecutor
-from estimator.backends.local.state import JobDir
-from estimator.spec import CheckpointConfig
-from tests.functional._local_helpers import make_spec
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:
@@ -137,35 +132,3 @@ def test_the_job_store_shows_only_what_the_host_keeps(tmp_path: Path) -> None:
     assert (tree / "model" / "m.pth").read_text() == "saved\n" and (scratch / "s").read_text() == "shared\n"
     assert (job / "state.json").read_text() == "{}" and not (job / "stop").exists()
     assert sorted(os.listdir(store)) == ["job", "other"]  # nothing changed on the machine
-
-
-@pytest.mark.parametrize(
-    ("local_path", "why"),
-    [("fresh/ckpt", "user namespaces are disabled"), ("file/ckpt", "cannot create")],
-)
-def test_hosts_needing_a_checkpoint_path_outside_opt_ml_fail_at_start_without_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_path: str, why: str
-) -> None:
-    """Never started sharing the machine's directory: each host fails with the reason; a mount
-    point the agent could make is made (and said)."""
-    monkeypatch.setattr(PrivateOptMl, "unavailable", lambda self, tree: "user namespaces are disabled")
-    (tmp_path / "file").write_text("")
-    spec = make_spec(tmp_path, "outside", "print(1)").model_copy(
-        update={
-            "CheckpointConfig": CheckpointConfig(
-                S3Uri=(tmp_path / "synced").as_uri(), LocalPath=str(tmp_path / local_path)
-            )
-        }
-    )
-    job = JobDir(tmp_path / "jobs" / "outside")
-    hosts = [Host(name, i, job.host_base(name)) for i, name in enumerate(("algo-1", "algo-2"))]
-    for host in hosts:
-        layout.write_host_tree(spec, host.base, host.name, ["algo-1", "algo-2"])
-    said: list[str] = []
-    context = LaunchContext(spec, {"processes_per_host": 1}, job, hosts, 1.0, said.append)
-    ProcessExecutor().launch(context)
-    for host in hosts:
-        assert isinstance(host.proc, FailedStart) and why in (host.proc.note or "")
-    created = [line for line in said if "as a mount point for checkpoint_local_path" in line]
-    assert len(created) == (local_path == "fresh/ckpt")
-    assert (tmp_path / "fresh" / "ckpt").is_dir() == (local_path == "fresh/ckpt")

@@ -431,8 +431,15 @@ class LocalBackend(Backend):
                 "is /opt/ml itself or above it",
                 f"pass a directory of its own, e.g. {default!r}",
             )
-        if layout.below_opt_ml(value) is None:
-            self.executor.check_container_dir(field, value, default, Path(self.session.root))
+        if layout.below_opt_ml(value) is None and not self.executor.mounts_container_paths:
+            raise ConfigurationError(
+                field,
+                value,
+                "hosts run as processes on this machine, each with its own emulated /opt/ml tree; a "
+                "path outside /opt/ml would be one directory shared by every host (and outside the job)",
+                f"use a path under /opt/ml (e.g. {default!r}), or "
+                "LocalSession(executor='docker'), which mounts each host's directory at that path",
+            )
 
     def _knobs(self, spec: TrainingJobSpec) -> dict[str, str]:
         """The session's knobs for the host runtimes, less those the job's ``environment=`` sets."""

@@ -175,24 +175,6 @@ def tensorboard_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None
     return host_dir(tensorboard_local_path(spec), paths, paths.tensorboard_dir)
 
 
-def container_dirs(spec: TrainingJobSpec, paths: contract.Paths) -> dict[str, tuple[str, Path]]:
-    """Checkpoints' and TensorBoard's ``LocalPath`` outside ``/opt/ml`` (normalised), each with its
-    field and the host tree's directory an executor puts there (which the agent syncs); under
-    ``/opt/ml`` each is in the host's tree already."""
-    dirs: dict[str, tuple[str, Path]] = {}
-    for field, local_path, directory in (
-        ("checkpoint_local_path", checkpoint_local_path(spec), checkpoint_dir(spec, paths)),
-        (
-            "tensorboard_output_config.container_local_output_path",
-            tensorboard_local_path(spec),
-            tensorboard_dir(spec, paths),
-        ),
-    ):
-        if local_path is not None and directory is not None and below_opt_ml(local_path) is None:
-            dirs[posixpath.normpath(local_path)] = (field, directory)
-    return dirs
-
-
 def _distribution(channel: Channel) -> str:
     s3 = channel.DataSource.S3DataSource
     return s3.S3DataDistributionType if s3 is not None else "FullyReplicated"

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from estimator.errors import ConfigurationError
 from runtime import contract
 
 if TYPE_CHECKING:
@@ -170,14 +169,6 @@ class Executor(ABC):
         here (no engine, no image...), before anything is staged or started."""
         return None
 
-    def check_container_dir(self, field: str, value: str, default: str, store: Path) -> None:
-        """Raise :class:`~estimator.errors.ConfigurationError` unless each host can have its own
-        directory at ``value``, a checkpoints' or TensorBoard ``LocalPath`` outside ``/opt/ml``
-        (``default`` is the field's default; ``store`` the job store). The default accepts it
-        only with :attr:`mounts_container_paths`."""
-        if not self.mounts_container_paths:
-            raise shared_container_dir(field, value, default)
-
     def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
         """Fields this executor adds to ``settings.json`` (always ``"executor": name``)."""
         return {"executor": self.name}
@@ -245,19 +236,3 @@ class Executor(ABC):
         """In the agent: why this run continues a job its scheduler requeued (said in the job
         log), or None when this is the job's first run (:attr:`requeues`)."""
         return None
-
-
-def shared_container_dir(field: str, value: str, default: str, why: str | None = None) -> ConfigurationError:
-    """The refusal of a ``LocalPath`` outside ``/opt/ml`` that the hosts would share (``why``:
-    why the executor cannot give each host its own directory there)."""
-    reason = (
-        "hosts run as processes on this machine, each with its own emulated /opt/ml tree; a "
-        "path outside /opt/ml would be one directory shared by every host (and outside the job)"
-    )
-    return ConfigurationError(
-        field,
-        value,
-        reason if why is None else f"{reason}, and each host cannot have its own directory there ({why})",
-        f"use a path under /opt/ml (e.g. {default!r}), or "
-        "LocalSession(executor='docker'), which mounts each host's directory at that path",
-    )

@@ -351,7 +351,13 @@ class DockerExecutor(Executor):
         directory (which the agent syncs) bind-mounted there. Under ``/opt/ml`` each is in the
         tree's mount already."""
         mounts: dict[str, dict[str, str]] = {}
-        for local_path, (_, directory) in layout.container_dirs(context.spec, paths).items():
+        spec = context.spec
+        for local_path, directory in (
+            (layout.checkpoint_local_path(spec), layout.checkpoint_dir(spec, paths)),
+            (layout.tensorboard_local_path(spec), layout.tensorboard_dir(spec, paths)),
+        ):
+            if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
+                continue
             directory.mkdir(parents=True, exist_ok=True)
             mounts[str(directory.resolve())] = {"bind": local_path, "mode": "rw"}
         return mounts

@@ -35,12 +35,7 @@ before the runtime is executed (:meth:`.spawn.PrivateOptMl.hook`):
   read-only: no rank reaches a job's record (``state.json``, ``spec.json``, the stop file, the
   logs), its own or another's, nor another job's host trees. The requirements cache is writable
   there for the host runtime only: each rank gets a nested namespace in which it is read-only but
-  for the job's own environment (:func:`runtime.requirements.seal_hook`);
-- checkpoints' and TensorBoard's ``LocalPath`` outside ``/opt/ml`` get the host tree's directory
-  (which the agent syncs) bind-mounted there, so each host has its own; the agent creates a missing
-  mount point (empty) on the machine first and says so, and a job that needs such a path on a
-  machine without namespaces fails at start (:meth:`ProcessExecutor.check_container_dir` refuses
-  it at submit).
+  for the job's own environment (:func:`runtime.requirements.seal_hook`).
 
 The ``SM_*`` variables keep naming the host tree's own path, which stays valid inside the
 namespace. Where namespaces cannot be had (not Linux, user namespaces disabled, no ``/opt``),
@@ -64,8 +59,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psutil
 
 from estimator.backends.local import layout
-from estimator.backends.local.executors.base import Executor, Host, LaunchContext, shared_container_dir
-from estimator.backends.local.executors.containers import FailedStart
+from estimator.backends.local.executors.base import Executor, Host, LaunchContext
 from estimator.backends.local.executors.spawn import (
     PrivateOptMl,
     base_environment,
@@ -73,7 +67,6 @@ from estimator.backends.local.executors.spawn import (
     start_host,
 )
 from estimator.backends.local.state import JobDir, write_json_atomic
-from estimator.errors import ConfigurationError
 from runtime import contract
 from runtime.processes import free_port, has_children
 
@@ -107,8 +100,6 @@ class ProcessExecutor(Executor):
         if spec.InputDataConfig or spec.CheckpointConfig is not None:
             return False
         names = layout.host_names(spec.ResourceConfig.InstanceCount)
-        if layout.container_dirs(spec, contract.Paths(job.host_base(names[0]))):
-            return False  # the agent makes their mount points, and says so
         port, grace = free_port(), float(settings["stop_grace_seconds"])
         hosts = []
         for name in names:
@@ -156,16 +147,7 @@ class ProcessExecutor(Executor):
                 host.proc = started.procs[host.name]
             return
         scratch = self._scratch_dir(context.job)
-        view = layout.host_view(spec, settings, context.job, [scratch])
-        dirs = layout.container_dirs(spec, hosts[0].paths)
-        view["binds"] = {path: str(d.relative_to(hosts[0].base)) for path, (_, d) in dirs.items()}
-        if dirs:  # hosts without their own directory there would share the machine's: never start them
-            why = _make_mount_points(context, dirs) or PrivateOptMl.from_view(view).unavailable(hosts[0].base)
-            if why is not None:
-                for host in hosts:
-                    host.proc = FailedStart(host.name, f"{host.name} not started: {why}")
-                return
-        opt_ml = self._private_opt_ml(context, view)
+        opt_ml = self._private_opt_ml(context, layout.host_view(spec, settings, context.job, [scratch]))
         base_env = base_environment(settings, scratch)
         python = settings.get("python") or sys.executable
         names = [h.name for h in hosts]
@@ -197,31 +179,6 @@ class ProcessExecutor(Executor):
         )
         variables.update(layout.settings_environment(settings))
         return variables
-
-    def check_container_dir(self, field: str, value: str, default: str, store: Path) -> None:
-        """Accept a ``LocalPath`` outside ``/opt/ml`` where each host can have its own directory
-        there: the host's mount namespace binds its tree's directory at that path, whose mount
-        point exists or can be made, and which covers nothing the hosts need."""
-        path = Path(os.path.normpath(value))
-        for needed in _needed_paths(store):
-            if path == needed or path in needed.parents:
-                raise ConfigurationError(
-                    field,
-                    value,
-                    f"would cover {needed}, which every host needs, in each host's view",
-                    f"pass a directory of its own, e.g. {default!r} or a new directory such as "
-                    "'/checkpoints'",
-                )
-        if store.resolve() in Path(os.path.realpath(path)).parents:
-            raise ConfigurationError(
-                field, value, f"is inside the job store {store}", f"pass e.g. {default!r}"
-            )
-        why = _mount_point_problem(path)
-        if why is None:
-            with tempfile.TemporaryDirectory() as tree:
-                why = PrivateOptMl().unavailable(Path(tree))
-        if why is not None:
-            raise shared_container_dir(field, value, default, why)
 
     def _private_opt_ml(self, context: LaunchContext, view: dict[str, Any]) -> PrivateOptMl | None:
         """What gives each host of this attempt its own tree at /opt/ml and hides the job store but
@@ -290,71 +247,6 @@ class ProcessExecutor(Executor):
     def close(self, context: LaunchContext) -> None:
         for scratch in self._scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-SYSTEM_DIRS = (
-    "/proc",
-    "/sys",
-    "/dev",
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc",
-    "/tmp",
-)
-"""What every process on the machine needs: the kernel's file systems, programs and libraries, the
-configuration and the temporary directory."""
-
-
-def _needed_paths(store: Path) -> list[Path]:
-    """Paths a host needs at their place, which a ``LocalPath`` must neither be nor hold: the
-    system's, the job store, the interpreter's and smlaunch's own code (each as given and real)."""
-    own = Path(contract.__file__).parents[1]
-    places: list[str | Path] = [
-        *SYSTEM_DIRS,
-        store,
-        sys.prefix,
-        sys.base_prefix,
-        Path(sys.executable).parent,
-        own,
-    ]
-    needed: list[Path] = []
-    for place in places:
-        for path in (Path(os.path.abspath(place)), Path(os.path.realpath(place))):
-            if path not in needed:
-                needed.append(path)
-    return needed
-
-
-def _mount_point_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be a mount point here (neither a directory nor creatable), or None."""
-    if path.exists():
-        return None if path.is_dir() else f"{path} exists and is not a directory"
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        return f"{path} does not exist and cannot be created: {parent} is not a writable directory"
-    return None
-
-
-def _make_mount_points(context: LaunchContext, dirs: dict[str, tuple[str, Path]]) -> str | None:
-    """Create each missing ``LocalPath`` outside ``/opt/ml`` (empty, on the machine: the host's own
-    directory is bind-mounted there in its namespace) and say so; None, or why one could not be."""
-    for local_path, (field, _) in dirs.items():
-        path = Path(local_path)
-        if path.is_dir():
-            continue
-        try:
-            path.mkdir(parents=True)
-        except OSError as error:
-            return f"cannot create {path} as a mount point for {field}: {error}"
-        context.say(f"created {path} as a mount point for {field}")
-    return None
 
 
 def _gone(pid: int) -> bool:

@@ -40,9 +40,7 @@ class PrivateOptMl:
     """Bind-mounts a host tree at ``target`` (``/opt/ml``) in a private mount namespace, where the
     job store is hidden: ``store`` (the store's root, holding every job's record) is covered by an
     empty read-only tmpfs, on which only ``writable`` and ``read_only`` paths (the job's host trees,
-    its scratch, its code...) are mounted back at their own paths. ``binds`` maps a path outside
-    the target (checkpoints' ``LocalPath``...) to a directory of the host's tree, bind-mounted
-    there: each host has its own directory at that path (which must exist on the machine)."""
+    its scratch, its code...) are mounted back at their own paths."""
 
     def __init__(
         self,
@@ -50,36 +48,24 @@ class PrivateOptMl:
         store: str | None = None,
         writable: Iterable[str] = (),
         read_only: Iterable[str] = (),
-        binds: Mapping[str, str] | None = None,
     ) -> None:
         self.target = target
         self.store = os.path.realpath(store) if store is not None else None
         self.writable = sorted({os.path.realpath(p) for p in writable})
         self.read_only = sorted({os.path.realpath(p) for p in read_only})
-        self.binds = dict(sorted((binds or {}).items()))  # a parent before what lies below it
         # Loaded here, in the parent: the hook runs between fork and exec and must not load libraries.
         self._libc = mounts.load_libc()
 
     def view(self) -> dict[str, Any]:
         """What :meth:`from_view` makes this again from (JSON: for ``early-start.json``, a Slurm step)."""
-        return {
-            "store": self.store,
-            "writable": self.writable,
-            "read_only": self.read_only,
-            "binds": self.binds,
-        }
+        return {"store": self.store, "writable": self.writable, "read_only": self.read_only}
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any] | None) -> PrivateOptMl:
         """The :class:`PrivateOptMl` that :meth:`view` described (None: the store left as it is)."""
         if not view:
             return cls()
-        return cls(
-            store=view["store"],
-            writable=view["writable"],
-            read_only=view["read_only"],
-            binds=view.get("binds"),
-        )
+        return cls(store=view["store"], writable=view["writable"], read_only=view["read_only"])
 
     def hook(self, tree: Path) -> Callable[[], None]:
         """A pre-exec hook that puts the child in its own namespace with ``tree`` at the target."""
@@ -103,10 +89,6 @@ class PrivateOptMl:
     def _enter(self, tree: str) -> None:
         mounts.enter_namespace(self._c)
         source = os.open(tree, os.O_PATH | os.O_DIRECTORY)  # the tree, even once the store is covered
-        binds = [
-            (os.open(os.path.join(tree, relative), os.O_PATH | os.O_DIRECTORY), target)
-            for target, relative in self.binds.items()
-        ]
         if self.store is not None:
             self._hide_store(self.store)
         if not os.path.isdir(self.target):
@@ -114,10 +96,6 @@ class PrivateOptMl:
         where = f"bind-mounting {tree} at {self.target}"
         mounts.mount(self._c, f"/proc/self/fd/{source}", self.target, None, MS_BIND | MS_REC, where)
         os.close(source)
-        for handle, target in binds:
-            where = f"bind-mounting {os.path.join(tree, self.binds[target])} at {target}"
-            mounts.mount(self._c, f"/proc/self/fd/{handle}", target, None, MS_BIND | MS_REC, where)
-            os.close(handle)
 
     def _hide_store(self, store: str) -> None:
         """Cover ``store`` with an empty tmpfs, mount what the host keeps back, make the cover read-only."""

@@ -122,7 +122,8 @@ class Case:
 def load_cases(corpus: Path, names: Iterable[str] = ()) -> list[Case]:
     """The cases of ``corpus`` (every subdirectory with a ``case.json``), or only ``names``."""
     wanted = list(names)
-    found = {p.parent.name: p.parent for p in sorted(corpus.glob("*/case.json"))}
+    # absolute: each case runs in a child whose working directory is the case's work directory
+    found = {p.parent.name: p.parent for p in sorted(corpus.resolve().glob("*/case.json"))}
     unknown = [name for name in wanted if name not in found]
     if unknown:
         raise SystemExit(f"conformance: no case {', '.join(unknown)} in {corpus} (cases: {', '.join(found)})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -130,7 +131,8 @@ def run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     with open(out, "w") as stream:
         original, sys.stdout = sys.stdout, stream
         try:
-            args = [str(corpus), "--work", str(work / "cases"), "--baseline", str(baseline)]
+            # relative, as CI passes ../shared/corpus: the cases run with another working directory
+            args = [os.path.relpath(corpus), "--work", str(work / "cases"), "--baseline", str(baseline)]
             status = conformance.main(args)
         finally:
             sys.stdout = original

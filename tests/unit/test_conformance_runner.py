@@ -131,7 +131,7 @@ def run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     with open(out, "w") as stream:
         original, sys.stdout = sys.stdout, stream
         try:
-            # relative, as CI passes ../shared/corpus: the cases run with another working directory
+            # relative, as CI passes its corpus: the cases run with another working directory
             args = [os.path.relpath(corpus), "--work", str(work / "cases"), "--baseline", str(baseline)]
             status = conformance.main(args)
         finally:

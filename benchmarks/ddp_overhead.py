@@ -148,7 +148,7 @@ def run_torchrun(script_dir: Path, ranks: int, script_args: list[str], env: dict
 
 
 def run_smlaunch(script_dir: Path, ranks: int, hyperparameters: dict[str, object], root: Path) -> str:
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
 
     estimator = PyTorch(
         entry_point="script.py",

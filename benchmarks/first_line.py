@@ -64,7 +64,7 @@ def baseline(source_dir: Path) -> float:
 
 def smlaunch(source_dir: Path, root: Path, hosts: int, ranks: int) -> float:
     """Seconds from the ``fit()`` call to the earliest rank's first line."""
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
 
     estimator = PyTorch(
         entry_point="first_line.py",
@@ -89,10 +89,9 @@ def compile_bytecode() -> list[Path]:
     """Byte-compile the ``estimator`` and ``runtime`` packages this process imports; their folders."""
     import compileall
 
-    import estimator
-    import runtime
+    import smlaunch
 
-    folders = [Path(package.__file__).parent for package in (estimator, runtime)]
+    folders = [Path(smlaunch.__file__).parent]
     for folder in folders:
         compileall.compile_dir(folder, quiet=1)
     return folders

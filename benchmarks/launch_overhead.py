@@ -7,7 +7,7 @@ What is measured (wall clock, median of ``--repeat`` runs, all in this one proce
 
 - **end to end**: from the call that starts the work until it has returned. For smlaunch that is
   ``PyTorch(...).fit()`` with logs streamed (into a buffer): validation, code packaging, the agent,
-  one ``python -m runtime`` per host, the ranks, artifact packaging, and the terminal state.
+  one ``python -m smlaunch.runtime`` per host, the ranks, artifact packaging, and the terminal state.
   Baselines: ``python script.py`` (1 rank) and ``torchrun --standalone --nproc-per-node 4 script.py``
   (4 ranks); smlaunch runs the same script as 1 host x 1 rank and as 1 host x 4 ranks
   (``torch_distributed``), so each pair does the same work. Ratio = smlaunch / baseline.
@@ -60,7 +60,7 @@ def run_smlaunch(
     source_dir: Path, entry_point: str, ranks: int, root: Path, hyperparameters: dict[str, object]
 ) -> tuple[float, float | None]:
     """(seconds end to end, seconds until the earliest first line) of one ``fit()``."""
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
 
     estimator = PyTorch(
         entry_point=entry_point,

@@ -8,7 +8,7 @@ What is measured (wall clock, median of ``--repeat`` runs, all in this one proce
 - **baseline**: ``python flood.py`` with its stdout into a pipe that this process drains (1 rank),
   and 4 such processes at once, each pipe drained by its own thread (4 ranks). The script runs
   with ``PYTHONUNBUFFERED=1``, as every rank does under smlaunch (``host_environment`` in
-  ``estimator/backends/local/layout.py``, as SageMaker's framework containers set it): one write
+  ``smlaunch/sdk/backends/emulated/layout.py``, as SageMaker's framework containers set it): one write
   per line in both cases, whatever the caller's environment says.
 - **smlaunch**: ``PyTorch(...).fit(logs=True)`` of the same script on one local host (1 rank, and
   4 ranks with ``torch_distributed``), logs streamed into a buffer: every line goes rank -> host
@@ -79,7 +79,7 @@ def run_plain(script: Path, lines: int, processes: int) -> float:
 def run_smlaunch(source_dir: Path, lines: int, ranks: int, root: Path) -> tuple[float, float]:
     """Seconds of one ``fit()`` of the script, and from its last line to ``fit()`` returning;
     raises when a line went missing."""
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
 
     estimator = PyTorch(
         entry_point="flood.py",

@@ -113,7 +113,7 @@ def raw_step(
     """The same stages driven by torch.distributed.pipelining directly (dynamic metadata, as documented)."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    from runtime.parallel.partition import auto_partition
+    from smlaunch.rank.smp.partition import auto_partition
 
     blocks = list(build(dim).named_children())
     ids = auto_partition(blocks, p)
@@ -157,8 +157,8 @@ def smp_step(smp: Any, dim: int, x: torch.Tensor, y: torch.Tensor) -> Any:
 def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
-    from runtime.parallel import api as smp
-    from runtime.parallel.state import shutdown
+    from smlaunch.rank.smp import api as smp
+    from smlaunch.rank.smp.state import shutdown
 
     torch.set_num_threads(1)
     local_rank = int(os.environ["LOCAL_RANK"])

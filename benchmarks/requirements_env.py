@@ -4,11 +4,12 @@
     python benchmarks/requirements_env.py --packages 4 --modules 50 --jobs
 
 Each local process job runs in its own copy of the environment layered over the user's interpreter
-(``runtime/requirements.py``): the first job with a ``requirements.txt`` builds the cached template
-with pip, then copies it; a later job with the same file only copies it. What is measured (wall clock,
-median of ``--repeat`` runs, each on a fresh cache, in this one process and machine):
+(``smlaunch/runtime/requirements_cache.py``): the first job with a ``requirements.txt`` builds the
+cached template with pip, then copies it; a later job with the same file only copies it. What is
+measured (wall clock, median of ``--repeat`` runs, each on a fresh cache, in this one process and
+machine):
 
-- **set-up**: ``runtime.requirements.prepare()`` exactly as a host runtime calls it before its
+- **set-up**: ``smlaunch.runtime.requirements.prepare()`` exactly as a host runtime calls it before its
   ranks start, for the first job (cold: pip installs the requirements into the template, then the
   copy) and the second (the copy), and the ratio second / first. Pip installs from local wheels
   (``--no-index --find-links``): a cold start from PyPI adds the downloads, so the ratio measured
@@ -68,8 +69,8 @@ def make_wheels(directory: Path, packages: int, modules: int, module_kib: int) -
 
 def set_up_times(code: Path, cache: Path) -> tuple[float, float, float]:
     """Seconds of prepare() for a first and a second job on a fresh ``cache``, and of a release."""
-    from runtime import contract
-    from runtime.requirements import prepare
+    from smlaunch import contract
+    from smlaunch.runtime.requirements import prepare
 
     environ = {**os.environ, contract.SMLAUNCH_REQUIREMENTS_CACHE: str(cache), "PIP_NO_INPUT": "1"}
     times = []
@@ -85,7 +86,7 @@ def set_up_times(code: Path, cache: Path) -> tuple[float, float, float]:
 
 def job_times(code: Path, root: Path, names: list[str]) -> tuple[float, float]:
     """Seconds of fit() to Completed for a first and a second job with the same requirements."""
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
 
     session = LocalSession(root)
     times = []

@@ -44,7 +44,7 @@ time.sleep(args.sleep)
 
 
 def _estimator(source: Path, root: Path, hosts: int, ranks: int, hyperparameters: dict[str, object]) -> Any:
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
 
     return PyTorch(
         entry_point="trivial.py",

@@ -89,7 +89,8 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def _engine(client: Any, concurrency: int, cache_file: Path | None) -> Any:
-    from runtime.transfer import HashCache, TransferEngine
+    from smlaunch.contract.transfer.engine import TransferEngine
+    from smlaunch.contract.transfer.hashes import HashCache
 
     return TransferEngine(
         client, max_concurrency=concurrency, progress=False, hash_cache=HashCache(cache_file)
@@ -173,7 +174,7 @@ def _latency_run(server_port: int, directory: Path, args: argparse.Namespace, wo
     import boto3
     from botocore.config import Config
 
-    from runtime.transfer import TransferEngine
+    from smlaunch.contract.transfer.engine import TransferEngine
 
     proxy = subprocess.Popen(
         [
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     import boto3
     from botocore.config import Config
 
-    from runtime.transfer import TransferEngine
+    from smlaunch.contract.transfer.engine import TransferEngine
 
     for var, value in {
         "AWS_ACCESS_KEY_ID": "testing",

@@ -63,7 +63,7 @@ PY
 HASH="$( {
   echo "$KIND $BASE_ID $NCCL_VERSION $TORCH_INDEX $WHEELS_HERE"; echo "$REQUIREMENTS"
   cat "$HERE/Dockerfile.$KIND" "$HERE/entrypoint.sh" "$HERE/setup_image.sh" "$REPO/pyproject.toml"
-  (cd "$REPO" && find estimator runtime -type f -name '*.py' -not -name '.*' | LC_ALL=C sort | xargs sha256sum)
+  (cd "$REPO" && find smlaunch estimator -type f -name '*.py' -not -name '.*' | LC_ALL=C sort | xargs sha256sum)
 } | sha256sum | cut -c1-12)"
 TAG="${TAG:-smlaunch-$KIND:$HASH}"
 if [ "${SMLAUNCH_REBUILD:-0}" != 1 ] && [ "$TAG" = "smlaunch-$KIND:$HASH" ] \
@@ -79,7 +79,7 @@ cp "$HERE/entrypoint.sh" "$HERE/setup_image.sh" "$CTX/"
 echo "$REQUIREMENTS" > "$CTX/wheels/deps/requirements.txt"
 
 # A wheel of this checkout, built from a copy so the checkout gets no build/ or egg-info litter.
-cp -r "$REPO/pyproject.toml" "$REPO/estimator" "$REPO/runtime" "$CTX/src/"
+cp -r "$REPO/pyproject.toml" "$REPO/smlaunch" "$REPO/estimator" "$CTX/src/"
 [ -f "$REPO/README.md" ] && cp "$REPO/README.md" "$CTX/src/" || echo "# smlaunch" > "$CTX/src/README.md"
 find "$CTX/src" -name '__pycache__' -prune -exec rm -rf {} + -o -name '.*.tmp' -exec rm -f {} +
 log "building the smlaunch wheel"

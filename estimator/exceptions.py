@@ -1,11 +1,4 @@
-"""``sagemaker.exceptions``' import path: ``from estimator.exceptions import UnexpectedStatusException``
-is the notebook's ``from sagemaker.exceptions import UnexpectedStatusException`` with the import changed.
+"""Alias of :mod:`smlaunch.sdk.exceptions` (the import path of earlier releases)."""
 
-The classes live in :mod:`estimator.errors`; this module only names them where SDK code looks.
-"""
-
-from __future__ import annotations
-
-from estimator.errors import CapacityError, UnexpectedStatusException
-
-__all__ = ["CapacityError", "UnexpectedStatusException"]
+from smlaunch.sdk.exceptions import *  # noqa: F403
+from smlaunch.sdk.exceptions import __all__ as __all__

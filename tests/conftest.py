@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from runtime.processes import PR_SET_CHILD_SUBREAPER, prctl_function
+from smlaunch.contract.processes import PR_SET_CHILD_SUBREAPER, prctl_function
 
 PR_GET_CHILD_SUBREAPER = 37
 
@@ -22,7 +22,7 @@ def _subreaper(prctl: Callable[..., int]) -> bool:
 @pytest.fixture(autouse=True)
 def _pytest_stays_no_subreaper() -> Iterator[None]:
     """A test that runs a local agent or a host runtime in this process makes pytest a child
-    subreaper (``runtime.processes.become_subreaper``). Every process orphaned below pytest from
+    subreaper (``smlaunch.contract.processes.become_subreaper``). Every process orphaned below pytest from
     then on is re-parented to pytest, which never reaps it, instead of to init: the Slurm test
     cluster's step daemons and MPI's ``orted`` among them, and the Slurm MPI tests then hang at
     start-up (seen in CI, where a Docker test ran its agent in-process before them). Undone after
@@ -45,7 +45,7 @@ def _no_personal_config_file() -> Iterator[None]:
     session, subprocesses included. Tests of the config files point them elsewhere."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SMLAUNCH_CONFIG", os.devnull)
-        # Nor the SageMaker SDK's config.yaml files, which both it and estimator.sdk_config read.
+        # Nor the SageMaker SDK's config.yaml files, which both it and smlaunch.sdk.request.sdk_config read.
         patch.setenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", os.devnull)
         patch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", os.devnull)
         yield

@@ -14,10 +14,11 @@ subdirectory per channel) and ``src/`` (the example's code, unchanged). For each
    ``mpirun``, and a ``requirements.txt`` that is not already satisfied needs a reachable package
    index. If not, the case is SKIPPED with that reason;
 2. in a child process (its own session, so a stuck case can be killed whole): writes the data,
-   builds the estimator (``framework`` -> ``PyTorch``/``TensorFlow``/``Estimator``) from
-   ``estimator`` with paths made absolute and placeholders filled, ``local_adaptation`` merged in
-   (the process executor never runs the example's image), ``sagemaker_session=LocalSession(root=
-   <work>/jobs, **local_session)`` and ``output_path=file://<work>/out``; calls
+   builds the estimator (``framework`` -> ``PyTorch``/``TensorFlow``/``Estimator``, from ``smlaunch``)
+   from case.json's ``estimator`` with paths made absolute and placeholders filled,
+   ``local_adaptation`` merged in (the process executor never runs the example's image),
+   ``sagemaker_session=LocalSession(root=<work>/jobs, **local_session)`` and
+   ``output_path=file://<work>/out``; calls
    ``fit({channel: file://<work>/<dir> or TrainingInput(...)})`` without waiting and polls until the
    job ends or the case's time runs out (then the job is stopped and the case FAILS);
 3. checks the status against ``expect.outcome`` (``Refused``: construction or ``fit()`` raised
@@ -157,8 +158,8 @@ def environment_problem(case: Case) -> str | None:
 
 def keras_2_image(case: Case, kwargs: Mapping[str, Any]) -> bool:
     """Whether the case runs on a SageMaker TensorFlow image whose ``tf.keras`` is Keras 2, which
-    smlaunch emulates with ``tf-keras`` (``estimator/backends/local/image_env.py``)."""
-    from estimator.backends.local.image_env import KERAS_3_SINCE
+    smlaunch emulates with ``tf-keras`` (``smlaunch/sdk/backends/emulated/image_env.py``)."""
+    from smlaunch.sdk.backends.emulated.image_env import KERAS_3_SINCE
 
     if case.spec.get("framework") != "tensorflow" or kwargs.get("image_uri"):
         return False
@@ -258,14 +259,14 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
 
 def module_available(name: str) -> bool:
     """Whether the ranks can import ``name``: this interpreter has it, or smlaunch shims it (the
-    ranks run this interpreter, with ``runtime/compat`` on their path when the real library is
+    ranks run this interpreter, with ``smlaunch/rank/compat`` on their path when the real library is
     absent)."""
     try:
         if importlib.util.find_spec(name) is not None:
             return True
     except (ImportError, ValueError):
         pass
-    from runtime.env_vars import compat_dir, horovod_compat_dir
+    from smlaunch.runtime.env_vars import compat_dir, horovod_compat_dir
 
     return any(root is not None and (root / name).is_dir() for root in (compat_dir(), horovod_compat_dir()))
 
@@ -380,7 +381,7 @@ def build_kwargs(case: Case, work: Path) -> dict[str, Any]:
 
 def build_inputs(case: Case, work: Path) -> dict[str, Any] | None:
     """``fit()``'s argument: channel -> ``file://`` URI or ``TrainingInput``; None when empty."""
-    from estimator import TrainingInput
+    from smlaunch import TrainingInput
 
     inputs: dict[str, Any] = {}
     for channel, value in (case.spec.get("inputs") or {}).items():
@@ -405,11 +406,11 @@ def run_case(case: Case, work: Path, timeout: float) -> Result:
     if data.returncode != 0:
         return Result(case.name, FAILS, f"make_data.py exited {data.returncode}: {last_line(data.stderr)}")
 
-    import estimator
-    from estimator import LocalSession
+    import smlaunch
+    from smlaunch import LocalSession
 
     outcome = case.expect.get("outcome", "Completed")
-    refusals = (estimator.ConfigurationError, estimator.UnsupportedFeatureError)
+    refusals = (smlaunch.ConfigurationError, smlaunch.UnsupportedFeatureError)
     session = LocalSession(root=work / "jobs", **(case.spec.get("local_session") or {}))
     framework = FRAMEWORKS.get(str(case.spec.get("framework")))
     if framework is None:
@@ -420,7 +421,7 @@ def run_case(case: Case, work: Path, timeout: float) -> Result:
         )
     est: Any = None
     try:
-        est = getattr(estimator, framework)(sagemaker_session=session, **build_kwargs(case, work))
+        est = getattr(smlaunch, framework)(sagemaker_session=session, **build_kwargs(case, work))
         est.fit(build_inputs(case, work), wait=False)
     except refusals as error:
         if outcome != "Refused":

@@ -1,4 +1,4 @@
-"""Regenerate ``estimator/data/instance_types.json``: one row per SageMaker training instance type.
+"""Regenerate ``smlaunch/sdk/request/data/instance_types.json``: one row per SageMaker training instance type.
 
 Run ``python tools/instance_catalog.py`` after upgrading botocore. The names come from the installed
 botocore's SageMaker service model (the ``TrainingInstanceType`` enum, the list CreateTrainingJob
@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OUTPUT = Path(__file__).resolve().parent.parent / "estimator" / "data" / "instance_types.json"
+OUTPUT = Path(__file__).resolve().parents[1] / "smlaunch" / "sdk" / "request" / "data" / "instance_types.json"
 
 # --- CPU families ---------------------------------------------------------------------------------
 # family -> (GiB of memory per vCPU, sizes with EFA)

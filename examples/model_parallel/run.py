@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from estimator import LocalSession, PyTorch
+from smlaunch import LocalSession, PyTorch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from estimator import LocalSession, PyTorch
+from smlaunch import LocalSession, PyTorch
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,10 +1,24 @@
-"""Every name in the contract between a training job and the host it runs on.
+"""The contract between a training job and the hosts it runs on, and the code every process shares.
 
-This module owns the names, and only the names: environment variables, hyperparameter keys,
-file and directory names under ``/opt/ml``, and the few constants SageMaker fixes (master port,
-group name, reserved keys). Both sides import it: ``estimator`` (which writes the request and, for
-local runs, the ``/opt/ml`` trees) and ``runtime`` (which reads them). One definition, so a key can
-never be spelled two ways. It must stay free of I/O and of imports beyond the standard library.
+**This package is the ground floor.** The notebook (:mod:`smlaunch.sdk`), the local agent, the hosts
+(:mod:`smlaunch.runtime`) and the ranks (:mod:`smlaunch.rank`) all import it; it imports nothing else
+of smlaunch (``tests/unit/test_layering.py`` checks both rules). None of it imports torch.
+
+This module owns the names, and only the names: environment variables, hyperparameter keys, file
+and directory names under ``/opt/ml``, and the few constants SageMaker fixes (master port, group
+name, reserved keys). The SDK writes them (the request and, for local runs, the ``/opt/ml`` trees)
+and the runtime reads them: one definition, so a key can never be spelled two ways. It must stay
+free of I/O and of imports beyond the standard library.
+
+Its submodules: :mod:`.archive` (safe tarballs), :mod:`.transfer` (S3 and file transfers),
+:mod:`.progress`, :mod:`.channels` (which objects reach which host), :mod:`.faults` (the
+``SMLAUNCH_FAULTS`` specification), :mod:`.errors` (:class:`~smlaunch.contract.errors.FieldError`),
+:mod:`.processes` (ports, exit codes, die-with-parent), :mod:`.mpi_slurm` (how ``mpirun`` on Slurm
+asks the Slurm executor for each host's ``orted``), :mod:`.artifact_tree` (which files the user's
+code wrote are delivered), :mod:`.hyperparameters` (the toolkit's reading of wire hyperparameters),
+:mod:`.framework_env` (the rank variables frameworks read), :mod:`.strategy` (the distribution
+strategies, one vocabulary for the SDK, the backends and the launchers) and :mod:`.mounts`
+(mount-namespace primitives).
 
 Sources: SageMaker's training toolkit (``params.py``, ``environment.py``) and the SDK v2 wire format;
 ``docs/runtime-contract.md`` and ``docs/wire-format.md`` document every name.
@@ -316,34 +330,40 @@ TF_CONFIG = "TF_CONFIG"
 #   SMLAUNCH_NUM_GPUS        GPUs this host has (emulated instance types on a CPU machine)
 #   SMLAUNCH_NUM_CPUS        CPUs this host reports as SM_NUM_CPUS
 #   SMLAUNCH_EMULATE_CUDA    JSON {"gpus": N, "model": "V100", "memory_gib": 16}: every rank emulates
-#                            N CUDA devices on the CPU (see runtime.cuda_emulation)
+#                            N CUDA devices on the CPU (see smlaunch.rank.cuda_emulation)
 #   SMLAUNCH_PROCESSES_PER_HOST  ranks per host for one-rank-per-GPU launchers (torchrun, smddp)
 #                            when emulating an instance type whose GPUs this machine lacks
-#   SMLAUNCH_FAULTS          JSON list of faults to inject in a local run (see runtime.faults)
+#   SMLAUNCH_FAULTS          JSON list of faults to inject in a local run (see smlaunch.contract.faults)
 #   SMLAUNCH_STOP_GRACE_SECONDS  seconds between SIGTERM and SIGKILL when the job is stopped
 #   SMLAUNCH_LOG_PREFIX      "0" turns off the [host/rank N] prefix of rank output
 #   SMLAUNCH_VERBOSE         "1": each host logs its whole launch topology and where its code came
 #                            from; default: one line per host (LocalSession(verbose=True) sets it)
 #   SMLAUNCH_STALL_TIMEOUT_SECONDS  seconds without output (and no exit) after which a host's job is
-#                            declared hung: stacks dumped, job ended (see runtime.watchdog); unset/0 = off
+#                            declared hung: stacks dumped, job ended (see
+# smlaunch.runtime.supervision.watchdog); unset/0 = off
 #   SMLAUNCH_MPI_WAIT_SECONDS  bound on every MPI wait between hosts (workers' sshd, the master's
 #                            start, emulated hosts' environments); default 600
 #   SMLAUNCH_MPI_DIR         private directory the emulated hosts of one local MPI job share (the local
-#                            agent's mkdtemp inside the job directory; required); see runtime.launchers.mpi
+#                            agent's mkdtemp inside the job directory; required); see
+# smlaunch.runtime.launchers.mpi.launcher
 #   SMLAUNCH_MPI_SLURM       "1", set by the Slurm executor: MPI ranks start through Slurm, not ssh
 #                            (each host's orted is a step the job's agent starts on request in
-#                            SMLAUNCH_MPI_DIR); see runtime.launchers.mpi, runtime.mpi_slurm
+#                            SMLAUNCH_MPI_DIR); see smlaunch.runtime.launchers.mpi.launcher,
+# smlaunch.contract.mpi_slurm
 #   SMLAUNCH_STACK_DUMPER    "auto" (py-spy when installed, else faulthandler), "py-spy", "faulthandler"
 #   SMLAUNCH_SSHD_CONFIG     sshd_config an MPI worker's sshd uses (``sshd -D -f <path>``); the Docker
-#                            executor sets it: its containers share one network, one sshd port per host
+#                            and Kubernetes executors set it (per-job keys, one sshd port per host)
 #   SMLAUNCH_SSH_PORTS       JSON object host -> sshd port the MPI master probes (default 22)
-#   SMLAUNCH_INSTALL_REQUIREMENTS  "0": requirements.txt is not installed (see runtime.requirements)
+#   SMLAUNCH_SSH_CONFIG      ssh client config the MPI master's ssh reads (``ssh -F <path>``: mpirun's
+#                            remote agent, the end-of-job marker); set by the Kubernetes executor
+#   SMLAUNCH_INSTALL_REQUIREMENTS  "0": requirements.txt is not installed (see smlaunch.runtime.requirements)
 #   SMLAUNCH_REQUIREMENTS_CACHE  directory of layered environments for requirements.txt; unset: pip
 #                            installs into the runtime's own interpreter, as the toolkit does
 #   SMLAUNCH_ARCHIVE_MAX_BYTES    bound on the expanded size of the code archive (default 20 GiB)
-#   SMLAUNCH_ARCHIVE_MAX_MEMBERS  bound on its number of members (default 1,000,000); see runtime.archive
+#   SMLAUNCH_ARCHIVE_MAX_MEMBERS  bound on its number of members (default 1,000,000); see
+# smlaunch.contract.archive
 #   SMLAUNCH_UNSAFE_CHECKPOINT_LOAD  "1": smp checkpoints load with full pickle (runs code in them);
-#                            default: torch.load(weights_only=True), see runtime.parallel.checkpoint
+#                            default: torch.load(weights_only=True), see smlaunch.rank.smp.checkpoint
 #   SMLAUNCH_HASH_CACHE      file of the transfer engine's persistent content-hash cache (default
 #                            $XDG_CACHE_HOME or ~/.cache, smlaunch/transfer-hashes.sqlite); "" or "0": off
 SMLAUNCH_HOST_ADDRESSES = "SMLAUNCH_HOST_ADDRESSES"
@@ -364,6 +384,7 @@ SMLAUNCH_MPI_SLURM = "SMLAUNCH_MPI_SLURM"
 SMLAUNCH_MPI_RANK_MAP = "SMLAUNCH_MPI_RANK_MAP"
 SMLAUNCH_SSHD_CONFIG = "SMLAUNCH_SSHD_CONFIG"
 SMLAUNCH_SSH_PORTS = "SMLAUNCH_SSH_PORTS"
+SMLAUNCH_SSH_CONFIG = "SMLAUNCH_SSH_CONFIG"
 SMLAUNCH_INSTALL_REQUIREMENTS = "SMLAUNCH_INSTALL_REQUIREMENTS"
 SMLAUNCH_REQUIREMENTS_CACHE = "SMLAUNCH_REQUIREMENTS_CACHE"
 SMLAUNCH_ARCHIVE_MAX_BYTES = "SMLAUNCH_ARCHIVE_MAX_BYTES"

@@ -1,10 +1,10 @@
-"""Tarballs, written deterministically and extracted safely. Shared by ``estimator`` and ``runtime``.
+"""Tarballs, written deterministically and extracted safely. Shared by the SDK and the hosts.
 
 - :func:`pack_files` writes the same bytes for the same files whatever the clock, the umask or
   the owner: entries sorted, mtimes fixed, owner root, gzip header without a timestamp. So the
   archive's hash identifies its content and unchanged code is never uploaded twice. The archive is
   streamed to its file: memory stays flat whatever the size of the code. It packs regular files
-  only, as :mod:`runtime.artifact_tree` walked them (code, or what a job wrote), and opens none
+  only, as :mod:`smlaunch.contract.artifact_tree` walked them (code, or what a job wrote), and opens none
   that is not one; :func:`create_tarball` packs named files and directories the same way.
 - :func:`safe_extract` is the one extractor of code archives (local runs, containers, ``python -m
   runtime``). It never relies on ``tarfile``'s ``filter`` (absent from Debian bookworm's Python
@@ -43,9 +43,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from runtime import contract
-from runtime.artifact_tree import ArtifactFile, NotARegularFile, Skipped, walk
-from runtime.errors import HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract.artifact_tree import ArtifactFile, NotARegularFile, Skipped, walk
+from smlaunch.contract.errors import HostConfigurationError
 
 FIXED_MTIME = 0
 DEFAULT_MAX_BYTES = 20 * 1024**3
@@ -80,10 +80,10 @@ def create_tarball(
     """Write a gzipped tar of ``entries`` (local path, name in the archive) to ``dest``.
 
     A file is packed under its name as what it is (a link the caller named is followed to its
-    file); a directory is walked by :func:`runtime.artifact_tree.walk`, its regular files packed
+    file); a directory is walked by :func:`smlaunch.contract.artifact_tree.walk`, its regular files packed
     below its name. What is not packed (what the walk skips, a named entry that is not a regular
     file, a file swapped for a FIFO or a link before it is read) goes to ``on_skip``, named as in
-    the archive; without ``on_skip`` it raises :class:`~runtime.artifact_tree.NotARegularFile`.
+    the archive; without ``on_skip`` it raises :class:`~smlaunch.contract.artifact_tree.NotARegularFile`.
     Members are written as :func:`pack_files` writes them. Returns the SHA-256 of the bytes written.
     """
 
@@ -111,11 +111,12 @@ def pack_files(
     on_skip: Callable[[Skipped], None],
     on_file: Callable[[int], None] | None = None,
 ) -> str:
-    """Write a gzipped tar of the regular ``files`` a walk found (:func:`runtime.artifact_tree.walk`)
+    """Write a gzipped tar of the regular ``files`` a walk found
+    (:func:`smlaunch.contract.artifact_tree.walk`)
     to ``dest``: entries sorted by name, metadata normalised (fixed mtimes, owner root, modes 0644
     or 0755), gzip header without a timestamp, streamed (never held in memory).
 
-    Each file is read through :func:`runtime.artifact_tree.open_regular`: one that is no longer a
+    Each file is read through :func:`smlaunch.contract.artifact_tree.open_regular`: one that is no longer a
     regular file is left out and passed to ``on_skip``. ``on_file(size)`` is called as each file
     is added (progress). Returns the SHA-256 of the bytes written.
     """

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 DEFAULT_MAX_ENTRIES = 1_000_000
-"""Default bound on the entries one walk visits: what :mod:`runtime.archive` extracts at most."""
+"""Default bound on the entries one walk visits: what :mod:`smlaunch.contract.archive` extracts at most."""
 MAX_REPORTED = 20
 """Skipped entries named one per line in the job log; the rest are counted in one more line."""
 

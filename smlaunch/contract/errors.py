@@ -1,6 +1,6 @@
 """The one error shape of smlaunch: "this field, this value, this problem, this fix".
 
-Part of the shared layer (see :mod:`runtime`): the estimator's ``ConfigurationError`` and the
+Part of the shared layer (see :mod:`smlaunch.contract`): the estimator's ``ConfigurationError`` and the
 host's :class:`HostConfigurationError` both derive from :class:`FieldError`, so a message reads the
 same whether the notebook or a host found the mistake, and code that checks a value in both places
 (the ``SMLAUNCH_FAULTS`` specification) raises one type. Pure: imports nothing of smlaunch.

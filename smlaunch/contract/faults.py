@@ -37,13 +37,13 @@ lines (a script printing once per step faults at a given step; rank faults only;
 in chunks, so lines printed in the same burst may get through first);
 ``exit_code`` (``crash`` only, 1..255); ``attempt`` (``spot`` only, >= 1). Unknown fields are errors.
 
-``crash`` and ``hang`` are carried out inside the rank by :mod:`runtime.rankboot` (a SIGUSR2 handler
+``crash`` and ``hang`` are carried out inside the rank by :mod:`smlaunch.rank.boot` (a SIGUSR2 handler
 that reads the action the supervisor wrote), so the stack shows the user's code at that moment; a
 rank that is not a Python process cannot crash or hang on request (``kill`` works for any process).
 
 This module is the *specification* (:class:`Fault`, :func:`parse_faults`): part of the shared layer
-(see :mod:`runtime`), parsed in the notebook so that a typo fails before anything is staged. The
-hosts carry the faults out with :class:`runtime.fault_injector.FaultInjector`.
+(see :mod:`smlaunch.contract`), parsed in the notebook so that a typo fails before anything is staged. The
+hosts carry the faults out with :class:`smlaunch.runtime.supervision.fault_injector.FaultInjector`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from runtime import contract
-from runtime.errors import HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract.errors import HostConfigurationError
 
 FAULT_KINDS = ("crash", "hang", "kill", "kill_host", "spot")
 RANK_KINDS = ("crash", "hang", "kill")

@@ -17,7 +17,7 @@ wrapper) sets the same values the same way:
 
 Contract: pure (no I/O, no ``os.environ``), returns strings only, and sets no ``TORCHELASTIC_*``:
 those belong to torchrun's agent, so only the torchrun-style launcher adds them
-(:mod:`runtime.launchers.torchrun`, deliberately: Lightning then picks ``TorchElasticEnvironment``,
+(:mod:`smlaunch.runtime.launchers.torchrun`, deliberately: Lightning then picks ``TorchElasticEnvironment``,
 which reads the rank variables and spawns nothing) and the launchers built on it (smddp, smp)
 inherit them; ranks started by ``mpirun`` (the MPI launcher) get none.
 
@@ -33,11 +33,11 @@ import json
 from collections.abc import Sequence
 from typing import Protocol
 
-from runtime import contract
+from smlaunch import contract
 
 
 class _Topology(Protocol):
-    """The parts of :class:`runtime.environment.Environment` that :func:`framework_env_for` reads."""
+    """The parts of :class:`smlaunch.runtime.environment.Environment` that :func:`framework_env_for` reads."""
 
     @property
     def distribution_hosts(self) -> list[str]: ...
@@ -126,7 +126,8 @@ def pytorch_container_env(env: _Topology) -> dict[str, str]:
     ``7777``, whatever the distribution, so the classic ``dist.init_process_group(backend,
     rank=host_rank, world_size=len(hosts))`` of a job without ``distribution=`` rendezvouses on
     ``env://``. Here the address is the master's reachable address and the port the job's
-    (:attr:`~runtime.environment.Environment.master_port`: 7777 unless a local job picked a free one).
+    (:attr:`~smlaunch.runtime.environment.Environment.master_port`: 7777 unless a local job picked a free
+    one).
     """
     return {contract.MASTER_ADDR: env.master_addr, contract.MASTER_PORT_ENV: str(env.master_port)}
 

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from runtime import contract
+from smlaunch import contract
 
 
 def decode(raw: Mapping[str, Any]) -> dict[str, Any]:

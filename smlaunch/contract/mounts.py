@@ -1,6 +1,7 @@
 """Mount-namespace primitives shared by the local executors (``/opt/ml`` per host, the job store
-hidden: ``estimator.backends.local.executors.spawn``) and the host runtime (the requirements cache
-sealed from the ranks: :func:`runtime.requirements.seal_hook`).
+hidden: ``smlaunch.sdk.backends.emulated.executors.process.spawn``) and the host runtime (the requirements
+cache
+sealed from the ranks: :func:`smlaunch.runtime.requirements_cache.seal_hook`).
 
 Everything here that runs in a child (:func:`enter_namespace`, :func:`mount`, :func:`read_only`)
 runs between ``fork`` and ``exec``: it only calls the C library loaded by :func:`load_libc` in the

@@ -1,4 +1,4 @@
-"""``python -m runtime.mpi_slurm <host> <orted command...>``: ``mpirun``'s remote agent on Slurm.
+"""``python -m smlaunch.contract.mpi_slurm <host> <orted command...>``: ``mpirun``'s remote agent on Slurm.
 
 On a Slurm cluster (``SMLAUNCH_MPI_SLURM`` set by the Slurm executor) the master host's ``mpirun``
 uses OpenMPI's ``rsh`` launcher with this module as its ``plm_rsh_agent``, in place of ``ssh``: for
@@ -26,11 +26,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime import contract
+from smlaunch import contract
+from smlaunch.contract.errors import HostConfigurationError
 
 DAEMONIZE = "--daemonize"
 POLL_SECONDS = 0.1
@@ -77,20 +78,35 @@ def request(directory: Path, host: str, words: Sequence[str], timeout: float) ->
     return None if error is None else str(error)
 
 
-def main(argv: list[str]) -> int:
-    from runtime.launchers.mpi_local import wait_seconds  # which imports this module
+def wait_seconds(environ: Mapping[str, str]) -> float:
+    """How long hosts wait for each other before ``mpirun`` (``SMLAUNCH_MPI_WAIT_SECONDS``, > 0)."""
+    raw = environ.get(contract.SMLAUNCH_MPI_WAIT_SECONDS, "").strip()
+    if not raw:
+        return contract.DEFAULT_MPI_WAIT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise HostConfigurationError(
+            contract.SMLAUNCH_MPI_WAIT_SECONDS, raw, "must be seconds > 0", "e.g. 600"
+        )
+    return value
 
+
+def main(argv: list[str]) -> int:
     directory = os.environ.get(contract.SMLAUNCH_MPI_DIR, "")
     if len(argv) < 2 or not directory or not os.environ.get(contract.SMLAUNCH_MPI_SLURM):
         print(
-            "usage: python -m runtime.mpi_slurm <host> <command...> (mpirun's plm_rsh_agent on Slurm, "
+            "usage: python -m smlaunch.contract.mpi_slurm <host> <command...> "
+            "(mpirun's plm_rsh_agent on Slurm, "
             f"with {contract.SMLAUNCH_MPI_SLURM} and {contract.SMLAUNCH_MPI_DIR} set)",
             file=sys.stderr,
         )
         return 2
     why = request(Path(directory), argv[0], argv[1:], wait_seconds(os.environ))
     if why is not None:
-        print(f"runtime.mpi_slurm: {why}", file=sys.stderr)
+        print(f"smlaunch.contract.mpi_slurm: {why}", file=sys.stderr)
         return 1
     return 0
 

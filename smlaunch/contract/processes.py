@@ -1,6 +1,6 @@
 """Process helpers shared by the local backend's agent and the host supervisor.
 
-Part of the shared layer (see :mod:`runtime`): pure standard library, no torch, no supervisor.
+Part of the shared layer (see :mod:`smlaunch.contract`): pure standard library, no torch, no supervisor.
 
 - :func:`free_port`: a TCP port free on 127.0.0.1 right now.
 - :func:`exit_code_of`: a ``Popen`` return code as a shell reports it (``-9`` becomes ``137``).
@@ -41,6 +41,18 @@ PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option: orphaned descendants are re-parented to this process instead of init."""
 
 _prctl: Any = None
+
+
+def environment_importing_smlaunch() -> dict[str, str]:
+    """This process's environment with the directory that holds ``smlaunch`` first on ``PYTHONPATH``.
+
+    For the processes we start with ``python -m smlaunch...`` (the agent, the Docker reaper): they
+    must import this very copy even when it is not installed (tests, a notebook beside a checkout).
+    """
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def prctl_function() -> Callable[..., int] | None:

@@ -1,9 +1,9 @@
 """Progress of a transfer: a bar where someone watches, or a small file another process draws.
 
-Used by :class:`runtime.transfer.TransferEngine` (every transfer of at least
+Used by :class:`smlaunch.contract.transfer.engine.TransferEngine` (every transfer of at least
 :data:`PROGRESS_MIN_BYTES`), by the SDK's code packaging, and by the local backend, whose agent
 publishes its channel downloads with :class:`ProgressFile` while the notebook following the job
-draws them with :class:`ProgressBar`. Part of the shared layer (see :mod:`runtime`).
+draws them with :class:`ProgressBar`. Part of the shared layer (see :mod:`smlaunch.contract`).
 """
 
 from __future__ import annotations

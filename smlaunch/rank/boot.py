@@ -1,7 +1,7 @@
 """What every rank does at start so its supervisor can see inside it: the rank side of
-:mod:`runtime.watchdog` and :mod:`runtime.fault_injector`.
+:mod:`smlaunch.runtime.supervision.watchdog` and :mod:`smlaunch.runtime.supervision.fault_injector`.
 
-Runs inside the user's process (imported by ``runtime/_rankboot/sitecustomize.py``, which the
+Runs inside the user's process (imported by ``smlaunch/rank/_site/sitecustomize.py``, which the
 supervisor puts first on each rank's ``PYTHONPATH``), so it must be cheap, import nothing heavy, never
 raise, and change nothing the script can observe except two signal handlers and an exit handler:
 
@@ -22,7 +22,7 @@ raise, and change nothing the script can observe except two signal handlers and 
   This happens on SageMaker too (it is torch's bug, pytorch/pytorch#179291); smlaunch fixes it
   because a finished job must not be reported as failed.
 - **CUDA emulation.** Only when ``SMLAUNCH_EMULATE_CUDA`` is set (a local job emulating a GPU
-  instance type on a machine without its GPUs): :mod:`runtime.cuda_emulation` patches torch when
+  instance type on a machine without its GPUs): :mod:`smlaunch.rank.cuda_emulation` patches torch when
   the script imports it, so CUDA calls run on the CPU. Unlike the rest, it changes what the script
   observes (``torch.cuda.is_available()`` is True), which is its purpose.
 - **First collective.** Once ``torch.distributed`` is imported, its ``init_process_group`` (the
@@ -38,20 +38,20 @@ raise, and change nothing the script can observe except two signal handlers and 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
+
+from smlaunch.rank.after_import import AfterImport
 
 # Every rank imports this module before the script's first line: typing (and importlib.abc, which
 # loads importlib.resources and tempfile) would add ~10 ms to each rank's start.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
 RANK_DIR_ENV = "SMLAUNCH_RANK_DIR"
-BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rankboot")
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
 """The directory holding the ``sitecustomize`` that calls :func:`boot`; first on every rank's path."""
 FAULTS_ENV = "SMLAUNCH_FAULTS"
 EMULATE_CUDA_ENV = "SMLAUNCH_EMULATE_CUDA"  # contract.SMLAUNCH_EMULATE_CUDA, without importing it
@@ -123,49 +123,6 @@ def _wrap_init_process_group(module: Any) -> None:
         c10d.init_process_group = init_process_group
 
 
-class AfterImport:
-    """A ``sys.meta_path`` entry that runs ``patch(module)`` once, right after ``name`` has been
-    imported by the finders after it (before the import statement that loaded it returns). It
-    imports nothing itself; a patch that fails is reported on stderr as ``what`` and the script
-    goes on. Used for the first-collective mark here and by :mod:`runtime.cuda_emulation`."""
-
-    def __init__(self, name: str, patch: Callable[[Any], None], what: str) -> None:
-        self.name = name
-        self.patch = patch
-        self.what = what
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        patch, what = self.patch, self.what
-
-        class _Loader:  # an importlib.abc.Loader by its two methods (see the imports above)
-            def create_module(self, spec: Any) -> Any:
-                return loader.create_module(spec)
-
-            def exec_module(self, module: Any) -> None:
-                loader.exec_module(module)
-                try:
-                    patch(module)
-                except Exception as error:  # the script must still start; say what is missing
-                    print(f"smlaunch: {what} could not be installed: {error!r}", file=sys.stderr)
-
-        spec.loader = _Loader()
-        return spec
-
-
 def _on_fault(signum: int, frame: Any) -> None:
     import json
     import traceback
@@ -214,7 +171,7 @@ def boot() -> None:
     """Called once at interpreter start in every rank. A no-op outside smlaunch's supervisor."""
     global _stack_file
     if os.environ.get(EMULATE_CUDA_ENV):
-        from runtime import cuda_emulation
+        from smlaunch.rank import cuda_emulation
 
         gpus = cuda_emulation.EmulatedGpus.from_environ(os.environ)
         if gpus is not None and cuda_emulation.active() is None:

@@ -2,7 +2,7 @@
 
 A local job that emulates a GPU instance type (``ml.p3.16xlarge``) on a machine without its GPUs
 sets ``SMLAUNCH_EMULATE_CUDA`` (``{"gpus": 8, "model": "V100", "memory_gib": 16}``) for every
-rank; :mod:`runtime.rankboot` then calls :func:`install_on_import`, which patches torch right after
+rank; :mod:`smlaunch.rank.boot` then calls :func:`install_on_import`, which patches torch right after
 the script imports it (nothing is imported before: a rank that never imports torch pays nothing).
 What the script then sees, per emulated host:
 
@@ -53,8 +53,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.contract import SMLAUNCH_EMULATE_CUDA
-from runtime.rankboot import AfterImport
+from smlaunch.contract import SMLAUNCH_EMULATE_CUDA
+from smlaunch.rank.after_import import AfterImport
 
 CUDA_ONLY_MODULES = (
     "apex",

@@ -1,9 +1,10 @@
-"""``python -m runtime`` and the ``train`` console script: one host's part of a training job.
+"""``python -m smlaunch.runtime``, the ``smlaunch-train`` console script (``train`` in our images): one
+host's part of a training job.
 
 Steps: read the environment (``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``, and ``os.environ``), create
 the directories the script writes to, fetch the code into the code dir (skipped when it is already
 there), install ``requirements.txt``, put the ranks' interpreter first on ``PATH``
-(:mod:`runtime.interpreter`), wait (bounded) until every host name resolves when the job
+(:mod:`smlaunch.runtime.interpreter`), wait (bounded) until every host name resolves when the job
 spans hosts without an address map, pick the launcher, run it under the supervisor, and report.
 
 Exit code: 0 on success; the failing process's exit code (``128 + N`` for a death by signal N);
@@ -20,12 +21,12 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from runtime import contract
+from smlaunch import contract
 
 if TYPE_CHECKING:
     import argparse
 
-    from runtime.supervisor import RunResult
+    from smlaunch.runtime.launchers.base import RunResult
 
 # argparse, socket and traceback are imported where they are used: every host runtime starts
 # before its ranks, so what it imports is paid before the user's first line.
@@ -89,13 +90,13 @@ def run(environ: Mapping[str, str]) -> int:
     """One host's job; returns the exit code. Writes ``success`` or ``failure`` before returning."""
     from dataclasses import replace
 
-    from runtime.archive import UnsafeArchiveError
-    from runtime.code import CodeFetcher
-    from runtime.environment import Environment
-    from runtime.errors import HostConfigurationError
-    from runtime.interpreter import job_path
-    from runtime.report import report_run, write_failure
-    from runtime.requirements import InstallRequirementsError, prepare
+    from smlaunch.contract.archive import UnsafeArchiveError
+    from smlaunch.contract.errors import HostConfigurationError
+    from smlaunch.runtime.code import CodeFetcher
+    from smlaunch.runtime.environment import Environment
+    from smlaunch.runtime.interpreter import job_path
+    from smlaunch.runtime.report import report_run, write_failure
+    from smlaunch.runtime.requirements import InstallRequirementsError, prepare
 
     base_dir = environ.get(contract.BASE_DIR_ENV) or contract.DEFAULT_BASE_DIR
     paths = contract.Paths(base_dir)
@@ -119,7 +120,15 @@ def run(environ: Mapping[str, str]) -> int:
         )
         if fetched and verbose:
             _log(host, f"code from {env.module_dir} extracted into {env.code_dir}")
-        prepared = prepare(env.code_dir, env.user_entry_point, env.environ, lambda m: _log(host, m))
+        # A ModelTrainer job installs what its SourceCode.requirements names, and only that.
+        requirements = True if env.v3 is None else env.v3.source_code.get("requirements")
+        prepared = prepare(
+            env.code_dir,
+            env.user_entry_point,
+            env.environ,
+            lambda m: _log(host, m),
+            requirements=requirements,
+        )
         # `python` and `pip` in the job (a .sh entry point, subprocess, os.system) are the ranks'
         # interpreter, as in SageMaker's images, whatever came first on the caller's PATH; with a
         # requirements environment that is its bin/ (with the console scripts pip installed), and
@@ -129,9 +138,9 @@ def run(environ: Mapping[str, str]) -> int:
         if len(env.hosts) > 1 and not env.host_addresses:
             wait_for_hosts(env.hosts, HOST_RESOLUTION_TIMEOUT_SECONDS, lambda m: _log(host, m))
 
-        from runtime.containment import Containment
-        from runtime.launchers import select_launcher
-        from runtime.supervisor import Supervisor
+        from smlaunch.runtime.launchers import select_launcher
+        from smlaunch.runtime.supervision.containment import Containment
+        from smlaunch.runtime.supervision.supervisor import Supervisor
 
         launcher = select_launcher(env, python=prepared.python)
         supervisor = Supervisor.from_environ(
@@ -180,15 +189,22 @@ def run(environ: Mapping[str, str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``train [-h]``: the runtime takes its whole configuration from ``/opt/ml`` and the environment.
+    """``smlaunch-train [-h]``: the runtime takes its whole configuration from ``/opt/ml`` and the
+    environment.
 
     Other arguments are ignored, as SageMaker's containers ignore the ``train`` argument they get.
+    The usage line names the command as it was called: ``train`` in our images, else ``smlaunch-train``
+    (also for ``python -m smlaunch.runtime``, whose ``argv[0]`` is a file path).
     """
     import argparse
 
+    called = os.path.basename(sys.argv[0])
     return argparse.ArgumentParser(
-        prog="train",
-        description="Run this host's part of a SageMaker-style training job (also: python -m runtime).",
+        prog=called if called in ("train", "smlaunch-train") else "smlaunch-train",
+        description=(
+            "Run this host's part of a SageMaker-style training job "
+            "(also: python -m smlaunch.runtime; `train` in our images)."
+        ),
         epilog=(
             f"Reads {contract.DEFAULT_BASE_DIR}/input/config/*.json (or ${contract.BASE_DIR_ENV}): "
             "hyperparameters.json, resourceconfig.json, inputdataconfig.json; runs the entry point named "
@@ -199,9 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry (``train``); returns the exit code for ``sys.exit``."""
+    """Console-script entry (``smlaunch-train``); returns the exit code for ``sys.exit``."""
     args = sys.argv[1:] if argv is None else argv
-    if args:  # none: nothing to parse (python -m runtime, as the agent starts it)
+    if args:  # none: nothing to parse (python -m smlaunch.runtime, as the agent starts it)
         build_parser().parse_known_args(args)
     return run(os.environ)
 

@@ -2,15 +2,15 @@
 
 - :class:`CodeFetcher` puts ``sagemaker_submit_directory`` into the code dir: ``s3://`` through an
   injected boto3 S3 client (created lazily, so boto3 is imported only when S3 is used), ``file://``
-  or a plain path, a tarball (extracted with :func:`runtime.archive.safe_extract`, which refuses
+  or a plain path, a tarball (extracted with :func:`smlaunch.contract.archive.safe_extract`, which refuses
   absolute paths, ``..``, devices, escaping links and writes through links before writing anything,
   and bounds the expanded size and member count) or a directory (copied). Like the toolkit, it does
   nothing when the code dir is already non-empty (Docker images, re-runs).
-- Its ``requirements.txt`` is installed by :mod:`runtime.requirements`.
+- Its ``requirements.txt`` is installed by :mod:`smlaunch.runtime.requirements`.
 - :func:`entry_point_command` turns the entry point into the argv head: ``.py`` runs under the
   runtime's Python; any other file (``.sh``, a binary) runs directly when it has a shebang or is a
   binary, else under ``/bin/sh``. Never through ``sh -c``: arguments are never re-split. An entry
-  point the training toolkit refuses (:func:`runtime.contract.entry_point_problem`: absolute, a
+  point the training toolkit refuses (:func:`smlaunch.contract.entry_point_problem`: absolute, a
   leading ``-``, ``.``/``..`` segments, characters beyond ``[A-Za-z0-9._+/-]``) or one that resolves
   outside the code dir is refused.
 """
@@ -26,9 +26,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from runtime import contract
-from runtime.archive import safe_extract
-from runtime.errors import HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract.archive import safe_extract
+from smlaunch.contract.errors import HostConfigurationError
 
 
 def _is_empty_dir(path: Path) -> bool:
@@ -98,7 +98,8 @@ class CodeFetcher:
             )
         with tempfile.TemporaryDirectory(prefix="smlaunch-code-") as tmp:
             local = Path(tmp) / contract.SOURCEDIR_TARBALL
-            from runtime.transfer import TransferEngine  # verified (size, smlaunch-sha256), retried
+            # verified (size, smlaunch-sha256), retried
+            from smlaunch.contract.transfer.engine import TransferEngine
 
             with TransferEngine(client_factory=self.s3_client, progress=False) as engine:
                 engine.download_file(uri, local, skip_unchanged=False)

@@ -1,11 +1,11 @@
-"""Rendering a host's :class:`~runtime.environment.Environment` into variables.
+"""Rendering a host's :class:`~smlaunch.runtime.environment.Environment` into variables.
 
 :func:`to_env_vars` writes every ``SM_*`` variable with the exact formats of SageMaker's training
 toolkit (``sagemaker_training.environment.Environment.to_env_vars``, checked by
 ``tests/unit/test_environment_oracle.py``), :func:`training_env` the ``SM_TRAINING_ENV`` document and
 :func:`process_env` the environment every process of the host starts with. Reading ``/opt/ml`` into
-the ``Environment`` is :mod:`runtime.environment`; its ``to_env_vars`` / ``training_env`` /
-``process_env`` methods call these functions.
+the ``Environment`` is :mod:`smlaunch.runtime.environment`, which knows nothing of this module;
+launchers call these functions with the host's ``Environment``.
 
 Deliberate differences from the toolkit's ``to_env_vars`` (everything else is equal):
 
@@ -24,14 +24,12 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runtime import contract
-from runtime import hyperparameters as hp
-from runtime.framework_env import pytorch_container_env
-
-if TYPE_CHECKING:
-    from runtime.environment import Environment
+from smlaunch import contract
+from smlaunch.contract import hyperparameters as hp
+from smlaunch.contract.framework_env import pytorch_container_env
+from smlaunch.runtime.environment import Environment
 
 
 def training_env(environment: Environment) -> dict[str, Any]:
@@ -135,11 +133,16 @@ def process_env(environment: Environment) -> dict[str, str]:
     The runtime's own environment, plus the ``SM_*`` variables, plus what the toolkit exports
     into its process (``CURRENT_HOST``, ``SAGEMAKER_JOB_NAME``, ``SAGEMAKER_REGION``), plus a
     ``PYTHONPATH`` that starts with the code dir and, when the real library is not importable,
-    ``runtime/compat`` (the smdistributed API shims) and ``runtime/compat/horovod_shim`` (the
+    ``smlaunch/rank/compat`` (the smdistributed API shims) and ``smlaunch/rank/compat/horovod_shim`` (the
     ``horovod.torch`` API on torch.distributed). A job of SageMaker's PyTorch image also gets the
     ``MASTER_ADDR`` / ``MASTER_PORT`` that image exports for every job
-    (:func:`runtime.framework_env.pytorch_container_env`); ranked launchers set the same values.
+    (:func:`smlaunch.contract.framework_env.pytorch_container_env`); ranked launchers set the same values.
+    A ModelTrainer job's processes get SDK v3's variables instead (:func:`smlaunch.runtime.v3.process_env`).
     """
+    if environment.v3 is not None:
+        from smlaunch.runtime import v3
+
+        return v3.process_env(environment)
     env = dict(environment.environ)
     env.update(to_env_vars(environment))
     env["CURRENT_HOST"] = environment.current_host
@@ -163,19 +166,23 @@ def process_env(environment: Environment) -> dict[str, str]:
     return env
 
 
+_RANK_COMPAT = Path(__file__).resolve().parents[1] / "rank" / "compat"
+"""Where the shims live: :mod:`smlaunch.rank.compat` (loaded into the ranks, so under ``rank/``)."""
+
+
 def compat_dir() -> Path | None:
-    """``runtime/compat`` when the real ``smdistributed`` is absent (and the shims exist), else None.
+    """``smlaunch/rank/compat`` when the real ``smdistributed`` is absent (and the shims exist), else None.
 
     Looks for the package without importing anything, so it costs a directory scan, not an import.
     """
-    return _shim_root("smdistributed", Path(__file__).resolve().parent / "compat")
+    return _shim_root("smdistributed", _RANK_COMPAT)
 
 
 def horovod_compat_dir() -> Path | None:
-    """``runtime/compat/horovod_shim`` (the ``horovod`` shim's root) when the real ``horovod`` is
+    """``smlaunch/rank/compat/horovod_shim`` (the ``horovod`` shim's root) when the real ``horovod`` is
     absent, else None. A root of its own, so that a machine with the real smdistributed but no
     Horovod still gets the shim, and one with the real Horovod never sees it."""
-    return _shim_root("horovod", Path(__file__).resolve().parent / "compat" / "horovod_shim")
+    return _shim_root("horovod", _RANK_COMPAT / "horovod_shim")
 
 
 def _shim_root(package: str, here: Path) -> Path | None:
@@ -194,3 +201,19 @@ def _shim_root(package: str, here: Path) -> Path | None:
         if any(here not in Path(p).parents for p in found.submodule_search_locations):
             return None
     return here
+
+
+def program_argv(environment: Environment, python: str) -> list[str]:
+    """What each process of the job runs: the entry point and the hyperparameters' argv (toolkit
+    ``to_cmd_args``), or for a ModelTrainer job what SDK v3's drivers run
+    (:func:`smlaunch.runtime.v3.program_argv`)."""
+    if environment.v3 is not None:
+        from smlaunch.runtime import v3
+
+        return v3.program_argv(environment, python)
+    from smlaunch.runtime.code import entry_point_command
+
+    return (
+        entry_point_command(environment.code_dir, environment.user_entry_point, python)
+        + environment.user_args()
+    )

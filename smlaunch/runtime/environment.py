@@ -3,9 +3,10 @@
 :meth:`Environment.from_files` reads the three config files below a base directory and an explicit
 environment mapping; nothing happens at import time and nothing is written (unlike the toolkit, which
 freezes paths and creates directories on import). The result is a frozen value that launchers plan
-from and that renders the ``SM_*`` variables (:meth:`Environment.to_env_vars`) with the exact formats
-of SageMaker's training toolkit (``sagemaker_training.environment.Environment.to_env_vars``), checked
-by ``tests/unit/test_environment_oracle.py``.
+from and that :func:`smlaunch.runtime.env_vars.to_env_vars` renders as the ``SM_*`` variables, with
+the exact formats of SageMaker's training toolkit
+(``sagemaker_training.environment.Environment.to_env_vars``), checked by
+``tests/unit/test_environment_oracle.py``.
 
 Rules, where the toolkit leaves a choice (``docs/runtime-contract.md``):
 
@@ -30,7 +31,7 @@ Rules, where the toolkit leaves a choice (``docs/runtime-contract.md``):
   ``os.cpu_count()``.
 
 Rendering the environment into variables (``SM_*``, ``SM_TRAINING_ENV``, the ranks' process
-environment) is :mod:`runtime.env_vars`; the methods below delegate to it.
+environment) is :mod:`smlaunch.runtime.env_vars`, which reads this value: the dependency runs one way.
 """
 
 from __future__ import annotations
@@ -42,11 +43,14 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runtime import contract, env_vars
-from runtime import hyperparameters as hp
-from runtime.errors import HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract import hyperparameters as hp
+from smlaunch.contract.errors import HostConfigurationError
+
+if TYPE_CHECKING:
+    from smlaunch.runtime.v3_job import V3Job
 
 
 def _channel_dirs(paths: contract.Paths, channels: Mapping[str, Any]) -> dict[str, str]:
@@ -154,6 +158,8 @@ class Environment:
     for MPI-based launchers, else ``SMLAUNCH_PROCESSES_PER_HOST``, else the GPU count (then Neuron
     cores), else 1."""
     is_modelparallel_enabled: bool | None = None
+    v3: V3Job | None = None
+    """A ModelTrainer (SDK v3) job's drivers channel: it gets v3's contract (:mod:`smlaunch.runtime.v3`)."""
 
     # --- construction ------------------------------------------------------------------------
 
@@ -266,7 +272,7 @@ class Environment:
         if contract.HP_MP_PARAMETERS in user:
             is_mp = hp.env_value(mp_parameters) not in ("", "{}")
 
-        return cls(
+        env = cls(
             base_dir=Path(base_dir),
             paths=paths,
             environ=environ,
@@ -304,6 +310,11 @@ class Environment:
             processes_per_host=processes_per_host,
             is_modelparallel_enabled=is_mp,
         )
+        from smlaunch.runtime import v3_job
+
+        job = v3_job.detect(paths, raw_hps)
+        env = env if job is None else v3_job.apply(env, job)
+        return env
 
     @staticmethod
     def _host_addresses(environ: Mapping[str, str], hosts: list[str]) -> dict[str, str]:
@@ -351,6 +362,8 @@ class Environment:
                     "set distribution['mpi']['processes_per_host'] to 1 or more",
                 )
             return count
+        # Emulated hosts are told what their job's settings decided at submit; SageMaker's hosts
+        # are not, and count as the toolkit does (GPUs, then Neuron cores).
         pinned = _int_env(environ, contract.SMLAUNCH_PROCESSES_PER_HOST, 1)
         if pinned is not None:
             return pinned
@@ -360,8 +373,9 @@ class Environment:
 
     @property
     def code_dir(self) -> Path:
-        """Where the user's code is extracted and where ranks start."""
-        return self.paths.code_dir
+        """Where the user's code is extracted and where ranks start (a ModelTrainer job's: its
+        ``code`` channel)."""
+        return self.v3.code_dir if self.v3 is not None else self.paths.code_dir
 
     @property
     def model_dir(self) -> str:
@@ -395,7 +409,8 @@ class Environment:
 
     @property
     def cuda_emulated(self) -> bool:
-        """This host's GPUs are emulated on the CPU (``SMLAUNCH_EMULATE_CUDA``; runtime.cuda_emulation)."""
+        """This host's GPUs are emulated on the CPU (``SMLAUNCH_EMULATE_CUDA``;
+        smlaunch.rank.cuda_emulation)."""
         return bool(self.environ.get(contract.SMLAUNCH_EMULATE_CUDA))
 
     @property
@@ -432,15 +447,3 @@ class Environment:
     def user_args(self) -> list[str]:
         """The script's arguments from the user's hyperparameters (toolkit ``to_cmd_args``)."""
         return hp.to_cmd_args(self.hyperparameters)
-
-    def training_env(self) -> dict[str, Any]:
-        """``SM_TRAINING_ENV``: every property of the toolkit's ``Environment``, same keys."""
-        return env_vars.training_env(self)
-
-    def to_env_vars(self) -> dict[str, str]:
-        """Every ``SM_*`` variable with the toolkit's formats, plus the SDK-v3 extras."""
-        return env_vars.to_env_vars(self)
-
-    def process_env(self) -> dict[str, str]:
-        """The environment every process of this host starts with (:func:`runtime.env_vars.process_env`)."""
-        return env_vars.process_env(self)

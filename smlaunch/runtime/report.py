@@ -14,7 +14,7 @@
   or ``framework_error`` (the runtime itself failed before or around the user's code).
 
 The ranks can write ``output/``: these files are written without following a link a rank left in
-their place (``runtime.artifact_tree.write_file``), and the script's own ``failure`` is read only
+their place (``smlaunch.contract.artifact_tree.write_file``), and the script's own ``failure`` is read only
 if it is a regular file, at most :data:`OWN_FAILURE_MAX_BYTES` of it (never a FIFO, which would
 block the host for ever, nor ``/dev/zero``).
 """
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime import contract
-from runtime.artifact_tree import read_regular, write_file
-from runtime.supervisor import RunResult
+from smlaunch import contract
+from smlaunch.contract.artifact_tree import read_regular, write_file
+from smlaunch.runtime.launchers.base import RunResult
 
 OWN_FAILURE_MAX_BYTES = 64 * 1024
 """Of a ``failure`` file the script wrote itself, what is read (SageMaker shows 1024 characters)."""

@@ -8,7 +8,7 @@ import os
 import shutil
 from collections.abc import Iterator
 
-from runtime.errors import FieldError
+from smlaunch.contract.errors import FieldError
 
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 """A write that failed for want of room: the filesystem is full, or the user's quota is."""
@@ -24,7 +24,7 @@ class ConfigurationError(SmlaunchError, FieldError):
     ``field`` names the argument (``instance_count``, ``distribution.mpi.processes_per_host``),
     ``value`` is what the user passed and ``fix`` says what to do instead. ``str()`` reads
     ``instance_count=0: must be >= 1. Fix: pass instance_count=1 or more``. The shape is
-    :class:`runtime.errors.FieldError`'s, shared with the host's ``HostConfigurationError``.
+    :class:`smlaunch.contract.errors.FieldError`'s, shared with the host's ``HostConfigurationError``.
     """
 
 
@@ -91,7 +91,7 @@ class JobCapacityError(JobFailedError, CapacityError):
 
 
 class UnsupportedFeatureError(SmlaunchError, NotImplementedError):
-    """A SageMaker SDK feature smlaunch does not provide (``deploy()``, ``HyperparameterTuner``).
+    """A SageMaker SDK feature smlaunch does not provide (``deploy()``).
 
     The message says what is not supported and what to use instead, so a notebook cell copied from a
     SageMaker example fails with advice rather than an ``AttributeError``.

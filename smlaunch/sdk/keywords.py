@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

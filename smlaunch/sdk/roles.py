@@ -1,6 +1,7 @@
-"""``get_execution_role()``: the first cell of most SageMaker notebooks, on every session.
+"""How ``get_execution_role()`` (the first cell of most SageMaker notebooks, on every session; in
+:mod:`smlaunch.sdk.sessions.sagemaker`, as the SDK's is in ``sagemaker.session``) finds the role.
 
-With a SageMaker :class:`~estimator.session.Session` it resolves the role as SDK v2's
+With a SageMaker :class:`~smlaunch.sdk.sessions.sagemaker.Session` it resolves the role as SDK v2's
 ``sagemaker.get_execution_role`` and ``Session.get_caller_identity_arn`` do (2.257.x):
 
 1. on a SageMaker notebook instance or Studio, the role of ``/opt/ml/metadata/resource-metadata.json``
@@ -22,15 +23,12 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from estimator.errors import ConfigurationError
-from estimator.local_session import PLACEHOLDER_ROLE_ARN
-
-if TYPE_CHECKING:
-    from estimator.session import Session
+from smlaunch.sdk.backends.sagemaker.credentials import aws_errors
+from smlaunch.sdk.sessions.local import PLACEHOLDER_ROLE_ARN
 
 logger = logging.getLogger(__name__)
 
@@ -51,43 +49,18 @@ _DEFAULT_ROLE_TRUST = {
 _ASSUMED_ROLE = re.compile(r"^(.+)sts::(\d+):assumed-role/(.+?)/.*$")
 
 
-def get_execution_role(sagemaker_session: Any | None = None, use_default: bool = False) -> str:
-    """The IAM role ARN to pass as ``role=``: SDK v2's ``get_execution_role``.
+class RoleClients(Protocol):
+    """What resolving the role reads of a SageMaker session: its boto3 clients."""
 
-    ``sagemaker_session``: a :class:`~estimator.session.Session` resolves the caller's role as the
-    SDK does (see the module docstring); a ``LocalSession`` (or ``SlurmSession``), or no session
-    where no AWS credentials are configured, gives a placeholder role (local jobs need none), with
-    a one-line note. ``use_default``: when the caller is not a role, create or reuse
-    ``AmazonSageMaker-DefaultRole`` instead of raising.
+    def sts_client(self) -> Any: ...
 
-    Raises :class:`~estimator.errors.ConfigurationError` (a ``ValueError``, as the SDK's) when the
-    caller's identity is not a role and ``use_default`` is False.
-    """
-    if sagemaker_session is None:
-        import boto3
+    def iam_client(self) -> Any: ...
 
-        if boto3.Session().get_credentials() is None:
-            return _placeholder("no AWS credentials are configured")
-        from estimator.session import Session
-
-        sagemaker_session = Session()
-    if getattr(sagemaker_session, "is_local", False):
-        return _placeholder(f"{type(sagemaker_session).__name__} jobs run on this machine")
-    arn = sagemaker_session.get_caller_identity_arn()
-    if ":role/" in arn:
-        return str(arn)
-    if use_default:
-        return _default_role(sagemaker_session)
-    raise ConfigurationError(
-        "role",
-        arn,
-        "the current AWS identity is not a role, therefore it cannot be used as a SageMaker execution role",
-        "pass role='arn:aws:iam::<account>:role/<name>' (a role SageMaker can assume), or "
-        "get_execution_role(use_default=True) to create AmazonSageMaker-DefaultRole",
-    )
+    def sagemaker_client(self) -> Any: ...
 
 
-def _placeholder(why: str) -> str:
+def placeholder_role(why: str) -> str:
+    """The placeholder role ARN for local jobs, saying ``why`` once per process."""
     _note_once(why)
     return PLACEHOLDER_ROLE_ARN
 
@@ -102,7 +75,7 @@ def _note_once(why: str) -> None:
     )
 
 
-def caller_identity_arn(session: Session) -> str:
+def caller_identity_arn(session: RoleClients) -> str:
     """SDK v2's ``Session.get_caller_identity_arn``: the role (or user) ARN whose credentials the
     session uses (the notebook's :data:`NOTEBOOK_METADATA_FILE` first, where it exists)."""
     metadata_path = Path(NOTEBOOK_METADATA_FILE)
@@ -110,8 +83,6 @@ def caller_identity_arn(session: Session) -> str:
         role = _notebook_role(session, json.loads(metadata_path.read_bytes()))
         if role is not None:
             return role
-    from estimator.session import aws_errors
-
     with aws_errors("look up the caller's identity (sts:GetCallerIdentity)"):
         assumed_role = str(session.sts_client().get_caller_identity()["Arn"])
     role = _ASSUMED_ROLE.sub(r"\1iam::\2:role/\3", assumed_role)
@@ -133,7 +104,7 @@ def caller_identity_arn(session: Session) -> str:
     return role
 
 
-def _notebook_role(session: Session, metadata: dict[str, Any]) -> str | None:
+def _notebook_role(session: RoleClients, metadata: dict[str, Any]) -> str | None:
     """The notebook instance's or Studio user's role, or None when the service will not say."""
     if metadata.get("ExecutionRoleArn") is not None:
         return str(metadata["ExecutionRoleArn"])
@@ -154,11 +125,9 @@ def _notebook_role(session: Session, metadata: dict[str, Any]) -> str | None:
         return None
 
 
-def _default_role(session: Session) -> str:
+def default_role(session: RoleClients) -> str:
     """``AmazonSageMaker-DefaultRole``, created when missing, with SageMaker's managed policy."""
     logger.warning("Using default role: %s", DEFAULT_ROLE_NAME)
-    from estimator.session import aws_errors
-
     iam = session.iam_client()
     with aws_errors(f"create or reuse the IAM role {DEFAULT_ROLE_NAME}"):
         try:

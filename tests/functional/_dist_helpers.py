@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from estimator import LocalSession, PyTorch
+from smlaunch import LocalSession, PyTorch
 from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs, wait_terminal
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
@@ -53,12 +53,16 @@ def run_job(
     timeout: float = 120,
     inputs: dict[str, str] | None = None,
     emulate_cuda: bool | None = None,
+    files: dict[str, str] | None = None,
 ) -> JobRun:
-    """Submit ``script`` as ``train.py`` the way a notebook does, wait for the end, check that no
-    process of the job is left, and return what describe and the log say."""
+    """Submit ``script`` as ``train.py`` the way a notebook does (with ``files``, name -> text,
+    beside it in ``source_dir``), wait for the end, check that no process of the job is left, and
+    return what describe and the log say."""
     src = tmp_path / f"src-{base_name}"
     src.mkdir()
     (src / "train.py").write_text(textwrap.dedent(script))
+    for name, text in (files or {}).items():
+        (src / name).write_text(textwrap.dedent(text))
     root = tmp_path / "jobs"
     session = LocalSession(root, processes_per_host=processes_per_host, emulate_cuda=emulate_cuda)
     estimator = PyTorch(

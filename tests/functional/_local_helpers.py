@@ -2,7 +2,8 @@
 
 ``make_spec`` builds a CreateTrainingJob request the way SDK v2 encodes it (JSON-text hyperparameter
 values, script-mode keys, ``sagemaker_torch_distributed_enabled`` for DDP) around a real
-``sourcedir.tar.gz``, so the backend is exercised on exactly what the estimator would submit.
+``sourcedir.tar.gz``, and ``job_request`` hands it over with its strategy, so the backend is
+exercised on exactly what the estimator would submit.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any
 
 import psutil
 
-from estimator.backends.base import Backend
-from estimator.spec import TrainingJobSpec
-from runtime import contract
-from runtime.archive import create_tarball
+from smlaunch import contract
+from smlaunch.contract.archive import create_tarball
+from smlaunch.sdk.backends.base import Backend
+from smlaunch.sdk.request import hyperparameters as hp
+from smlaunch.sdk.request.distribution import Distribution
+from smlaunch.sdk.request.spec import JobRequest, TrainingJobSpec
 
 WAIT_SECONDS = 90
 
@@ -72,6 +75,12 @@ def make_spec(
         HyperParameters=hps,
         InputDataConfig=channels or None,
     )
+
+
+def job_request(spec: TrainingJobSpec) -> JobRequest:
+    """``spec`` as the estimator hands it to a backend: beside the strategy of the distribution its
+    hyperparameters encode (these tests write the wire keys themselves, the estimator knows it)."""
+    return JobRequest(spec, Distribution.from_hyperparameters(hp.decode(spec.HyperParameters)).strategy)
 
 
 def job_processes(job_name: str, job_dir: Path | None = None) -> list[psutil.Process]:
@@ -157,7 +166,7 @@ def wait_for_line(backend: Backend, job_name: str, needle: str, timeout: float =
 
 def local_pytorch(src: Path, root: Path, **kwargs: Any) -> Any:
     """A one-host local ``PyTorch`` estimator running ``src/train.py`` with its jobs under ``root``."""
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
 
     return PyTorch(
         entry_point="train.py",

@@ -15,7 +15,7 @@ instance_groups=None) -> contract.Paths``
   ``homogeneousCluster`` group of ``instance_type`` holding ``hosts``.
 
 Creates the directories the platform creates (``contract.Paths.directories()``) and returns the
-:class:`~runtime.contract.Paths` of the tree.
+:class:`~smlaunch.contract.Paths` of the tree.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime import contract
+from smlaunch import contract
 
 _CHANNEL_DEFAULTS = {
     "TrainingInputMode": "File",

@@ -25,8 +25,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.parallel import api as smp
-from runtime.parallel.state import shutdown
+from smlaunch.rank.smp import api as smp
+from smlaunch.rank.smp.state import shutdown
 
 
 class TokenEmbedding(nn.Module):
@@ -236,8 +236,8 @@ def run_comm(sc: dict[str, Any]) -> dict[str, Any]:
             smp.send(("hello", me), 1, smp.RankType.PP_RANK)
         elif smp.pp_rank() == 1:
             assert smp.recv_from(0, smp.RankType.PP_RANK) == ("hello", smp.get_pp_group()[0])
-        from runtime.parallel.state import STATE
-        from runtime.parallel.step import _broadcast_object
+        from smlaunch.rank.smp.state import STATE
+        from smlaunch.rank.smp.step import _broadcast_object
 
         src = smp.get_pp_group()[0]
         for size in (10, 40_000):  # inline (one collective) and spilled (> 64 KiB) payloads

@@ -1,4 +1,4 @@
-"""Checkpoint restore and sync (estimator.backends.local.checkpoints.DirectorySync), boto3 on moto;
+"""Checkpoint restore and sync (smlaunch.sdk.backends.emulated.checkpoints.DirectorySync), boto3 on moto;
 and a job whose ``checkpoint_local_path`` is not the default."""
 
 from __future__ import annotations
@@ -13,13 +13,19 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.backends.local.backend import LocalBackend
-from estimator.backends.local.checkpoints import DirectorySync
-from estimator.session import LocalSession
-from estimator.spec import CheckpointConfig
-from runtime import contract
-from runtime.transfer import TransferEngine
-from tests.functional._local_helpers import kill_leftover_jobs, make_spec, moto_s3_server, wait_terminal
+from smlaunch import contract
+from smlaunch.contract.transfer.engine import TransferEngine
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.backends.emulated.checkpoints import DirectorySync
+from smlaunch.sdk.request.spec import CheckpointConfig
+from smlaunch.sdk.sessions.sagemaker import LocalSession
+from tests.functional._local_helpers import (
+    job_request,
+    kill_leftover_jobs,
+    make_spec,
+    moto_s3_server,
+    wait_terminal,
+)
 
 
 @pytest.fixture
@@ -187,7 +193,7 @@ def test_a_custom_local_path_under_opt_ml_is_restored_and_synced(
             }
         )
         try:
-            backend.submit(spec)
+            backend.submit(job_request(spec))
             description = wait_terminal(backend, "custom-ckpt", timeout=90)
         finally:
             kill_leftover_jobs(tmp_path / "jobs")

@@ -67,7 +67,7 @@ class Cli:
         )
 
     def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "estimator.cli", *args]
+        return [sys.executable, "-m", "smlaunch.sdk.cli.main", *args]
 
     def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -196,7 +196,7 @@ def test_metrics_table_json_and_plot(
     height, width, _ = image.imread(plot).shape
     assert width > 300 and height > 300
 
-    from estimator import LocalSession, TrainingJobAnalytics
+    from smlaunch import LocalSession, TrainingJobAnalytics
 
     analytics = TrainingJobAnalytics(name, sagemaker_session=LocalSession(root=cli.home / "jobs"))
     frame = analytics.dataframe()
@@ -355,7 +355,7 @@ def test_list_json_is_list_training_jobs(
     botocore's SageMaker service model."""
     import botocore.session
 
-    from estimator.cli_jobs import SUMMARY_FIELDS
+    from smlaunch.sdk.cli.output import SUMMARY_FIELDS
 
     model = botocore.session.get_session().get_service_model("sagemaker")
     response = model.operation_model("ListTrainingJobs").output_shape

@@ -52,7 +52,7 @@ def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str
 
 def smlaunch(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "estimator.cli", *args],
+        [sys.executable, "-m", "smlaunch.sdk.cli.main", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

@@ -3,7 +3,7 @@
 Each script is written as for a real GPU job (the patterns of the public SageMaker and PyTorch
 examples: ``torch.cuda.set_device(local_rank)``, ``.cuda()``, ``.to("cuda")``, NCCL, CUDA autocast
 and ``GradScaler``, ``pin_memory``, a "CUDA required" check). Each runs on 2 emulated hosts with
-the CUDA emulation (``runtime/cuda_emulation.py``, on by default here) and again with
+the CUDA emulation (``smlaunch/rank/cuda_emulation.py``, on by default here) and again with
 ``LocalSession(emulate_cuda=False)``, where it takes its CPU branch: the trained weights must be
 bit-for-bit equal, since the emulation never changes what a CPU computes.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends.local.executors.process import PrivateOptMl
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.emulated.executors.process.executor import PrivateOptMl
 from tests.functional._dist_helpers import JobRun, read_tar_json, run_job
 
 if sys.platform != "linux":

@@ -10,10 +10,16 @@ from typing import Any
 
 import pytest
 
-from estimator.session import LocalSession
-from estimator.spec import OutputDataConfig, TensorBoardOutputConfig
-from runtime import contract
-from tests.functional._local_helpers import kill_leftover_jobs, make_spec, moto_s3_server, wait_terminal
+from smlaunch import contract
+from smlaunch.sdk.request.spec import OutputDataConfig, TensorBoardOutputConfig
+from smlaunch.sdk.sessions.sagemaker import LocalSession
+from tests.functional._local_helpers import (
+    job_request,
+    kill_leftover_jobs,
+    make_spec,
+    moto_s3_server,
+    wait_terminal,
+)
 
 SCRIPT = """
 import argparse, os, pathlib, time
@@ -54,7 +60,7 @@ def test_uncompressed_model_and_live_intermediate_output(tmp_path: Path) -> None
         update={"OutputDataConfig": OutputDataConfig(S3OutputPath=out.as_uri(), CompressionType="NONE")}
     )
     backend = LocalSession(tmp_path / "jobs", stop_grace_seconds=2).backend()
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     description = wait_terminal(backend, "raw-job")
     log = "\n".join(backend.log_lines("raw-job"))
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, log
@@ -123,7 +129,7 @@ def test_tensorboard_output_reaches_s3_while_the_job_runs(
             }
         )
         backend = LocalSession(tmp_path / "jobs", s3_client=s3, stop_grace_seconds=2).backend()
-        backend.submit(spec)
+        backend.submit(job_request(spec))
         deadline = time.monotonic() + 90
         while len(_tensorboard_objects(s3)) < 2:  # one event file per host
             assert backend.describe("tb-job")["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS, "\n".join(

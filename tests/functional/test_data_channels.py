@@ -1,4 +1,4 @@
-"""Channel delivery into emulated hosts' /opt/ml trees (estimator.backends.local.data), boto3 on moto.
+"""Channel delivery into emulated hosts' /opt/ml trees (smlaunch.sdk.backends.emulated.data), boto3 on moto.
 
 Real scripts read the data in subprocesses: Pipe FIFOs epoch after epoch, File channels sharded across
 hosts. FastFile mounts: tests/functional/test_fastfile.py.
@@ -22,10 +22,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.backends.local.data import JobData
-from estimator.spec import TrainingJobSpec
-from runtime import channels as rules
-from runtime.transfer import TransferEngine
+from smlaunch.contract import channels as rules
+from smlaunch.contract.transfer.engine import TransferEngine
+from smlaunch.sdk.backends.emulated.data import JobData
+from smlaunch.sdk.request.spec import TrainingJobSpec
 from tests.functional._local_helpers import host_trees
 
 N_OBJECTS = 12

@@ -13,11 +13,15 @@ from typing import Any
 
 import pytest
 
-from estimator import ConfigurationError, PyTorch, TrainingInput
-from estimator.errors import JobFailedError
-from estimator.session import LocalSession
-from runtime import contract
-from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs, moto_s3_server
+from smlaunch import ConfigurationError, PyTorch, TrainingInput, contract
+from smlaunch.sdk.errors import JobFailedError
+from smlaunch.sdk.sessions.sagemaker import LocalSession
+from tests.functional._local_helpers import (
+    assert_no_job_processes,
+    job_request,
+    kill_leftover_jobs,
+    moto_s3_server,
+)
 
 N_OBJECTS = 9
 
@@ -153,7 +157,7 @@ def test_bad_manifest_fails_fit_before_anything_of_the_job_exists(
 
     spec = estimator.plan(inputs, job_name="bad-manifest")
     with pytest.raises(ConfigurationError, match="inputs\\['val'\\]"):
-        session.backend().submit(spec)  # the backend's own submit checks it too
+        session.backend().submit(job_request(spec))  # the backend's own submit checks it too
     assert not (tmp_path / "jobs" / "bad-manifest").exists()
 
 

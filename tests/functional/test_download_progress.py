@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from runtime.transfer import MiB
+from smlaunch.contract.progress import MiB
 from tests.functional._local_helpers import kill_leftover_jobs, moto_s3_server
 
 NOTEBOOK = """\
 import sys
 import boto3
 import ipykernel  # noqa: F401 - what a Jupyter kernel process has loaded
-from estimator import LocalSession, PyTorch
+from smlaunch import LocalSession, PyTorch
 
 root, source, endpoint = sys.argv[1:4]
 session = LocalSession(root, s3_client=boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1"))

@@ -1,4 +1,4 @@
-"""Hosts started before the agent loads its machinery (``estimator.backends.local.early_start``).
+"""Hosts started before the agent loads its machinery (``smlaunch.sdk.backends.emulated.early_start``).
 
 A process job that stages nothing is planned at submit and its agent starts the hosts first; these
 tests check that what users see is what the agent alone gave them: every rank's first lines in order
@@ -23,19 +23,23 @@ from pathlib import Path
 import psutil
 import pytest
 
-from estimator.backends.local.early_start import EarlyHosts, drain_outputs, give_head_start
-from estimator.backends.local.executors import spawn
-from estimator.backends.local.executors.process import ProcessExecutor
-from estimator.backends.local.state import JobDir
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.emulated.executors.process import spawn
+from smlaunch.sdk.backends.emulated.executors.process.early import EarlyHosts, drain_outputs, give_head_start
+from smlaunch.sdk.backends.emulated.executors.process.executor import ProcessExecutor
+from smlaunch.sdk.backends.emulated.job_settings import JobSettings, ProcessSettings
+from smlaunch.sdk.backends.emulated.state import JobDir
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     wait_for_line,
     wait_terminal,
 )
+
+PROCESS = ProcessSettings(python=sys.executable)
 
 FIRST_LINES = """
 import os, time
@@ -78,7 +82,7 @@ def _backend(tmp_path: Path, **kwargs: object):  # type: ignore[no-untyped-def]
 
 def test_two_hosts_two_ranks_print_their_first_lines_in_order_with_their_prefixes(tmp_path: Path) -> None:
     backend = _backend(tmp_path, processes_per_host=2)
-    backend.submit(make_spec(tmp_path, "first-lines", FIRST_LINES, instance_count=2, ddp=True))
+    backend.submit(job_request(make_spec(tmp_path, "first-lines", FIRST_LINES, instance_count=2, ddp=True)))
     description = wait_terminal(backend, "first-lines")
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED, description.get("FailureReason")
     job = backend.job_dir("first-lines")
@@ -105,7 +109,7 @@ def test_two_hosts_two_ranks_print_their_first_lines_in_order_with_their_prefixe
 
 def test_a_failing_script_reports_its_exit_code_and_traceback(tmp_path: Path) -> None:
     backend = _backend(tmp_path)
-    backend.submit(make_spec(tmp_path, "fails-7", FAILS_WITH_7, instance_count=1))
+    backend.submit(job_request(make_spec(tmp_path, "fails-7", FAILS_WITH_7, instance_count=1)))
     description = wait_terminal(backend, "fails-7")
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     assert description["ExitCode"] == 7
@@ -125,7 +129,7 @@ def test_a_failing_script_reports_its_exit_code_and_traceback(tmp_path: Path) ->
 
 def test_a_stop_while_the_agent_starts_stops_the_hosts_it_started_early(tmp_path: Path) -> None:
     backend = _backend(tmp_path, stop_grace_seconds=1)
-    backend.submit(make_spec(tmp_path, "early-stop", SLEEPER, instance_count=2))
+    backend.submit(job_request(make_spec(tmp_path, "early-stop", SLEEPER, instance_count=2)))
     backend.stop("early-stop")  # the agent is still loading; its hosts may already run
     description = wait_terminal(backend, "early-stop")
     assert description["TrainingJobStatus"] == contract.STATUS_STOPPED
@@ -139,7 +143,7 @@ def test_a_job_that_stages_a_channel_is_not_planned_early(tmp_path: Path) -> Non
     spec = make_spec(tmp_path, "staged", FIRST_LINES, instance_count=1, inputs={"train": data.as_uri()})
     job = JobDir(tmp_path / "staged")
     job.path.mkdir()
-    settings = {"processes_per_host": 1, "stop_grace_seconds": 1}
+    settings = JobSettings(executor=PROCESS, processes_per_host=1, stop_grace_seconds=1)
     assert ProcessExecutor().plan_early_start(spec, settings, job) is False
     assert not job.early_start_file.exists() and not job.hosts_dir.exists()
 
@@ -148,7 +152,7 @@ def test_the_plan_holds_each_hosts_variables_and_its_tree(tmp_path: Path) -> Non
     spec = make_spec(tmp_path, "planned", FIRST_LINES, instance_count=2)
     job = JobDir(tmp_path / "planned")
     job.path.mkdir()
-    settings = {"processes_per_host": 2, "stop_grace_seconds": 5, "num_gpus": 0}
+    settings = JobSettings(executor=PROCESS, processes_per_host=2, stop_grace_seconds=5, num_gpus=0)
     assert ProcessExecutor().plan_early_start(spec, settings, job) is True
     plan = json.loads(job.early_start_file.read_text())
     assert Path(plan["scratch"]).parent == job.path and Path(plan["scratch"]).is_dir()
@@ -167,13 +171,13 @@ def test_the_plan_holds_each_hosts_variables_and_its_tree(tmp_path: Path) -> Non
 
 def test_the_agent_started_early_is_the_hosts_parent(tmp_path: Path) -> None:
     backend = _backend(tmp_path, stop_grace_seconds=1)
-    backend.submit(make_spec(tmp_path, "parent", SLEEPER, instance_count=2))
+    backend.submit(job_request(make_spec(tmp_path, "parent", SLEEPER, instance_count=2)))
     wait_for_line(backend, "parent", "[algo-2/rank 0] ready")
     job = backend.job_dir("parent")
     agent = psutil.Process(json.loads(job.agent_file.read_text())["pid"])
-    assert "estimator.backends.local.early_start" in agent.cmdline()
+    assert "smlaunch.sdk.backends.emulated.early_start" in agent.cmdline()
     hosts = agent.children()
-    assert len(hosts) == 2 and all(h.cmdline()[-2:] == ["-m", "runtime"] for h in hosts)
+    assert len(hosts) == 2 and all(h.cmdline()[-2:] == ["-m", "smlaunch.runtime"] for h in hosts)
     # Forked from the agent (executors.forked), each still names its job where others look for it.
     assert all(h.environ()[contract.TRAINING_JOB_NAME_ENV] == "parent" for h in hosts)
     backend.stop("parent")
@@ -187,14 +191,16 @@ def test_hosts_meant_for_another_interpreter_are_started_as_new_processes(
     python = tmp_path / "other-python"  # another path: early_start must not fork itself for it
     python.symlink_to(sys.executable)
     backend = _backend(tmp_path, stop_grace_seconds=1)
-    settings = backend.settings
-    monkeypatch.setattr(backend, "settings", lambda spec: {**settings(spec), "python": str(python)})
-    backend.submit(make_spec(tmp_path, "other", SLEEPER, instance_count=1))
+    settings, other = backend.settings, ProcessSettings(python=str(python))
+    monkeypatch.setattr(
+        backend, "settings", lambda spec: settings(spec).model_copy(update={"executor": other})
+    )
+    backend.submit(job_request(make_spec(tmp_path, "other", SLEEPER, instance_count=1)))
     wait_for_line(backend, "other", "[algo-1/rank 0] ready")
     job = backend.job_dir("other")
     agent = psutil.Process(json.loads(job.agent_file.read_text())["pid"])
     (host,) = agent.children()
-    assert host.cmdline() == [str(python), "-m", "runtime"]
+    assert host.cmdline() == [str(python), "-m", "smlaunch.runtime"]
     assert host.environ()[contract.BASE_DIR_ENV] == str(job.host_base("algo-1"))  # its own: exec-ed
     backend.stop("other")
     assert wait_terminal(backend, "other")["TrainingJobStatus"] == contract.STATUS_STOPPED

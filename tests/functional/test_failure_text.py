@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from estimator.errors import JobFailedError
-from estimator.job import TrainingJob
-from estimator.session import LocalSession
-from runtime import contract
-from tests.functional._local_helpers import kill_leftover_jobs, make_spec
+from smlaunch import contract
+from smlaunch.sdk.errors import JobFailedError
+from smlaunch.sdk.jobs.job import TrainingJob
+from smlaunch.sdk.sessions.sagemaker import LocalSession
+from tests.functional._local_helpers import job_request, kill_leftover_jobs, make_spec
 
 # A SageMaker-style script whose traceback runs through 61 frames (several thousand characters;
 # two alternating functions, so Python does not fold the frames into "Previous line repeated").
@@ -45,7 +45,7 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
 def test_a_traceback_longer_than_1024_characters_is_kept_whole(tmp_path: Path) -> None:
     backend = LocalSession(tmp_path / "jobs").backend()
     spec = make_spec(tmp_path, "deep-failure", DEEP_FAILURE, instance_count=1)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     with pytest.raises(JobFailedError) as failed:
         TrainingJob(backend, "deep-failure").wait(logs=False)
     reason = backend.describe("deep-failure")["FailureReason"]

@@ -1,6 +1,7 @@
 """FastFile channels as SageMaker mounts them: a read-only FUSE mount per host and channel that lists
 the host's whole share at once and fetches each object on first read (S3 on a moto server, the
-mounts served by ``python -m runtime.fastfile``); File semantics where FUSE is unavailable."""
+mounts served by ``python -m smlaunch.sdk.backends.emulated.fastfile``);
+File semantics where FUSE is unavailable."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from estimator import PyTorch, TrainingInput
-from estimator.backends.local import data as local_data
-from estimator.backends.local.data import JobData
-from estimator.errors import JobFailedError
-from estimator.session import LocalSession
-from estimator.spec import TrainingJobSpec
-from runtime import contract, fastfile
-from runtime.transfer import TransferEngine
+from smlaunch import PyTorch, TrainingInput, contract
+from smlaunch.contract.transfer.engine import TransferEngine
+from smlaunch.sdk.backends.emulated import data as local_data
+from smlaunch.sdk.backends.emulated import fastfile
+from smlaunch.sdk.backends.emulated.data import JobData
+from smlaunch.sdk.errors import JobFailedError
+from smlaunch.sdk.request.spec import TrainingJobSpec
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
     host_trees,

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._dist_helpers import run_job
 
 # Two hosts, one process each (no distribution): each loops, printing, until something ends it.

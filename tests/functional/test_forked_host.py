@@ -1,9 +1,10 @@
-"""A host runtime forked from the early-start agent (``estimator/backends/local/executors/forked.py``).
+"""A host runtime forked from the early-start agent
+(``smlaunch/sdk/backends/emulated/executors/process/forked.py``).
 
 Each test runs a small driver in a new interpreter (single-threaded, as ``early_start`` is when it
 forks; never a fork of pytest), which forks one host runtime over a real ``/opt/ml`` tree
 (``_runtime_tree.write_host_tree``) and reports what it saw as JSON. The user's script checks what a
-rank sees of its host: the host's own environment, a parent shown as ``python -m runtime``.
+rank sees of its host: the host's own environment, a parent shown as ``python -m smlaunch.runtime``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._runtime_tree import write_host_tree
 from tests.functional.test_runtime_host import assert_no_process_left, script_hps, write_code
 
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="fork_host is Li
 DRIVER = r"""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
-from estimator.backends.local.executors.forked import can_fork, fork_host
-from estimator.backends.local.executors.spawn import PrivateOptMl
+from smlaunch.sdk.backends.emulated.executors.process.forked import can_fork, fork_host
+from smlaunch.sdk.backends.emulated.executors.process.spawn import PrivateOptMl
 
 base, mode = Path(sys.argv[1]), sys.argv[2]
 env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_", "SAGEMAKER_"))}
@@ -103,7 +104,7 @@ def test_a_forked_host_runs_the_job_as_a_new_interpreter_would(tmp_path: Path) -
     assert paths.success_file.exists()
     seen = json.loads((paths.model_dir / "seen.json").read_text())
     assert seen["host_variable"] == "yes" and seen["current_host"] == "algo-1"
-    assert seen["parent_cmdline"] == [sys.executable, "-m", "runtime"]
+    assert seen["parent_cmdline"] == [sys.executable, "-m", "smlaunch.runtime"]
     assert seen["parent_cwd"] == str(tmp_path / "algo-1")
     assert seen["stdin"] == "/dev/null"
     assert_no_process_left(tmp_path)

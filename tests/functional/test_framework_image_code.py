@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import Estimator, LocalSession
-from runtime import contract
+from smlaunch import Estimator, LocalSession, contract
 from tests.functional._local_helpers import kill_leftover_jobs, moto_s3_server
 
 IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-cpu-py310"

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch, UnexpectedStatusException
-from estimator.backends.local.backend import LocalBackend
-from estimator.errors import NoSpaceLeftError
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import PyTorch, UnexpectedStatusException, contract
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.errors import NoSpaceLeftError
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     moto_s3_server,
@@ -83,7 +83,7 @@ def test_a_run_that_fills_the_disk_fails_saying_so(tmp_path: Path, small_store: 
     assert isinstance(backend, LocalBackend)
     go = tmp_path / "go"
     spec = make_spec(tmp_path, "fills-disk", FILL_THE_DISK, instance_count=1, hyperparameters={"go": str(go)})
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     wait_for_line(backend, "fills-disk", "saving the model")  # what was logged before the disk filled ...
     go.touch()
     description = wait_terminal(backend, "fills-disk")
@@ -147,7 +147,7 @@ def test_fit_on_a_full_disk_leaves_nothing_and_the_name_stays_free(tmp_path: Pat
     # nothing left (not even the hidden directory the claim is written in).
     backend = session.backend()
     with pytest.raises(NoSpaceLeftError, match=str(small_store / "jobs" / "full-submit-2")):
-        backend.submit(make_spec(tmp_path, "full-submit-2", "print('x')", instance_count=1))
+        backend.submit(job_request(make_spec(tmp_path, "full-submit-2", "print('x')", instance_count=1)))
     assert sorted(p.name for p in (small_store / "jobs").iterdir()) == []
     filler.unlink()
     estimator.fit(job_name="full-submit", wait=False)  # the name was never taken
@@ -164,7 +164,7 @@ def test_a_store_with_less_room_than_the_code_warns_before_the_job_starts(
     spec = make_spec(tmp_path, "short-of-room", f"# {padding}\nprint('ran')\n", instance_count=1)
     _fill(small_store, leave=1 << 20)
     with pytest.warns(UserWarning, match=r"has [\d.]+ MiB free, less than job short-of-room copies there"):
-        backend.submit(spec)
+        backend.submit(job_request(spec))
     description = wait_terminal(backend, "short-of-room")
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     assert description["FailureReason"].startswith("ClientError: No space left on device: "), description
@@ -181,7 +181,7 @@ def test_s3_inputs_larger_than_the_store_warn_and_fail_the_download_saying_so(
             tmp_path, "big-input", "print('ran')", instance_count=1, inputs={"train": "s3://data/train/"}
         )
         with pytest.warns(UserWarning, match=r"s3:// inputs 20\.0 MiB"):
-            backend.submit(spec)
+            backend.submit(job_request(spec))
         description = wait_terminal(backend, "big-input")
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     reason = description["FailureReason"]

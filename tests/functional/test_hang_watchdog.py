@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._dist_helpers import ROLE, run_job
 
 # Rank 1 never reaches the all_reduce that rank 0 waits in: the classic lost-peer hang.
@@ -74,7 +74,7 @@ def test_hang_dumps_every_stack_and_names_where_each_rank_was(tmp_path: Path) ->
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # generous: four ranks import torch slowly on a busy machine
 def test_stop_during_a_collective_reaches_every_rank(tmp_path: Path) -> None:
-    from estimator import LocalSession, PyTorch
+    from smlaunch import LocalSession, PyTorch
     from tests.functional._local_helpers import (
         assert_no_job_processes,
         kill_leftover_jobs,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._dist_helpers import read_tar_json, run_job
 
 pytestmark = [

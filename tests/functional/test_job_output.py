@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator import LocalSession, PyTorch
-from estimator.errors import JobFailedError
+from smlaunch import LocalSession, PyTorch
+from smlaunch.sdk.errors import JobFailedError
 from tests.functional._local_helpers import kill_leftover_jobs, wait_for_line
 
 SCRIPT = """

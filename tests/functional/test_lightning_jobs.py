@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._dist_helpers import read_tar_json, run_job
 
 pytest.importorskip("pytorch_lightning")

@@ -1,4 +1,5 @@
-"""The local backend end to end: real agent, real ``python -m runtime`` per host, real gloo rendezvous."""
+"""The local backend end to end: real agent, real ``python -m smlaunch.runtime`` per host, real gloo
+rendezvous."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from typing import Any
 import psutil
 import pytest
 
-from estimator import PyTorch
-from estimator.backends.local.backend import LocalBackend
-from estimator.errors import ConfigurationError
-from estimator.job import TrainingJob
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import PyTorch, contract
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.jobs.job import TrainingJob
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     moto_s3_server,
@@ -179,7 +180,7 @@ def test_wait_false_then_describe_stream_and_stop_from_a_second_handle(tmp_path:
     root = tmp_path / "jobs"
     submitter = LocalSession(root, stop_grace_seconds=10).backend()
     spec = make_spec(tmp_path, "detached", STOPPABLE_SCRIPT)
-    submitter.submit(spec)  # returns at once: the agent runs the job
+    submitter.submit(job_request(spec))  # returns at once: the agent runs the job
     name = spec.TrainingJobName
     assert submitter.describe(name)["TrainingJobStatus"] == contract.STATUS_IN_PROGRESS
 
@@ -212,7 +213,7 @@ def test_unwritable_output_path_fails_before_anything_starts(tmp_path: Path) -> 
     spec = make_spec(tmp_path, "no-output", "print('never runs')", output_path=(blocker / "models").as_uri())
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(ConfigurationError) as error:
-        backend.submit(spec)
+        backend.submit(job_request(spec))
     assert error.value.field == "output_path"
     assert str(blocker / "models") in str(error.value) and "Fix:" in str(error.value)
     assert not backend.job_dir("no-output").path.exists()
@@ -223,14 +224,14 @@ def test_missing_file_channel_and_duplicate_job_name_are_refused(tmp_path: Path)
     backend = LocalSession(tmp_path / "jobs").backend()
     spec = make_spec(tmp_path, "bad-input", "print(1)", inputs={"train": (tmp_path / "nope").as_uri()})
     with pytest.raises(ConfigurationError, match=r"inputs\['train'\]"):
-        backend.check(spec)
+        backend.check(job_request(spec))
     # A directory alone is a name being claimed by another submitter (or an interrupted submit).
     backend.job_dir("taken").path.mkdir(parents=True)
     with pytest.raises(ConfigurationError, match="in progress, or one was interrupted"):
-        backend.check(make_spec(tmp_path, "taken", "print(1)"))
+        backend.check(job_request(make_spec(tmp_path, "taken", "print(1)")))
     backend.job_dir("taken").spec_file.write_text("{}")
     with pytest.raises(ConfigurationError, match="job_name"):
-        backend.check(make_spec(tmp_path, "taken", "print(1)"))
+        backend.check(job_request(make_spec(tmp_path, "taken", "print(1)")))
 
 
 def test_in_place_write_through_a_channel_view_is_reported(tmp_path: Path) -> None:
@@ -242,7 +243,7 @@ def test_in_place_write_through_a_channel_view_is_reported(tmp_path: Path) -> No
     """
     backend = LocalSession(tmp_path / "jobs").backend()
     spec = make_spec(tmp_path, "in-place", script, instance_count=1, inputs={"train": data.as_uri()})
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     assert wait_terminal(backend, "in-place")["TrainingJobStatus"] == contract.STATUS_COMPLETED
     warnings = [line for line in backend.log_lines("in-place") if "WARNING" in line]
     assert len(warnings) == 1 and str(data / "data.csv") in warnings[0]
@@ -250,7 +251,7 @@ def test_in_place_write_through_a_channel_view_is_reported(tmp_path: Path) -> No
 
 CTRL_C_NOTEBOOK = """
 import sys
-from estimator import LocalSession, PyTorch
+from smlaunch import LocalSession, PyTorch
 
 root, source_dir = sys.argv[1], sys.argv[2]
 est = PyTorch(entry_point="train.py", source_dir=source_dir, role="arn:aws:iam::111122223333:role/r",

@@ -1,6 +1,6 @@
 """Faults on the local backend: status, root cause and the process tree after each one.
 
-Policy under test (``estimator.backends.local.agent``): a failing host ends every host; the first
+Policy under test (``smlaunch.sdk.backends.emulated.agent``): a failing host ends every host; the first
 failure is the reported cause with its exit code; ``max_run`` stops the job with SIGTERM, grace and
 SIGKILL; an agent killed with SIGKILL takes every process of its job with it.
 """
@@ -15,12 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from estimator.errors import JobFailedError
-from estimator.job import TrainingJob
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.errors import JobFailedError
+from smlaunch.sdk.jobs.job import TrainingJob
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     wait_for_line,
@@ -66,7 +67,7 @@ def _session(tmp_path: Path, **kwargs: object) -> LocalSession:
 def test_exit_3_on_one_rank_fails_the_job_with_that_rank_as_root_cause(tmp_path: Path) -> None:
     backend = _session(tmp_path, processes_per_host=2).backend()
     spec = make_spec(tmp_path, "exit-three", EXIT_3_ON_ONE_RANK, ddp=True)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     with pytest.raises(JobFailedError) as failed:
         TrainingJob(backend, "exit-three").wait(logs=False)
     assert failed.value.status == contract.STATUS_FAILED
@@ -83,7 +84,7 @@ def test_exit_3_on_one_rank_fails_the_job_with_that_rank_as_root_cause(tmp_path:
 def test_raise_on_every_rank_reports_the_traceback(tmp_path: Path) -> None:
     backend = _session(tmp_path, processes_per_host=2).backend()
     spec = make_spec(tmp_path, "raise-all", RAISE_ON_EVERY_RANK, ddp=True)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     description = wait_terminal(backend, "raise-all")
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     assert description["SecondaryStatus"] == contract.SECONDARY_FAILED
@@ -105,7 +106,7 @@ def test_raise_on_every_rank_reports_the_traceback(tmp_path: Path) -> None:
 def test_max_run_stops_the_job_and_escalates_to_sigkill(tmp_path: Path) -> None:
     backend = _session(tmp_path, stop_grace_seconds=1).backend()
     spec = make_spec(tmp_path, "too-long", SLEEPER, max_run=3)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     description = wait_terminal(backend, "too-long")
     assert description["TrainingJobStatus"] == contract.STATUS_STOPPED
     assert description["SecondaryStatus"] == contract.SECONDARY_MAX_RUNTIME_EXCEEDED
@@ -119,7 +120,7 @@ def test_max_run_stops_the_job_and_escalates_to_sigkill(tmp_path: Path) -> None:
 def test_sigkill_of_the_agent_leaves_no_process_behind(tmp_path: Path) -> None:
     backend = _session(tmp_path).backend()
     spec = make_spec(tmp_path, "orphaned", SLEEPER)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     wait_for_line(backend, "orphaned", "[algo-1/rank 0] ready")
     wait_for_line(backend, "orphaned", "[algo-2/rank 0] ready")
     job = backend.job_dir("orphaned")
@@ -166,7 +167,7 @@ def test_concurrent_jobs_get_their_own_ports_and_directories(tmp_path: Path) -> 
     backend = _session(tmp_path, processes_per_host=2).backend()
     names = ["concurrent-a", "concurrent-b"]
     for name in names:
-        backend.submit(make_spec(tmp_path, name, RENDEZVOUS, ddp=True))
+        backend.submit(job_request(make_spec(tmp_path, name, RENDEZVOUS, ddp=True)))
     ports = set()
     for name in names:
         description = wait_terminal(backend, name)
@@ -188,14 +189,14 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w") as f:
 
 def test_artifact_clash_warns_by_default_and_fails_when_asked(tmp_path: Path) -> None:
     warn = _session(tmp_path).backend()
-    warn.submit(make_spec(tmp_path, "clash-warn", SAME_NAME_DIFFERENT_BYTES))
+    warn.submit(job_request(make_spec(tmp_path, "clash-warn", SAME_NAME_DIFFERENT_BYTES)))
     description = wait_terminal(warn, "clash-warn")
     assert description["TrainingJobStatus"] == contract.STATUS_COMPLETED
     log = "\n".join(warn.log_lines("clash-warn"))
     assert "'model.txt' differs between algo-1 and algo-2" in log
 
     strict = _session(tmp_path, artifact_conflicts="error").backend()
-    strict.submit(make_spec(tmp_path, "clash-error", SAME_NAME_DIFFERENT_BYTES))
+    strict.submit(job_request(make_spec(tmp_path, "clash-error", SAME_NAME_DIFFERENT_BYTES)))
     description = wait_terminal(strict, "clash-error")
     assert description["TrainingJobStatus"] == contract.STATUS_FAILED
     assert "'model.txt' differs between algo-1 and algo-2" in description["FailureReason"]

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     wait_terminal,
@@ -70,7 +71,7 @@ def _no_leftovers(tmp_path: Path) -> Iterator[None]:
 def test_flood_of_two_ranks_arrives_whole_in_order_exactly_once(tmp_path: Path) -> None:
     backend = LocalSession(tmp_path / "jobs", processes_per_host=2).backend()
     spec = make_spec(tmp_path, "flood", FLOOD_SCRIPT, instance_count=1, ddp=True)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     streamed = list(backend.log_lines(spec.TrainingJobName, follow=True))
     assert wait_terminal(backend, spec.TrainingJobName)["TrainingJobStatus"] == contract.STATUS_COMPLETED
 
@@ -106,7 +107,7 @@ def test_a_notebook_that_stops_reading_never_holds_the_job_back(tmp_path: Path) 
     # every line, and the follower then catches up with every line, the partial last one included.
     backend = LocalSession(tmp_path / "jobs").backend()
     spec = make_spec(tmp_path, "chatty", CHATTY_SCRIPT, instance_count=1)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     follower = backend.log_blocks(spec.TrainingJobName, follow=True)
     streamed = list(next(follower))
     assert wait_terminal(backend, spec.TrainingJobName)["TrainingJobStatus"] == contract.STATUS_COMPLETED

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import LocalSession, PyTorch
+from smlaunch import LocalSession, PyTorch
 from tests.functional._local_helpers import kill_leftover_jobs
 
 mlflow = pytest.importorskip("mlflow")

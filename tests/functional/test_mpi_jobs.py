@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._dist_helpers import read_tar_json, run_job
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs OpenMPI's mpirun")
@@ -39,7 +39,7 @@ import json, os
 import torch
 import torch.distributed as dist
 
-dist.init_process_group("gloo")  # env:// from the variables runtime.mpi_rank set
+dist.init_process_group("gloo")  # env:// from the variables smlaunch.runtime.launchers.mpi.rank set
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 if dist.get_rank() == 0:

@@ -23,7 +23,7 @@ MAX_GROWTH_KIB = 64 * 1024
 SCRIPT = r"""
 import json, resource, sys, warnings
 from pathlib import Path
-from estimator.packaging import build_and_stage
+from smlaunch.sdk.request.packaging import build_and_stage
 
 src, small, out = (Path(p) for p in sys.argv[1:4])
 build_and_stage("train.py", small, None, (out / "warmup" / "sourcedir.tar.gz").as_uri())

@@ -1,4 +1,5 @@
-"""Daemons a rank starts never outlive the job (``runtime.containment``), checked by process tree.
+"""Daemons a rank starts never outlive the job (``smlaunch.runtime.supervision.containment``), checked by
+process tree.
 
 Each rank starts two daemons the way real scripts do (a TensorBoard or data server): one with
 ``subprocess.Popen(..., start_new_session=True)`` that keeps the rank's stdout, one by a double fork
@@ -20,12 +21,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from estimator.backends.local.backend import LocalBackend
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
     describe_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     wait_for_line,
@@ -124,7 +126,7 @@ def _run_with_daemons(tmp_path: Path, name: str) -> tuple[LocalBackend, list[psu
     assert isinstance(backend, LocalBackend)
     hyperparameters = {"pid-dir": str(pid_dir), "release": str(tmp_path / "release")}
     spec = make_spec(tmp_path, name, DAEMONS, hyperparameters=hyperparameters)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     wait_for_line(backend, name, "[algo-1/rank 0] daemons started")
     wait_for_line(backend, name, "[algo-2/rank 0] daemons started")
     daemons = _daemon_pids(pid_dir, expected=4)
@@ -166,9 +168,9 @@ def test_daemons_of_the_ranks_die_when_the_agent_is_sigkilled(tmp_path: Path) ->
 # A host without a usable cgroup (a container's read-only /sys/fs/cgroup): the subreaper alone.
 SUBREAPER_ONLY = """
 import sys
-from runtime.containment import Containment
-from runtime.launchers.base import LaunchPlan, ProcessSpec
-from runtime.supervisor import Supervisor
+from smlaunch.runtime.supervision.containment import Containment
+from smlaunch.runtime.launchers.base import LaunchPlan, ProcessSpec
+from smlaunch.runtime.supervision.supervisor import Supervisor
 
 rank = ProcessSpec(label="rank 0", argv=[sys.executable, "-c", sys.argv[1]], env={}, cwd=".", rank=0)
 containment = Containment("algo-1", use_cgroup=False)
@@ -204,9 +206,9 @@ def test_without_a_cgroup_the_subreaper_kills_a_double_forked_daemon() -> None:
 # Every rank of a host runs in the host's cgroup from its first instruction (moved before exec).
 IN_THE_CGROUP = """
 import sys
-from runtime.containment import Containment
-from runtime.launchers.base import LaunchPlan, ProcessSpec
-from runtime.supervisor import Supervisor
+from smlaunch.runtime.supervision.containment import Containment
+from smlaunch.runtime.launchers.base import LaunchPlan, ProcessSpec
+from smlaunch.runtime.supervision.supervisor import Supervisor
 
 code = "print(open('/proc/self/cgroup').read().strip(), flush=True)"
 ranks = [
@@ -232,7 +234,10 @@ def test_every_rank_runs_in_the_hosts_cgroup() -> None:
 
 
 def test_the_cgroup_of_a_runtime_that_died_is_removed_by_the_next() -> None:
-    enter = "from runtime.containment import Containment as C; c = C('algo-9'); c.enter(); print(c.cgroup)"
+    enter = (
+        "from smlaunch.runtime.supervision.containment import Containment as C; c = C('algo-9'); "
+        "c.enter(); print(c.cgroup)"
+    )
 
     def runtime_without_its_sweep() -> str:  # exits as a SIGKILLed runtime would: its cgroup stays
         done = subprocess.run([sys.executable, "-c", enter], capture_output=True, text=True, timeout=60)

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession, PyTorch, TensorFlow
-from estimator.errors import UnexpectedStatusException
-from runtime import contract
+from smlaunch import LocalSession, PyTorch, TensorFlow, contract
+from smlaunch.sdk.errors import UnexpectedStatusException
 from tests.functional._local_helpers import kill_leftover_jobs
 
 # The shape of the classic pytorch_mnist example's mnist.py: no distribution= on the estimator, the

@@ -1,7 +1,7 @@
 """A rank that leaves a gloo process group open is torn down while the interpreter is still whole.
 
-Real subprocesses with rankboot on their path, as the supervisor starts ranks (see
-``runtime/rankboot.py``, "Process-group teardown")."""
+Real subprocesses with the rank bootstrap on their path, as the supervisor starts ranks (see
+``smlaunch/rank/boot.py``, "Process-group teardown")."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from runtime.processes import free_port
-from runtime.rankboot import BOOT_DIR, RANK_DIR_ENV
+from smlaunch.contract.processes import free_port
+from smlaunch.rank.boot import BOOT_DIR, RANK_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_group_left_open_is_destroyed_at_exit(tmp_path: Path) -> None:
 
 
 def test_outside_smlaunch_nothing_is_registered(tmp_path: Path) -> None:
-    """Without a rank directory, rankboot changes nothing: the group is left to the interpreter."""
+    """Without a rank directory, the rank bootstrap changes nothing: the group is left to the interpreter."""
     result = _run_rank(tmp_path, LEAKY_RANK.format(port=free_port()), with_rank_dir=False)
     assert "destroy_process_group called" not in result.stdout
 
@@ -65,7 +65,7 @@ def test_outside_smlaunch_nothing_is_registered(tmp_path: Path) -> None:
 def test_teardown_does_not_import_torch(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from runtime.rankboot import close_process_groups\n"
+        "from smlaunch.rank.boot import close_process_groups\n"
         "close_process_groups()\n"
         "print('torch' in sys.modules)\n"
     )

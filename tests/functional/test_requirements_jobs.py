@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch, UnexpectedStatusException
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import PyTorch, UnexpectedStatusException, contract
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests._wheels import make_wheel
 from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs
 

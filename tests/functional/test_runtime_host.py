@@ -1,4 +1,4 @@
-"""``python -m runtime`` for real: hosts as processes, ranks as processes, gloo over 127.0.0.1.
+"""``python -m smlaunch.runtime`` for real: hosts as processes, ranks as processes, gloo over 127.0.0.1.
 
 Each test writes one ``/opt/ml`` tree per host (``_runtime_tree.write_host_tree``), starts one
 runtime per host with ``SAGEMAKER_BASE_DIR`` and the host-address map the local backend would pass,
@@ -23,8 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime import contract
-from runtime.processes import free_port
+from smlaunch import contract
+from smlaunch.contract.processes import free_port
 from tests.functional._runtime_tree import write_host_tree
 
 HOST_TIMEOUT = 60
@@ -54,7 +54,7 @@ def assert_no_process_left(root: Path) -> None:
 
 
 class HostRun:
-    """One ``python -m runtime`` process, its output collected line by line."""
+    """One ``python -m smlaunch.runtime`` process, its output collected line by line."""
 
     def __init__(self, base: Path, extra_env: Mapping[str, str]) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_", "SAGEMAKER_"))}
@@ -62,7 +62,7 @@ class HostRun:
         self.lines: list[str] = []
         self._cond = threading.Condition()
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "runtime"],
+            [sys.executable, "-m", "smlaunch.runtime"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

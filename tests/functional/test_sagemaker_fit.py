@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from estimator import JobFailedError, PyTorch, Session
-from estimator.errors import ConfigurationError, JobNameTakenError
-from estimator.job import TrainingJob
+from smlaunch import JobFailedError, PyTorch, Session
+from smlaunch.sdk.errors import ConfigurationError, JobNameTakenError
+from smlaunch.sdk.jobs.job import TrainingJob
 from tests.functional._sagemaker_moto import (
     ACCOUNT,
     DEFAULT_BUCKET,

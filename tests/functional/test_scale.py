@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import PyTorch, contract
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import assert_no_job_processes
 
 HOSTS = 32

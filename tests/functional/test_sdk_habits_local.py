@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import LocalSession, PyTorch
-from runtime import contract
+from smlaunch import LocalSession, PyTorch, contract
 from tests.functional._local_helpers import kill_leftover_jobs
 
 TRAIN = """
@@ -49,7 +48,7 @@ def _estimator(tmp_path: Path, **kwargs: object) -> PyTorch:
 
 def test_max_run_stops_the_job_and_fit_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     est = _estimator(tmp_path, max_run=1, hyperparameters={"sleep": 600})
-    with caplog.at_level(logging.WARNING, logger="estimator.job"):
+    with caplog.at_level(logging.WARNING, logger="smlaunch.sdk.jobs.job"):
         est.fit(job_name="stopped-by-max-run", logs=False)
     assert est.latest_training_job is not None
     description = est.latest_training_job.describe()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from estimator.job import TrainingJob
-from estimator.local_session import LocalSession
-from estimator.settings import CONFIG_ENV
-from runtime import contract
-from tests.functional._local_helpers import kill_leftover_jobs, make_spec
+from smlaunch import contract
+from smlaunch.sdk.jobs.job import TrainingJob
+from smlaunch.sdk.sessions.local import LocalSession
+from smlaunch.sdk.sessions.settings import CONFIG_ENV
+from tests.functional._local_helpers import job_request, kill_leftover_jobs, make_spec
 
 SCRIPT = """
 import os
@@ -35,6 +35,6 @@ def test_config_file_and_arguments_reach_the_ranks(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv(contract.SMLAUNCH_LOG_PREFIX, "0")  # would drop the prefix, if inherited
     backend = LocalSession(tmp_path / "jobs", log_prefix=True).backend()
     spec = make_spec(tmp_path, "settings-job", SCRIPT, instance_count=1)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     TrainingJob(backend, "settings-job").wait(logs=False)
     assert "[algo-1/rank 0] unsafe=1" in list(backend.log_lines("settings-job"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._dist_helpers import read_tar_json, run_job
 from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.env_vars import compat_dir
-from runtime.parallel import api as smp
-from runtime.parallel.state import shutdown
+from smlaunch.rank.smp import api as smp
+from smlaunch.rank.smp.state import shutdown
+from smlaunch.runtime.env_vars import compat_dir
 
 REPO = Path(__file__).resolve().parents[2]
 

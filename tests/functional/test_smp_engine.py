@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from runtime.parallel.checkpoint import merge_partial_checkpoint
-from runtime.parallel.layout import RankLayout
-from runtime.processes import free_port
+from smlaunch.contract.processes import free_port
+from smlaunch.rank.smp.checkpoint import merge_partial_checkpoint
+from smlaunch.rank.smp.layout import RankLayout
 from tests.functional._smp_worker import build_model, reference
 
 REPO = Path(__file__).resolve().parents[2]

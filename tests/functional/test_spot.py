@@ -17,15 +17,16 @@ from typing import Any
 import psutil
 import pytest
 
-from estimator.backends.local.backend import LocalBackend
-from estimator.backends.local.state import JobDir, write_json_atomic
-from estimator.errors import ConfigurationError
-from estimator.job import TrainingJob
-from estimator.session import LocalSession
-from estimator.spec import CheckpointConfig, StoppingCondition
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.backends.emulated.state import JobDir, write_json_atomic
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.jobs.job import TrainingJob
+from smlaunch.sdk.request.spec import CheckpointConfig, StoppingCondition
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     moto_s3_server,
@@ -148,7 +149,7 @@ def _assert_resumed(tmp_path: Path, name: str, description: dict[str, Any], log:
 def test_spot_interruption_resumes_from_checkpoint(tmp_path: Path, moto_s3: Any) -> None:
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=10)
     backend = session.backend()
-    backend.submit(_spot_spec(tmp_path, "spot-job"))
+    backend.submit(job_request(_spot_spec(tmp_path, "spot-job")))
 
     # Sync while training: checkpoints reach S3 before the job ends.
     wait_for_line(backend, "spot-job", "saved epoch 2")
@@ -179,7 +180,7 @@ def test_spot_fault_interrupts_the_first_attempt_at_a_given_line(tmp_path: Path,
     session = LocalSession(tmp_path / "jobs", s3_client=moto_s3, stop_grace_seconds=10)
     backend = session.backend()
     faults = json.dumps([{"kind": "spot", "rank": 0, "after_lines": 3}])
-    backend.submit(_spot_spec(tmp_path, "spot-fault", {contract.SMLAUNCH_FAULTS: faults}))
+    backend.submit(job_request(_spot_spec(tmp_path, "spot-fault", {contract.SMLAUNCH_FAULTS: faults})))
 
     description = wait_terminal(backend, "spot-fault", timeout=120)
     log = "\n".join(backend.log_lines("spot-fault"))
@@ -195,9 +196,9 @@ def test_spot_stop_reason_needs_a_spot_job(tmp_path: Path) -> None:
         update={"Environment": {contract.SMLAUNCH_FAULTS: '[{"kind": "spot", "after_seconds": 1}]'}}
     )
     with pytest.raises(ConfigurationError, match="use_spot_instances=True"):
-        backend.check(faulty)
+        backend.check(job_request(faulty))
     spec = make_spec(tmp_path, "not-spot", "import time; time.sleep(30)", instance_count=1)
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     try:
         with pytest.raises(ConfigurationError, match="use_spot_instances"):
             backend.stop("not-spot", reason="spot")
@@ -214,9 +215,9 @@ _REQUEUEING_AGENT = """
 import sys
 from pathlib import Path
 
-from estimator.backends.local.agent import Agent
-from estimator.backends.local.executors.process import ProcessExecutor
-from estimator.backends.local.state import JobDir
+from smlaunch.sdk.backends.emulated.agent import Agent
+from smlaunch.sdk.backends.emulated.executors.process.executor import ProcessExecutor
+from smlaunch.sdk.backends.emulated.state import JobDir
 
 
 class RequeueingProcesses(ProcessExecutor):
@@ -247,12 +248,14 @@ def test_a_host_stopped_before_the_agent_hears_of_a_preemption(tmp_path: Path, a
     name = f"requeued-{agent_signalled}".lower()
     spec = make_spec(tmp_path, name, CHECKPOINTING_SCRIPT, instance_count=1, hyperparameters={"epochs": 50})
     backend.submit(
-        spec.model_copy(
-            update={
-                "EnableManagedSpotTraining": True,
-                "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
-                "CheckpointConfig": CheckpointConfig(S3Uri=(tmp_path / "ckpt").as_uri()),
-            }
+        job_request(
+            spec.model_copy(
+                update={
+                    "EnableManagedSpotTraining": True,
+                    "StoppingCondition": StoppingCondition(MaxRuntimeInSeconds=120, MaxWaitTimeInSeconds=300),
+                    "CheckpointConfig": CheckpointConfig(S3Uri=(tmp_path / "ckpt").as_uri()),
+                }
+            )
         )
     )
     job = backend.job_dir(name)
@@ -264,7 +267,7 @@ def test_a_host_stopped_before_the_agent_hears_of_a_preemption(tmp_path: Path, a
     write_json_atomic(job.agent_file, {"pid": agent.pid, "create_time": started})
     try:
         wait_for_line(backend, name, "saved epoch 1")
-        (host,) = [p for p in psutil.Process(agent.pid).children() if "runtime" in p.cmdline()]
+        (host,) = [p for p in psutil.Process(agent.pid).children() if "smlaunch.runtime" in p.cmdline()]
         host.send_signal(signal.SIGTERM)  # the scheduler's signal reaches the host first ...
         host.wait(timeout=30)
         time.sleep(1.0)

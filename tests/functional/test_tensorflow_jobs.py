@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession, TensorFlow
-from runtime import contract
+from smlaunch import LocalSession, TensorFlow, contract
 from tests.functional._dist_helpers import ROLE, read_tar_json
 from tests.functional._local_helpers import assert_no_job_processes, kill_leftover_jobs, wait_terminal
 

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import tarfile
 import time
 import uuid
@@ -36,16 +35,18 @@ from typing import Any
 
 import pytest
 
-from estimator.backends.local.agent import Agent
-from estimator.backends.local.backend import LocalBackend
-from estimator.backends.local.executors.containers import LABEL_JOB, docker_client
-from estimator.backends.local.executors.docker import DockerExecutor
-from estimator.errors import ConfigurationError
-from estimator.session import LocalSession
-from estimator.spec import CheckpointConfig
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.emulated.agent import Agent
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.backends.emulated.executors.docker.containers import LABEL_JOB, docker_client
+from smlaunch.sdk.backends.emulated.executors.docker.executor import DockerExecutor
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.spec import CheckpointConfig
+from smlaunch.sdk.sessions.sagemaker import LocalSession
+from tests._images import cpu_test_image
 from tests.functional._local_helpers import (
     assert_no_job_processes,
+    job_request,
     kill_leftover_jobs,
     make_spec,
     wait_for_line,
@@ -53,7 +54,6 @@ from tests.functional._local_helpers import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD_TIMEOUT = 2400
 JOB_TIMEOUT = 600
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3000)]
@@ -70,23 +70,7 @@ def engine() -> Any:
 @pytest.fixture(scope="session")
 def image(engine: Any) -> str:
     """Our CPU image (with scikit-learn for the examples), built or reused from the cache."""
-    prebuilt = os.environ.get("SMLAUNCH_TEST_IMAGE")
-    if prebuilt:
-        return prebuilt
-    started = time.monotonic()
-    result = subprocess.run(
-        [str(REPO / "container" / "build.sh"), "cpu", "--extra", "scikit-learn"],
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        check=False,
-    )
-    if result.returncode == 2:  # a prerequisite is missing (debootstrap, root, mirror, index)
-        pytest.skip(f"cannot build the test image: {result.stderr.strip()[-500:]}")
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    tag = result.stdout.strip().splitlines()[-1]
-    print(f"test image {tag} ready in {time.monotonic() - started:.0f} s")
-    return tag
+    return cpu_test_image()
 
 
 @pytest.fixture
@@ -196,7 +180,7 @@ def test_cuda_image_has_torch_cuda_nccl_and_train(engine: Any) -> None:
 
 
 def _fit(example: str, root: Path, executor: str, image: str, engine: Any, **kwargs: Any) -> Any:
-    from estimator import PyTorch
+    from smlaunch import PyTorch
 
     session = LocalSession(
         root=root / executor,
@@ -325,7 +309,7 @@ def test_mpi_job_across_two_containers_matches_the_process_executor(
         session = LocalSession(root=root / executor, executor=executor, docker_client=engine)  # type: ignore[arg-type]
         backend = session.backend()
         name = f"mpi-{executor}-{RUN_ID}"
-        backend.submit(_mpi_spec(tmp_path / executor, image, name))
+        backend.submit(job_request(_mpi_spec(tmp_path / executor, image, name)))
         described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
         log = "\n".join(backend.log_lines(name))
         status = described["TrainingJobStatus"]
@@ -358,7 +342,7 @@ time.sleep(600)
 def test_a_crash_in_one_container_ends_the_other(tmp_path: Path, root: Path, engine: Any, image: str) -> None:
     backend = _backend(root, engine)
     name = f"crash-{RUN_ID}"
-    backend.submit(_spec(tmp_path, image, name, CRASH_SCRIPT))
+    backend.submit(job_request(_spec(tmp_path, image, name, CRASH_SCRIPT)))
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_FAILED
     assert described["ExitCode"] == 3
@@ -385,7 +369,7 @@ def test_a_checkpoint_path_outside_opt_ml_is_mounted_restored_and_synced(
     name = f"ckpt-{RUN_ID}"
     spec = _spec(tmp_path, image, name, CHECKPOINT_SCRIPT)
     spec.CheckpointConfig = CheckpointConfig(S3Uri=store.as_uri(), LocalPath="/checkpoints/run")
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
     assert sorted(p.name for p in store.iterdir()) == ["algo-1.txt", "algo-2.txt", "seed.txt"]
@@ -409,7 +393,7 @@ def test_stop_reaches_the_script_and_removes_both_containers(
 ) -> None:
     backend = _backend(root, engine, stop_grace_seconds=20)
     name = f"stopme-{RUN_ID}"
-    backend.submit(_spec(tmp_path, image, name, STOP_SCRIPT))
+    backend.submit(job_request(_spec(tmp_path, image, name, STOP_SCRIPT)))
     wait_for_line(backend, name, "algo-1 ready", timeout=JOB_TIMEOUT)
     wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
     assert {c.name for c in _containers(engine, name)} == {f"{name}-algo-1", f"{name}-algo-2"}
@@ -427,7 +411,7 @@ def test_max_run_stops_both_containers_as_sagemaker_reports_it(
 ) -> None:
     backend = _backend(root, engine, stop_grace_seconds=20)
     name = f"maxrun-{RUN_ID}"
-    backend.submit(_spec(tmp_path, image, name, STOP_SCRIPT, max_run=3))
+    backend.submit(job_request(_spec(tmp_path, image, name, STOP_SCRIPT, max_run=3)))
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_STOPPED
     assert described["SecondaryStatus"] == contract.SECONDARY_MAX_RUNTIME_EXCEEDED
@@ -440,7 +424,7 @@ def test_a_container_killed_from_outside_fails_the_job_naming_it(
 ) -> None:
     backend = _backend(root, engine)
     name = f"killed-{RUN_ID}"
-    backend.submit(_spec(tmp_path, image, name, STOP_SCRIPT))
+    backend.submit(job_request(_spec(tmp_path, image, name, STOP_SCRIPT)))
     wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
     engine.containers.get(f"{name}-algo-2").kill()
     described = wait_terminal(backend, name, timeout=120)
@@ -454,7 +438,7 @@ def _refused_fit(
     root: Path, tmp_path: Path, engine: Any, image: str, inputs: Any = None
 ) -> ConfigurationError:
     """``fit()`` of a tiny job that the check refuses; nothing is staged, no job or container exists."""
-    from estimator import PyTorch
+    from smlaunch import PyTorch
 
     source = tmp_path / "src"
     source.mkdir(parents=True, exist_ok=True)
@@ -497,7 +481,11 @@ def test_an_image_without_train_is_refused_at_fit_before_staging(
     error = _refused_fit(root, tmp_path, engine, base)
     assert error.field == "image_uri" and error.value == base
     assert "no `train` command" in str(error) and error.fix
-    assert not engine.containers.list(all=True, filters={"ancestor": base})  # the probe is removed
+    # The probe is removed. ("ancestor" also matches containers of images built on the base, such as
+    # our own image's: only the probe ran the base image itself.)
+    base_id = engine.images.get(base).id
+    probes = engine.containers.list(all=True, filters={"ancestor": base})
+    assert not [c for c in probes if c.attrs["Image"] == base_id]
 
 
 def test_a_file_channel_that_does_not_exist_is_refused_at_fit_before_staging(
@@ -511,16 +499,21 @@ def test_a_file_channel_that_does_not_exist_is_refused_at_fit_before_staging(
 
 
 def _in_process_agent(root: Path, engine: Any, spec: Any, agent_class: Any = None, **settings: Any) -> Any:
-    """The job's agent in this process (as the backend's would run it), with ``settings`` changed."""
-    from estimator.backends.local.state import write_json_atomic
+    """The job's agent in this process (as the backend's would run it), with ``settings`` changed
+    (the Docker executor's own fields among them: ``uid``, ``gid``)."""
+    from smlaunch.sdk.backends.emulated.job_settings import DockerSettings, JobSettings
+    from smlaunch.sdk.backends.emulated.state import write_json_atomic
 
     backend = _backend(root, engine)
-    backend.check(spec)
+    backend.check(job_request(spec))
     job = backend.job_dir(spec.TrainingJobName)
     job.logs_dir.mkdir(parents=True)
     job.job_log.touch()
     write_json_atomic(job.spec_file, spec.to_request())
-    write_json_atomic(job.settings_file, {**backend.settings(spec), **settings})
+    values = backend.settings(spec).model_dump(mode="json")
+    for name, value in settings.items():
+        (values["executor"] if name in DockerSettings.model_fields else values)[name] = value
+    write_json_atomic(job.settings_file, JobSettings.model_validate(values).model_dump(mode="json"))
     job.write_state({"TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatusTransitions": []})
     return (agent_class or Agent)(job, DockerExecutor(client=engine, stream_client=engine))
 
@@ -618,7 +611,7 @@ while not go.exists() and time.time() < deadline:
 """
     name = f"creds-{RUN_ID}"
     backend = _backend(root, engine)
-    backend.submit(_spec(tmp_path, image, name, script, instance_count=1))
+    backend.submit(job_request(_spec(tmp_path, image, name, script, instance_count=1)))
     wait_for_line(backend, name, "credentials digest", timeout=JOB_TIMEOUT)
     definitions = json.dumps([c.attrs for c in _containers(engine, name)])
     (root / name / "hosts" / "algo-1" / "model" / "go").touch()

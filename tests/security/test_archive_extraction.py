@@ -1,4 +1,4 @@
-"""``runtime.archive.safe_extract`` against hostile code archives, and what it still accepts.
+"""``smlaunch.contract.archive.safe_extract`` against hostile code archives, and what it still accepts.
 
 Each archive of ``hostile.CASES`` is first shown to escape a plain ``tarfile`` extraction (no
 filter, as Debian bookworm's Python 3.11.2 extracts), so the refusals below are of real attacks;
@@ -17,9 +17,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from runtime import contract
-from runtime.archive import ArchiveLimits, UnsafeArchiveError, create_tarball, safe_extract
-from runtime.errors import HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract.archive import ArchiveLimits, UnsafeArchiveError, create_tarball, safe_extract
+from smlaunch.contract.errors import HostConfigurationError
 from tests.security import hostile
 
 
@@ -162,8 +162,8 @@ def test_limits_come_from_the_environment_and_bad_values_are_named() -> None:
 
 
 def test_the_estimator_refuses_bad_limits_at_construction(tmp_path: Path) -> None:
-    from estimator import PyTorch
-    from estimator.errors import ConfigurationError
+    from smlaunch import PyTorch
+    from smlaunch.sdk.errors import ConfigurationError
 
     src = tmp_path / "src"
     src.mkdir()

@@ -20,10 +20,10 @@ import pytest
 import torch
 from torch import nn
 
-from runtime import contract
-from runtime.parallel import api as smp
-from runtime.parallel.checkpoint import UnsafeCheckpointError, merge_partial_checkpoint
-from runtime.parallel.state import shutdown
+from smlaunch import contract
+from smlaunch.rank.smp import api as smp
+from smlaunch.rank.smp.checkpoint import UnsafeCheckpointError, merge_partial_checkpoint
+from smlaunch.rank.smp.state import shutdown
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession, PyTorch
-from runtime import contract
+from smlaunch import LocalSession, PyTorch, contract
 from tests.functional._local_helpers import kill_leftover_jobs
 
 PLANTED = {

@@ -23,14 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch
-from estimator.errors import JobFailedError
-from estimator.session import LocalSession
-from runtime import contract
-from runtime.artifact_tree import write_file
-from runtime.hooks import RankRegistry
-from runtime.rankboot import register
-from runtime.report import OWN_FAILURE_MAX_BYTES, write_failure, write_success
+from smlaunch import PyTorch, contract
+from smlaunch.contract.artifact_tree import write_file
+from smlaunch.rank.boot import register
+from smlaunch.runtime.report import OWN_FAILURE_MAX_BYTES, write_failure, write_success
+from smlaunch.runtime.supervision.hooks import RankRegistry
+from smlaunch.sdk.errors import JobFailedError
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import kill_leftover_jobs
 
 SCRIPT = """
@@ -148,8 +147,8 @@ def test_the_runtime_writes_its_files_without_following_a_planted_link(tmp_path:
 
 BOUNDED = """
 import resource, sys
-from runtime import contract
-from runtime.report import write_failure
+from smlaunch import contract
+from smlaunch.runtime.report import write_failure
 
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # the whole file would not fit
 paths = contract.Paths(sys.argv[1])

@@ -1,4 +1,4 @@
-"""Hostile code archives handed to the launcher: ``python -m runtime`` with
+"""Hostile code archives handed to the launcher: ``python -m smlaunch.runtime`` with
 ``sagemaker_submit_directory`` pointing at the archive, and a real local ``fit()`` (process backend).
 
 For every archive of ``hostile.CASES`` (``test_archive_extraction.py`` proves that each escapes a
@@ -17,10 +17,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from estimator import PyTorch
-from estimator.errors import JobFailedError
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import PyTorch, contract
+from smlaunch.sdk.errors import JobFailedError
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._runtime_tree import write_host_tree
 from tests.security import hostile
 
@@ -41,7 +40,7 @@ def test_python_m_runtime_refuses_every_hostile_archive(tmp_path: Path) -> None:
     before = hostile.snapshot(tmp_path)
     procs = {
         name: subprocess.Popen(
-            [sys.executable, "-m", "runtime"],
+            [sys.executable, "-m", "smlaunch.runtime"],
             env={**env, contract.BASE_DIR_ENV: str(p.base)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

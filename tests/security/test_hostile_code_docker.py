@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runtime import contract
+from smlaunch import contract
 from tests.functional._runtime_tree import write_host_tree
 from tests.integration.test_docker_executor import engine, image  # noqa: F401 - session fixtures
 from tests.security import hostile

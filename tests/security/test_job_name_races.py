@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession, PyTorch
-from estimator import estimator as estimator_module
-from estimator.backends.local.artifacts import ArtifactExistsError, package_artifacts
-from estimator.errors import ConfigurationError, JobNameTakenError
-from runtime import contract
+from smlaunch import LocalSession, PyTorch, contract
+from smlaunch.sdk import estimator as estimator_module
+from smlaunch.sdk.backends.emulated.artifacts import ArtifactExistsError, package_artifacts
+from smlaunch.sdk.errors import ConfigurationError, JobNameTakenError
 from tests.functional._local_helpers import (
     kill_leftover_jobs,
     local_pytorch,

@@ -21,12 +21,11 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession
-from estimator.backends.local.executors.spawn import PrivateOptMl
-from estimator.backends.local.state import HOST_REPORT_BYTES, host_report
-from estimator.errors import JobFailedError
-from estimator.pytorch import PyTorch
-from runtime import contract
+from smlaunch import LocalSession, contract
+from smlaunch.sdk.backends.emulated.executors.process.spawn import PrivateOptMl
+from smlaunch.sdk.backends.emulated.state import HOST_REPORT_BYTES, host_report
+from smlaunch.sdk.errors import JobFailedError
+from smlaunch.sdk.pytorch import PyTorch
 from tests.functional._local_helpers import kill_leftover_jobs
 
 FORGE = """

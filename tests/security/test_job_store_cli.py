@@ -37,8 +37,8 @@ while "--forever" in sys.argv:
 """
 SUBMITTER = """\
 import pathlib, sys, time
-from estimator import LocalSession, PyTorch
-from estimator import estimator as module
+from smlaunch import LocalSession, PyTorch
+from smlaunch.sdk import estimator as module
 
 job_name, reached, release = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
 real = module.build_and_stage
@@ -67,7 +67,7 @@ class Cli:
         self.env = dict(os.environ, SMLAUNCH_HOME=str(self.home), PYTHONPATH=str(REPO))
 
     def __call__(self, *args: str, wrap: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-        command = [*wrap, sys.executable, "-m", "estimator.cli", *args]
+        command = [*wrap, sys.executable, "-m", "smlaunch.sdk.cli.main", *args]
         return subprocess.run(
             command, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=120
         )
@@ -153,8 +153,8 @@ def test_damaged_records_are_listed_described_and_removed(cli: Cli) -> None:
         [
             sys.executable,
             "-c",
-            "from estimator import LocalSession, PyTorch\n"
-            "from estimator.backends.local.store import DamagedRecordError\n"
+            "from smlaunch import LocalSession, PyTorch\n"
+            "from smlaunch.sdk.backends.emulated.store import DamagedRecordError\n"
             "try:\n"
             "    PyTorch.attach('truncated', sagemaker_session=LocalSession())\n"
             "except DamagedRecordError as exc:\n"
@@ -222,9 +222,9 @@ def test_a_submitter_killed_while_starting_the_agent_leaves_a_record_gc_keeps(cl
             sys.executable,
             "-c",
             "import os, signal\n"
-            "from estimator.backends.local.backend import LocalBackend\n"
+            "from smlaunch.sdk.backends.emulated.backend import LocalBackend\n"
             "LocalBackend._start_agent = lambda self, job: os.kill(os.getpid(), signal.SIGKILL)\n"
-            "from estimator import LocalSession, PyTorch\n"
+            "from smlaunch import LocalSession, PyTorch\n"
             "PyTorch(entry_point='train.py', source_dir='src', framework_version='2.1.0',\n"
             "        py_version='py310', instance_type='local', instance_count=1,\n"
             "        sagemaker_session=LocalSession()).fit(job_name='half-started', logs=False)\n",

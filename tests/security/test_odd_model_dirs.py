@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch
-from estimator.session import LocalSession
-from runtime import contract
-from runtime.transfer import local_path
+from smlaunch import PyTorch, contract
+from smlaunch.contract.transfer.uris import local_path
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import kill_leftover_jobs
 
 SCRIPT = """

@@ -1,6 +1,6 @@
 """A ``source_dir`` in an odd state still packs its code, promptly, naming what it leaves out.
 
-``sourcedir.tar.gz`` follows :mod:`runtime.artifact_tree`'s rule: regular files, and links to them
+``sourcedir.tar.gz`` follows :mod:`smlaunch.contract.artifact_tree`'s rule: regular files, and links to them
 inside the directory as what they point to. A link loop (``latest -> .``, ``up -> ..``), a FIFO, a
 socket, a dangling link and a link out of the directory (``-> /etc``) are left out, each named in
 one warning; packing opens no FIFO and walks no loop (the pytest timeouts only guard the hangs these
@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch
-from estimator.errors import ConfigurationError
-from estimator.packaging import build_and_stage, build_sourcedir
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import PyTorch, contract
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.packaging import build_and_stage, build_sourcedir
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 from tests.functional._local_helpers import kill_leftover_jobs
 
 ODD = {

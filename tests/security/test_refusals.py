@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession, PyTorch, Session
-from estimator.errors import ConfigurationError
-from runtime import contract
-from runtime.environment import Environment, HostConfigurationError
-from runtime.transfer import TransferEngine
+from smlaunch import LocalSession, PyTorch, Session, contract
+from smlaunch.contract.transfer.engine import TransferEngine
+from smlaunch.runtime.environment import Environment, HostConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
 from tests.functional._local_helpers import moto_s3_in_process
 from tests.functional._runtime_tree import write_host_tree
 

@@ -1,12 +1,12 @@
 """No rank reaches another job's requirements environment (process executor).
 
-Each job runs in its own copy of the cached template (:mod:`runtime.requirements`); the ranks see
-the cache read-only but for that copy (:func:`runtime.requirements.seal_hook`). A rank written as
-SageMaker scripts are (``VIRTUAL_ENV``, ``site.getsitepackages()``) walks from its environment to
-the template it was copied from and to the copy of another job running beside it, and tries to plant
-a ``.pth`` and to patch a module in each, as does a job without ``requirements.txt``; a later job
-with the same ``requirements.txt`` sees none of it, while the rank's own run-time ``pip install``
-keeps working.
+Each job runs in its own copy of the cached template (:mod:`smlaunch.runtime.requirements_cache`); the
+ranks see the cache read-only but for that copy (:func:`smlaunch.runtime.requirements_cache.seal_hook`).
+A rank written as SageMaker scripts are (``VIRTUAL_ENV``, ``site.getsitepackages()``) walks from its
+environment to the template it was copied from and to the copy of another job running beside it, and
+tries to plant a ``.pth`` and to patch a module in each, as does a job without ``requirements.txt``; a
+later job with the same ``requirements.txt`` sees none of it, while the rank's own run-time ``pip
+install`` keeps working.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession
-from estimator.backends.local.executors.spawn import PrivateOptMl
-from estimator.pytorch import PyTorch
-from runtime import contract, mounts
-from runtime.requirements import READY_MARKER, seal_hook
+from smlaunch import LocalSession, contract
+from smlaunch.contract import mounts
+from smlaunch.runtime.requirements_cache import READY_MARKER, seal_hook
+from smlaunch.sdk.backends.emulated.executors.process.spawn import PrivateOptMl
+from smlaunch.sdk.pytorch import PyTorch
 from tests._wheels import make_wheel
 from tests.functional._local_helpers import kill_leftover_jobs
 

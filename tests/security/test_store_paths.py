@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from estimator.debugger import TensorBoardOutputConfig
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.debugger import TensorBoardOutputConfig
+from smlaunch.sdk.errors import ConfigurationError
 from tests.functional._local_helpers import kill_leftover_jobs, local_pytorch
 
 REPO = Path(__file__).resolve().parents[2]
-SMLAUNCH = (sys.executable, "-m", "estimator.cli")
+SMLAUNCH = (sys.executable, "-m", "smlaunch.sdk.cli.main")
 
 
 @pytest.fixture

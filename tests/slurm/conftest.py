@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.slurm_session import SlurmSession
+from smlaunch.sdk.sessions.slurm import SlurmSession
 from tests.functional._local_helpers import assert_no_job_processes
 from tests.slurm._cluster import Cluster, ClusterUnavailable, running_cluster
 

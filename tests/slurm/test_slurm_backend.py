@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from estimator import cli
-from estimator.slurm_session import SlurmSession
-from estimator.spec import CheckpointConfig, StoppingCondition
-from runtime import contract
-from tests.functional._local_helpers import make_spec, wait_for_line, wait_terminal
+from smlaunch import contract
+from smlaunch.sdk.cli import main as cli
+from smlaunch.sdk.request.spec import CheckpointConfig, StoppingCondition
+from smlaunch.sdk.sessions.slurm import SlurmSession
+from tests.functional._local_helpers import job_request, make_spec, wait_for_line, wait_terminal
 from tests.slurm._cluster import Cluster
 from tests.slurm.conftest import JOB_TIMEOUT, squeue
 
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 def test_quickstart_two_nodes_two_ranks_trains_a_model(
     session: SlurmSession, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from estimator import PyTorch
+    from smlaunch import PyTorch
 
     estimator = PyTorch(
         entry_point="train.py",
@@ -95,7 +95,7 @@ def test_literal_opt_ml_paths_are_each_hosts_own_tree_on_its_node(
 ) -> None:
     backend = session.backend()
     name = f"slurm-literal-{os.getpid()}"
-    backend.submit(make_spec(tmp_path, name, LITERAL_SCRIPT))
+    backend.submit(job_request(make_spec(tmp_path, name, LITERAL_SCRIPT)))
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
     model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
@@ -132,7 +132,7 @@ def test_smddp_all_reduce_across_the_two_nodes(session: SlurmSession, tmp_path: 
             contract.HP_SMDDP_CUSTOM_MPI_OPTIONS: json.dumps(""),
         }
     )
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_COMPLETED, described.get("FailureReason")
     model = Path(described["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("file://"))
@@ -151,7 +151,7 @@ def test_smp_model_parallel_example_pipelines_across_the_two_nodes(
 ) -> None:
     """The model-parallel example's notebook cell with the session swapped: 2 nodes x 2 ranks, 2
     pipeline partitions spread over the nodes (ranks 0+2, 1+3); the model loads in one process."""
-    from estimator import PyTorch
+    from smlaunch import PyTorch
 
     example = REPO / "examples" / "model_parallel"
     sys.path.insert(0, str(example))
@@ -216,7 +216,7 @@ def test_a_crash_on_one_rank_fails_the_job_naming_host_and_rank(
 ) -> None:
     backend = session.backend()
     name = f"slurm-crash-{os.getpid()}"
-    backend.submit(make_spec(tmp_path, name, CRASH_SCRIPT, ddp=True))
+    backend.submit(job_request(make_spec(tmp_path, name, CRASH_SCRIPT, ddp=True)))
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_FAILED
     reason = described["FailureReason"]
@@ -241,7 +241,7 @@ def test_stop_from_the_cli_reaches_the_script_on_both_nodes(
 ) -> None:
     backend = session.backend()
     name = f"slurm-stop-{os.getpid()}"
-    backend.submit(make_spec(tmp_path, name, STOP_SCRIPT))
+    backend.submit(job_request(make_spec(tmp_path, name, STOP_SCRIPT)))
     wait_for_line(backend, name, "algo-1 ready", timeout=JOB_TIMEOUT)
     wait_for_line(backend, name, "algo-2 ready", timeout=JOB_TIMEOUT)
     assert squeue(slurm_cluster, name) == "RUNNING"
@@ -260,7 +260,7 @@ def test_stop_from_the_cli_reaches_the_script_on_both_nodes(
 def test_max_run_stops_the_job_as_sagemaker_reports_it(session: SlurmSession, tmp_path: Path) -> None:
     backend = session.backend()
     name = f"slurm-maxrun-{os.getpid()}"
-    backend.submit(make_spec(tmp_path, name, STOP_SCRIPT, max_run=4))
+    backend.submit(job_request(make_spec(tmp_path, name, STOP_SCRIPT, max_run=4)))
     described = wait_terminal(backend, name, timeout=JOB_TIMEOUT)
     assert described["TrainingJobStatus"] == contract.STATUS_STOPPED
     assert described["SecondaryStatus"] == contract.SECONDARY_MAX_RUNTIME_EXCEEDED
@@ -272,9 +272,9 @@ def test_a_job_waiting_behind_another_says_so_and_attach_sees_it(
 ) -> None:
     backend = session.backend()
     first, second = f"slurm-first-{os.getpid()}", f"slurm-second-{os.getpid()}"
-    backend.submit(make_spec(tmp_path, first, STOP_SCRIPT))
+    backend.submit(job_request(make_spec(tmp_path, first, STOP_SCRIPT)))
     wait_for_line(backend, first, "algo-2 ready", timeout=JOB_TIMEOUT)
-    backend.submit(make_spec(tmp_path, second, STOP_SCRIPT))
+    backend.submit(job_request(make_spec(tmp_path, second, STOP_SCRIPT)))
     deadline = time.monotonic() + 30
     message = ""
     while time.monotonic() < deadline:
@@ -299,7 +299,7 @@ def test_a_job_waiting_behind_another_says_so_and_attach_sees_it(
 def _attach_from_another_process(session: SlurmSession, name: str) -> dict[str, Any]:
     code = (
         "import json, sys\n"
-        "from estimator import Estimator, SlurmSession\n"
+        "from smlaunch import Estimator, SlurmSession\n"
         "est = Estimator.attach(sys.argv[2], sagemaker_session=SlurmSession(shared_dir=sys.argv[1]), "
         "wait=False)\n"
         "d = est.latest_training_job.describe()\n"
@@ -357,7 +357,7 @@ def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
             "CheckpointConfig": CheckpointConfig(S3Uri=(tmp_path / "checkpoints").as_uri()),
         }
     )
-    backend.submit(spec)
+    backend.submit(job_request(spec))
     wait_for_line(backend, name, "algo-1 step 4", timeout=JOB_TIMEOUT)
     job_id = json.loads((session.root / name / "slurm.json").read_text())["job_id"]
     requeue = slurm_cluster.run("scontrol", "requeue", job_id)  # how Slurm delivers a preemption
@@ -406,3 +406,19 @@ def test_a_requeued_spot_job_resumes_from_its_checkpoint_as_a_second_attempt(
         "algo-2.json": {"start": resumed_at, "node": "node2"},
     }, results
     assert f"algo-1 resuming at step {resumed_at}" in log, log[-4000:]
+
+
+def test_a_job_stopped_as_soon_as_slurm_runs_it_ends_stopped(
+    session: SlurmSession, tmp_path: Path, slurm_cluster: Cluster
+) -> None:
+    # Before its agent takes SIGTERM over, SIGTERM would kill it: Slurm would say FAILED
+    # (JobLaunchFailure). A tuning job stops its trials at any moment, this one included.
+    backend = session.backend()
+    name = f"slurm-early-stop-{os.getpid()}"
+    backend.submit(job_request(make_spec(tmp_path, name, "import time\ntime.sleep(60)\n")))
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while squeue(slurm_cluster, name) != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    backend.stop(name)
+    described = wait_terminal(backend, name, timeout=120)
+    assert described["TrainingJobStatus"] == contract.STATUS_STOPPED, described.get("FailureReason")

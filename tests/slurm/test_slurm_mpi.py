@@ -1,7 +1,7 @@
 """MPI (``distribution={"mpi": ...}``) on the real two-node test cluster (``conftest.py``).
 
 The master host's ``mpirun`` starts each host's ``orted`` as a step of the job on that host's node
-(``srun --overlap``, :mod:`runtime.mpi_slurm`): a 2 nodes x 2 ranks job in the style of the
+(``srun --overlap``, :mod:`smlaunch.contract.mpi_slurm`): a 2 nodes x 2 ranks job in the style of the
 SageMaker Horovod/MPI examples trains to a correct ``model.tar.gz`` and every rank reports the
 node Slurm ran it on (algo-2's ranks on node2, never the master's node: both test nodes have the
 address 127.0.0.1, so a local emulation would put every rank on node1) with its own host's
@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 
-from estimator import PyTorch
-from estimator.slurm_session import SlurmSession
-from runtime import contract
-from runtime.requirements import READY_MARKER
+from smlaunch import PyTorch, contract
+from smlaunch.runtime.requirements_cache import READY_MARKER
+from smlaunch.sdk.sessions.slurm import SlurmSession
 from tests._wheels import make_wheel
 from tests.functional._local_helpers import wait_for_line, wait_terminal
 from tests.security.test_requirements_cache import RANK_UNDER_MPI

@@ -9,13 +9,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from estimator import TrainingJobAnalytics
-from estimator.analytics import metric_rows
-from estimator.errors import MissingExtraError
-from estimator.metrics import MetricRecord
-from estimator.session import Session
+from smlaunch import TrainingJobAnalytics
+from smlaunch.sdk.errors import MissingExtraError
+from smlaunch.sdk.jobs.analytics import metric_rows
+from smlaunch.sdk.jobs.metrics import MetricRecord
+from smlaunch.sdk.sessions.sagemaker import Session
 from tests.functional._sagemaker_moto import FakeSageMaker, fake_aws
-from tests.unit.test_sagemaker_backend import JOB, make_spec
+from tests.unit.test_sagemaker_backend import JOB, make_request, make_spec
 
 pandas = pytest.importorskip("pandas")
 
@@ -33,8 +33,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSageMaker]:
 
 def started_job(aws: FakeSageMaker, session: Session) -> datetime:
     algorithm = make_spec().AlgorithmSpecification.model_dump(exclude_none=True)
-    spec = make_spec(AlgorithmSpecification={**algorithm, "MetricDefinitions": METRICS})
-    session.backend().submit(spec)
+    session.backend().submit(make_request(AlgorithmSpecification={**algorithm, "MetricDefinitions": METRICS}))
     aws.transition(JOB, "Training", "Training in progress.")
     return aws.job(JOB).training_start_time
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import artifact_tree
-from runtime.archive import pack_files
-from runtime.artifact_tree import NotARegularFile, Skipped, open_regular, skip_report, walk
+from smlaunch.contract import artifact_tree
+from smlaunch.contract.archive import pack_files
+from smlaunch.contract.artifact_tree import NotARegularFile, Skipped, open_regular, skip_report, walk
 
 
 def _names(root: Path) -> list[str]:

@@ -9,11 +9,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from estimator.backends.base import output_prefix
-from estimator.backends.local.artifacts import ArtifactConflictError, merge_entries, package_artifacts
-from estimator.errors import ConfigurationError
-from estimator.session import LocalSession
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.base import output_prefix
+from smlaunch.sdk.backends.emulated.artifacts import ArtifactConflictError, merge_entries, package_artifacts
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.sessions.sagemaker import LocalSession
 
 
 def _host(tmp_path: Path, host: str, model: dict[str, str], data: dict[str, str] | None = None) -> Path:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from estimator import Estimator, PyTorch, Session, UnexpectedStatusException
-from estimator.errors import ConfigurationError
+from smlaunch import Estimator, PyTorch, Session, UnexpectedStatusException
+from smlaunch.sdk.errors import ConfigurationError
 from tests.functional._sagemaker_moto import ROLE_ARN, FakeSageMaker, fake_aws
 from tests.unit.test_estimator import RecordingBackend, TestLocalSession, local
 
@@ -104,7 +104,7 @@ def test_model_channel_name_must_be_text(src: Path, tmp_path: Path) -> None:
 
 
 def test_a_bare_name_found_nowhere_names_both_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from estimator.backends.local.backend import JobNotFoundError
+    from smlaunch.sdk.backends.emulated.backend import JobNotFoundError
     from tests.functional._sagemaker_moto import aws_test_env
 
     aws_test_env(monkeypatch, credentials=False)

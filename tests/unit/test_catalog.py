@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator import catalog
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,5 @@
-"""runtime.channels: ShardedByS3Key assignment, ManifestFile expansion, Pipe order, RecordIO framing,
+"""smlaunch.contract.channels: ShardedByS3Key assignment, ManifestFile expansion, Pipe order, RecordIO
+framing,
 Gzip decompression."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import random
 
 import pytest
 
-from runtime import channels as rules
+from smlaunch.contract import channels as rules
 
 
 def _keys(n: int, seed: int = 0) -> list[str]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from estimator import PyTorch
-from estimator.cli import main
-from estimator.cli_run import PlanSession
-from estimator.errors import ConfigurationError
+from smlaunch import PyTorch
+from smlaunch.sdk.cli.main import main
+from smlaunch.sdk.cli.run import PlanSession
+from smlaunch.sdk.errors import ConfigurationError
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ def test_account_bucket_and_local(src: Path, tmp_path: Path, capsys: pytest.Capt
 def test_a_malformed_flag_value_is_shown_fixed_with_a_value_of_its_kind(flag: str, bad: str) -> None:
     import shlex
 
-    from estimator.cli_run import json_arg, pairs
+    from smlaunch.sdk.cli.run import json_arg, pairs
 
     parse = (
         (lambda text: pairs([text], flag))
@@ -266,13 +266,13 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
     ],
 )
 def test_hp_values_arrive_as_typed(typed: str, sent: object) -> None:
-    from estimator.cli_run import hp_value
+    from smlaunch.sdk.cli.run import hp_value
 
     assert hp_value(typed) == sent and type(hp_value(typed)) is type(sent)
 
 
 def test_every_help_states_the_exit_statuses(capsys: pytest.CaptureFixture) -> None:
-    from estimator.cli import EXIT_STATUS
+    from smlaunch.sdk.cli.main import EXIT_STATUS
 
     for command in ([], ["run"], ["list"], ["describe"], ["metrics"], ["rm"], ["gc"], ["plan"]):
         with pytest.raises(SystemExit):
@@ -289,7 +289,7 @@ def test_text_output_is_the_aws_clis() -> None:
     key in capitals."""
     import io
 
-    from estimator.cli_output import write_text
+    from smlaunch.sdk.cli.output import write_text
 
     data = {
         "TrainingJobSummaries": [
@@ -317,7 +317,7 @@ def test_query_and_table(capsys: pytest.CaptureFixture) -> None:
     import argparse
     import io
 
-    from estimator.cli_output import emit
+    from smlaunch.sdk.cli.output import emit
 
     data = {"Jobs": [{"Name": "a", "Value": 1}, {"Name": "bb", "Value": None}]}
     out = io.StringIO()
@@ -346,8 +346,8 @@ def test_warnings_print_as_a_command_line_tool_prints_them(src: Path, capsys: py
 def test_a_job_that_did_not_complete_is_one_error_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from estimator import cli_jobs
-    from estimator.errors import JobFailedError
+    from smlaunch.sdk.cli import jobs as cli_jobs
+    from smlaunch.sdk.errors import JobFailedError
 
     reason = (
         "AlgorithmError: rank 0 on host algo-1 exited with code 1\nErrorMessage: ValueError: boom\n"
@@ -394,3 +394,30 @@ def test_errors_give_cli_advice(
             "or look in the local job store instead (no --sagemaker, no sagemaker: prefix)"
         )
         assert "LocalSession" not in err and "sagemaker_session" not in err, err
+
+
+@pytest.mark.parametrize(
+    "jobs",
+    [
+        ["local:a", "kubernetes:ns:b"],
+        ["kubernetes:ns:b", "a"],
+        ["kubernetes:ns:b", "kubernetes:other:c"],
+        ["slurm:/shared:a"],
+    ],
+)
+def test_rm_takes_jobs_of_one_store_or_one_namespace(
+    jobs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["rm", *jobs]) == 2
+    err = capsys.readouterr().err
+    assert "rm removes jobs of one local store, or of one Kubernetes namespace" in err, err
+    assert "kubernetes:NAMESPACE:NAME" in err
+
+
+def test_list_kubernetes_names_one_place_and_no_store_status(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--kubernetes", "ns", "--sagemaker"]) == 2
+    assert "give one place" in capsys.readouterr().err
+    assert main(["list", "--kubernetes", "ns", "--status", "Abandoned"]) == 2
+    assert "drop --kubernetes" in capsys.readouterr().err
+    assert main(["list", "--kubernetes", "ns", "--tuning", "--sagemaker"]) == 2
+    assert "give one place" in capsys.readouterr().err

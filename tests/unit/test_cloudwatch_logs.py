@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from estimator.backends.cloudwatch import LOG_GROUP, LogStreamMerger, host_of_stream
+from smlaunch.sdk.backends.sagemaker.cloudwatch import LOG_GROUP, LogStreamMerger, host_of_stream
 from tests.functional._sagemaker_moto import FakeSageMaker, fake_aws
 
 JOB = "pytorch-training-2026-11-22-02-27-47-316"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession
+from smlaunch import LocalSession
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -253,7 +253,7 @@ def test_paths_and_placeholders(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_a_refusal_must_name_an_argument_the_case_passes() -> None:
-    from estimator.errors import ConfigurationError, UnsupportedFeatureError
+    from smlaunch.sdk.errors import ConfigurationError, UnsupportedFeatureError
 
     kwargs = {"train_instance_type": "ml.c4.xlarge", "instance_groups": []}
     assert conformance.refused_argument(ConfigurationError("instance_type", None, "missing"), kwargs) is None

@@ -1,5 +1,5 @@
-"""The CUDA emulation layer (``runtime/cuda_emulation.py``), as a rank gets it from the rank bootstrap:
-one real interpreter started with ``runtime/_rankboot`` on its path and ``SMLAUNCH_EMULATE_CUDA`` set."""
+"""The CUDA emulation layer (``smlaunch/rank/cuda_emulation.py``), as a rank gets it from the rank bootstrap:
+one real interpreter started with ``smlaunch/rank/_site`` on its path and ``SMLAUNCH_EMULATE_CUDA`` set."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends.local import layout
-from runtime import contract
-from runtime.processes import free_port
-from runtime.rankboot import BOOT_DIR
+from smlaunch import contract
+from smlaunch.contract.processes import free_port
+from smlaunch.rank.boot import BOOT_DIR
+from smlaunch.sdk.backends.emulated import layout
 from tests.unit._probe import run_probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,22 +126,36 @@ def test_what_needs_a_real_gpu_fails_naming_the_call(facts: dict) -> None:
     assert all("LocalSession(emulate_cuda=False)" in e for e in errors.values() if "ordinal" not in e)
 
 
-def test_emulated_gpus_follow_the_instance_type_and_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(layout, "machine_gpu_count", lambda: 0)
+def test_emulated_gpus_follow_the_instance_type_and_the_session() -> None:
+    from smlaunch.sdk.backends.emulated.job_settings import EmulatedGpus, JobSettings, ProcessSettings
+    from smlaunch.sdk.sessions.settings import Settings
+
+    def emulated(instance_type: str, emulate_cuda: bool | None, machine_gpus: int) -> EmulatedGpus | None:
+        spec = _spec().model_copy(
+            update={
+                "ResourceConfig": _spec().ResourceConfig.model_copy(update={"InstanceType": instance_type})
+            }
+        )
+        session = Settings(root=Path("/tmp/jobs"), emulate_cuda=emulate_cuda)
+        executor = ProcessSettings(python="python")
+        settings = JobSettings.resolve(spec, session, executor, machine_gpus=machine_gpus, host_gpus=None)
+        return settings.emulate_cuda
+
     p3 = {"gpus": 8, "model": "V100", "memory_gib": 16.0}
-    assert layout.emulated_gpus("ml.p3.16xlarge", None) == p3
-    assert layout.emulated_gpus("ml.p3.16xlarge", False) is None
-    assert layout.emulated_gpus("ml.c5.xlarge", None) is None
-    monkeypatch.setattr(layout, "machine_gpu_count", lambda: 8)
-    assert layout.emulated_gpus("ml.p3.16xlarge", None) is None
-    assert layout.emulated_gpus("ml.p3.16xlarge", True) == p3
-    env = layout.host_environment(_spec(), Path("/tmp/h"), {"algo-1": "127.0.0.1"}, 1234, 2, 1.0, 8, p3)
+    assert emulated("ml.p3.16xlarge", None, 0) == EmulatedGpus(**p3)
+    assert emulated("ml.p3.16xlarge", False, 0) is None
+    assert emulated("ml.c5.xlarge", None, 0) is None
+    assert emulated("ml.p3.16xlarge", None, 8) is None
+    assert emulated("ml.p3.16xlarge", True, 8) == EmulatedGpus(**p3)
+    env = layout.host_environment(
+        _spec(), Path("/tmp/h"), {"algo-1": "127.0.0.1"}, 1234, 2, 1.0, 8, EmulatedGpus(**p3)
+    )
     assert env[contract.SMLAUNCH_NUM_GPUS] == "8"
     assert json.loads(env[contract.SMLAUNCH_EMULATE_CUDA]) == p3
 
 
 def _spec():  # type: ignore[no-untyped-def]
-    from estimator.spec import TrainingJobSpec
+    from smlaunch.sdk.request.spec import TrainingJobSpec
 
     return TrainingJobSpec(
         TrainingJobName="emulated",

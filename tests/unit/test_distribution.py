@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from estimator.catalog import lookup
-from estimator.distribution import Distribution
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.catalog import lookup
+from smlaunch.sdk.request.distribution import Distribution
 
 P3 = lookup("ml.p3.16xlarge")
 C5 = lookup("ml.c5.xlarge")

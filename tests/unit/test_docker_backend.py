@@ -20,26 +20,35 @@ from typing import Any
 import docker.errors
 import pytest
 
-from estimator.backends.local.agent import Agent
-from estimator.backends.local.backend import LocalBackend
-from estimator.backends.local.executors import container_ssh, containers
-from estimator.backends.local.executors import docker as docker_backend
-from estimator.backends.local.executors.container_ssh import CONTAINER_SSH_DIR, uses_mpi, write_ssh_material
-from estimator.backends.local.executors.containers import (
+from smlaunch import contract
+from smlaunch.contract import hyperparameters as hp
+from smlaunch.sdk.backends.emulated.agent import Agent
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.backends.emulated.executors import ssh as container_ssh
+from smlaunch.sdk.backends.emulated.executors.docker import containers
+from smlaunch.sdk.backends.emulated.executors.docker import executor as docker_backend
+from smlaunch.sdk.backends.emulated.executors.docker import images as docker_images
+from smlaunch.sdk.backends.emulated.executors.docker.containers import (
     LABEL_JOB,
     ContainerProcess,
     FailedStart,
     _LineReader,
     sweep,
 )
-from estimator.backends.local.executors.docker import CONTAINER_BASE_DIR, DockerExecutor
-from estimator.backends.local.layout import read_only_sources
-from estimator.backends.local.state import JobDir, write_json_atomic
-from estimator.errors import ConfigurationError
-from estimator.session import LocalSession
-from estimator.spec import CheckpointConfig, TensorBoardOutputConfig
-from runtime import contract
-from tests.functional._local_helpers import make_spec
+from smlaunch.sdk.backends.emulated.executors.docker.executor import CONTAINER_BASE_DIR, DockerExecutor
+from smlaunch.sdk.backends.emulated.executors.ssh import (
+    CONTAINER_SSH_DIR,
+    ssh_environment,
+    uses_mpi,
+    write_ssh_material,
+)
+from smlaunch.sdk.backends.emulated.job_settings import DockerSettings, JobSettings
+from smlaunch.sdk.backends.emulated.layout import read_only_sources
+from smlaunch.sdk.backends.emulated.state import JobDir, write_json_atomic
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.spec import CheckpointConfig, TensorBoardOutputConfig
+from smlaunch.sdk.sessions.sagemaker import LocalSession
+from tests.functional._local_helpers import job_request, make_spec
 
 # --- a fake Docker client -------------------------------------------------------------------------
 
@@ -150,9 +159,11 @@ class FakeClient:
 
 @pytest.fixture(autouse=True)
 def _forget_probed_images() -> Iterator[None]:
-    docker_backend._TRAIN_CHECKED.clear()
+    docker_images.TRAIN_CHECKED.clear()
+    docker_images.RUNTIME_CHECKED.clear()
     yield
-    docker_backend._TRAIN_CHECKED.clear()
+    docker_images.TRAIN_CHECKED.clear()
+    docker_images.RUNTIME_CHECKED.clear()
 
 
 def _backend(tmp_path: Path, client: FakeClient) -> LocalBackend:
@@ -176,7 +187,7 @@ def test_no_engine_says_how_to_start_one_or_to_use_processes(tmp_path: Path) -> 
     backend = _backend(tmp_path, FakeClient(alive=False))
     output = tmp_path / "not-yet" / "out"
     with pytest.raises(ConfigurationError) as err:
-        backend.check(_spec(tmp_path, output_path=output.as_uri()))
+        backend.check(job_request(_spec(tmp_path, output_path=output.as_uri())))
     message = str(err.value)
     assert "no Docker engine answers" in message or "does not answer" in message
     assert "dockerd" in message and "executor='process'" in message
@@ -197,7 +208,9 @@ def test_image_missing_locally_is_refused_without_pulling(tmp_path: Path) -> Non
     client = FakeClient()
     backend = _backend(tmp_path, client)
     with pytest.raises(ConfigurationError) as err:
-        backend.check(_spec(tmp_path, image="763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch:2.1"))
+        backend.check(
+            job_request(_spec(tmp_path, image="763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch:2.1"))
+        )
     assert err.value.field == "image_uri"
     assert "never pulls" in str(err.value) and "container/build.sh" in str(err.value)
     assert client.containers.created == []
@@ -209,17 +222,17 @@ def test_no_image_at_all_names_the_fix(tmp_path: Path, monkeypatch: pytest.Monke
     spec = _spec(tmp_path)
     spec.AlgorithmSpecification.TrainingImage = None
     with pytest.raises(ConfigurationError) as err:
-        backend.check(spec)
+        backend.check(job_request(spec))
     assert err.value.field == "image_uri" and docker_backend.DOCKER_IMAGE_ENV in str(err.value)
     monkeypatch.setenv(docker_backend.DOCKER_IMAGE_ENV, "smlaunch-cpu:test")
-    backend.check(spec)  # the environment variable supplies the image
+    backend.check(job_request(spec))  # the environment variable supplies the image
 
 
 def test_image_without_train_is_refused(tmp_path: Path) -> None:
     client = FakeClient({"debian:plain": FakeImage("sha256:plain")}, has_train=False)
     backend = _backend(tmp_path, client)
     with pytest.raises(ConfigurationError) as err:
-        backend.check(_spec(tmp_path, image="debian:plain"))
+        backend.check(job_request(_spec(tmp_path, image="debian:plain")))
     assert err.value.field == "image_uri" and "no `train` command" in str(err.value)
     probe = client.containers.created[-1]
     assert probe["command"] == ["command -v train"] and probe["remove"] is True
@@ -229,14 +242,14 @@ def test_image_without_train_is_refused(tmp_path: Path) -> None:
 def test_foreign_image_with_train_passes_and_is_probed_once(tmp_path: Path) -> None:
     client = FakeClient({"dlc:2.1": FakeImage("sha256:dlc")})
     backend = _backend(tmp_path, client)
-    backend.check(_spec(tmp_path, image="dlc:2.1"))
-    backend.check(_spec(tmp_path, name="job-2", image="dlc:2.1"))
+    backend.check(job_request(_spec(tmp_path, image="dlc:2.1")))
+    backend.check(job_request(_spec(tmp_path, name="job-2", image="dlc:2.1")))
     assert len(client.containers.created) == 1
 
 
 def test_our_labelled_image_is_not_probed(tmp_path: Path) -> None:
-    client = FakeClient({"ours": FakeImage("sha256:o", {docker_backend.LABEL_OURS: "abc"})})
-    _backend(tmp_path, client).check(_spec(tmp_path, image="ours"))
+    client = FakeClient({"ours": FakeImage("sha256:o", {docker_images.LABEL_OURS: "abc"})})
+    _backend(tmp_path, client).check(job_request(_spec(tmp_path, image="ours")))
     assert client.containers.created == []
 
 
@@ -244,7 +257,7 @@ def test_mount_path_that_does_not_exist_is_refused(tmp_path: Path) -> None:
     backend = _backend(tmp_path, FakeClient())
     missing = tmp_path / "no-such-data"
     with pytest.raises(ConfigurationError) as err:
-        backend.check(_spec(tmp_path, inputs={"train": missing.as_uri()}))
+        backend.check(job_request(_spec(tmp_path, inputs={"train": missing.as_uri()})))
     assert err.value.field == "inputs['train']" and f"{missing} does not exist" in str(err.value)
 
 
@@ -261,21 +274,24 @@ def test_read_only_sources_are_code_channels_and_the_s3_cache(tmp_path: Path) ->
 
 
 def _agent(tmp_path: Path, client: FakeClient, spec: Any, **settings: Any) -> Any:
+    """The job's agent, its ``settings.json`` the backend's with ``settings`` changed (the Docker
+    executor's own fields among them: ``uid``, ``gid``)."""
     backend = _backend(tmp_path, client)
     job = backend.job_dir(spec.TrainingJobName)
     job.logs_dir.mkdir(parents=True)
     job.job_log.touch()
     write_json_atomic(job.spec_file, spec.to_request())
-    values = backend.settings(spec)
-    values.update(settings)
-    write_json_atomic(job.settings_file, values)
+    values = backend.settings(spec).model_dump(mode="json")
+    for name, value in settings.items():
+        (values["executor"] if name in DockerSettings.model_fields else values)[name] = value
+    write_json_atomic(job.settings_file, JobSettings.model_validate(values).model_dump(mode="json"))
     job.write_state({"TrainingJobStatus": contract.STATUS_IN_PROGRESS, "SecondaryStatusTransitions": []})
     return Agent(job, DockerExecutor(client=client, stream_client=client))
 
 
 def test_container_arguments_per_host(tmp_path: Path) -> None:
     client = FakeClient()
-    agent = _agent(tmp_path, client, _spec(tmp_path), gpus=True, uid=1234, gid=5678)
+    agent = _agent(tmp_path, client, _spec(tmp_path), gpu_devices=True, uid=1234, gid=5678)
     kwargs = agent.executor.container_kwargs(
         agent.context(), "algo-2", {"A": "1"}, {"/x": {"bind": "/x", "mode": "ro"}}, ["algo-1", "algo-2"]
     )
@@ -287,9 +303,38 @@ def test_container_arguments_per_host(tmp_path: Path) -> None:
     assert kwargs["labels"] == {LABEL_JOB: "job-1", containers.LABEL_HOST: "algo-2"}
     [request] = kwargs["device_requests"]
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
-    root = _agent(tmp_path / "r", FakeClient(), _spec(tmp_path / "r"), gpus=False, uid=0, gid=0)
+    root = _agent(tmp_path / "r", FakeClient(), _spec(tmp_path / "r"), gpu_devices=False, uid=0, gid=0)
     kwargs = root.executor.container_kwargs(root.context(), "algo-1", {}, {}, ["algo-1"])
     assert "device_requests" not in kwargs and "group_add" not in kwargs and kwargs["user"] == "0:0"
+
+
+def _entrypoint_spec(tmp_path: Path, image: str) -> Any:
+    spec = _spec(tmp_path, image=image)
+    spec.AlgorithmSpecification.ContainerEntrypoint = ["/bin/bash"]
+    spec.AlgorithmSpecification.ContainerArguments = ["-c", "run.sh"]
+    return spec
+
+
+def test_an_entry_point_runs_where_the_image_has_no_smlaunch(tmp_path: Path) -> None:
+    """A ModelTrainer job's request (``ContainerEntrypoint``) in an image without smlaunch: no
+    ``train`` needed, the containers run the entry point as SageMaker does."""
+    client = FakeClient({"debian:plain": FakeImage("sha256:plain")}, has_train=False)
+    spec = _entrypoint_spec(tmp_path, "debian:plain")
+    _backend(tmp_path, client).check(job_request(spec))
+    assert [c["command"] for c in client.containers.created] == [["command -v smlaunch-train"]]
+    agent = _agent(tmp_path, client, spec)
+    kwargs = agent.executor.container_kwargs(agent.context(), "algo-1", {}, {}, ["algo-1"])
+    assert kwargs["entrypoint"] == ["/bin/bash"] and kwargs["command"] == ["-c", "run.sh"]
+
+
+def test_smlaunch_images_run_the_runtime_for_an_entry_point(tmp_path: Path) -> None:
+    client = FakeClient({"ours": FakeImage("sha256:o", {docker_images.LABEL_OURS: "cpu"})})
+    spec = _entrypoint_spec(tmp_path, "ours")
+    _backend(tmp_path, client).check(job_request(spec))
+    assert client.containers.created == []  # ours by its label: nothing probed
+    agent = _agent(tmp_path, client, spec)
+    kwargs = agent.executor.container_kwargs(agent.context(), "algo-1", {}, {}, ["algo-1"])
+    assert kwargs["command"] == ["train"] and "entrypoint" not in kwargs
 
 
 def _launch_all(agent: Any, client: FakeClient) -> list[dict[str, Any]]:
@@ -471,7 +516,9 @@ def _fake_keygen(directory: Path) -> None:
 
 def test_ssh_material_gives_each_host_its_own_sshd_port(tmp_path: Path) -> None:
     directory = tmp_path / "ssh"
-    write_ssh_material(directory, {"algo-1": 40001, "algo-2": 40002}, keygen=_fake_keygen)
+    addresses = {"algo-1": "127.0.0.1", "algo-2": "127.0.0.2"}
+    ports = {"algo-1": 40001, "algo-2": 40002}
+    write_ssh_material(directory, ports, keygen=_fake_keygen, addresses=addresses)
     config = (directory / "ssh_config").read_text()
     assert "Host algo-2\n    HostName 127.0.0.2\n    Port 40002\n" in config
     assert f"IdentityFile {CONTAINER_SSH_DIR}/id_ed25519" in config
@@ -505,6 +552,36 @@ def test_mpi_jobs_get_ssh_ports_and_sshd_config_per_container(
         assert config == f"{CONTAINER_SSH_DIR}/sshd_config-{host}"
         assert kwargs["volumes"][str((agent.job.path / "ssh").resolve())]["bind"] == CONTAINER_SSH_DIR
     assert not uses_mpi(_spec(tmp_path / "plain"))
+
+
+def test_smp_model_parallel_runs_no_mpirun_so_it_gets_no_ssh(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, hyperparameters={})
+    spec.HyperParameters[contract.HP_MPI_ENABLED] = "true"
+    spec.HyperParameters[contract.HP_MP_PARAMETERS] = '{"partitions": 2}'
+    assert not uses_mpi(spec)
+    spec.HyperParameters[contract.HP_MP_PARAMETERS] = '""'  # empty: MPI, as the runtime reads it
+    assert uses_mpi(spec)
+
+
+def test_the_runtime_is_told_where_the_sshd_config_and_the_client_config_are() -> None:
+    env = ssh_environment("algo-2", {"algo-1": 2222, "algo-2": 2222}, "/etc/x", client_config=True)
+    assert env == {
+        contract.SMLAUNCH_SSHD_CONFIG: "/etc/x/sshd_config-algo-2",
+        contract.SMLAUNCH_SSH_PORTS: '{"algo-1": 2222, "algo-2": 2222}',
+        contract.SMLAUNCH_SSH_CONFIG: "/etc/x/ssh_config",
+    }
+    assert contract.SMLAUNCH_SSH_CONFIG not in ssh_environment("algo-1", {}, "/etc/x", client_config=False)
+
+
+@pytest.mark.parametrize(
+    ("wire", "expected"), [("true", True), ('"True"', True), ("1", True), ("false", False)]
+)
+def test_uses_mpi_reads_the_flag_as_the_host_runtime_does(tmp_path: Path, wire: str, expected: bool) -> None:
+    """ssh is set up exactly when the runtime will run mpirun: the same reading of the wire flag."""
+    spec = _spec(tmp_path, hyperparameters={})
+    spec.HyperParameters[contract.HP_MPI_ENABLED] = wire
+    assert uses_mpi(spec) is expected
+    assert hp.truthy(hp.decode(spec.HyperParameters)[contract.HP_MPI_ENABLED]) is expected
 
 
 def test_reaper_removes_the_containers_of_a_dead_agent(tmp_path: Path) -> None:
@@ -601,7 +678,7 @@ def test_container_paths_outside_opt_ml_are_mounted_from_each_host_tree(tmp_path
     spec = _spec(tmp_path)
     spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb", LocalPath="/logs/tb")
     spec.CheckpointConfig = CheckpointConfig(S3Uri=(tmp_path / "ckpt-store").as_uri(), LocalPath="/ckpt")
-    _backend(tmp_path, client).check(spec)  # refused by the process executor, mounted here
+    _backend(tmp_path, client).check(job_request(spec))  # refused by the process executor, mounted here
     agent = _agent(tmp_path, client, spec)
     created = _launch_all(agent, client)
     for kwargs, host in zip(created, agent.hosts, strict=True):
@@ -634,5 +711,5 @@ def test_overlapping_checkpoint_and_tensorboard_paths_are_refused(tmp_path: Path
     spec.TensorBoardOutputConfig = TensorBoardOutputConfig(S3OutputPath="s3://out/tb", LocalPath="/data/tb")
     spec.CheckpointConfig = CheckpointConfig(S3Uri="s3://out/ckpt", LocalPath="/data")
     with pytest.raises(ConfigurationError, match="overlaps the TensorBoard LocalPath '/data/tb'") as caught:
-        _backend(tmp_path, FakeClient()).check(spec)
+        _backend(tmp_path, FakeClient()).check(job_request(spec))
     assert caught.value.field == "checkpoint_local_path"

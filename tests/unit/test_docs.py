@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.environment import Environment
+from smlaunch import contract
+from smlaunch.runtime.env_vars import to_env_vars
+from smlaunch.runtime.environment import Environment
 from tests.functional._runtime_tree import write_host_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ def _documented(prefix: str) -> set[str]:
 def test_the_contract_page_names_every_sm_variable_the_runtime_sets(tmp_path: Path) -> None:
     base = tmp_path / "ml"
     write_host_tree(base, "algo-1", ["algo-1", "algo-2"], {"epochs": "3"})
-    rendered = set(Environment.from_files(base, {contract.SMLAUNCH_NUM_GPUS: "0"}).to_env_vars())
+    rendered = set(to_env_vars(Environment.from_files(base, {contract.SMLAUNCH_NUM_GPUS: "0"})))
     fixed = {name for name in rendered if not name.startswith(("SM_CHANNEL_", "SM_HP_"))}
     documented = _documented("SM_")
     assert fixed - documented == set(), "set by the runtime but missing from docs/runtime-contract.md"
@@ -99,11 +100,14 @@ def test_the_readme_set_up_installs_torch_alone_from_the_cpu_index() -> None:
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    marker = lines.index("# The README's test command, verbatim:")
-    assert lines[marker + 1] == _setup_commands()[1]
+    marker = next(
+        i for i, line in enumerate(lines) if line.startswith("# The README's test command, verbatim")
+    )
+    command = next(line for line in lines[marker:] if not line.startswith("#"))
+    assert command == _setup_commands()[1] + " || exit $?"  # a failed install must end the run
     # Every torch install in CI takes the CPU index, and for torch alone.
     for command in re.findall(r"^pip install .*torch==.*$", "\n".join(lines), re.M):
-        torch = _pip_installs(command.rstrip("\\ "))[0]
+        torch = _pip_installs(command.removesuffix(" || exit $?").rstrip("\\ "))[0]
         assert torch == ["-q", "torch==2.13.0", "--extra-index-url", CPU_INDEX]
 
 
@@ -119,7 +123,7 @@ def test_the_porting_page_import_map_imports_on_both_sides(monkeypatch: pytest.M
     smlaunch counterpart works here."""
     pytest.importorskip("sagemaker")
     rows = re.findall(
-        r"^\| `(from sagemaker[\w.]* import [\w, ]+)`[^|]* \| `(from estimator[\w.]* import [\w, ]+)` \|",
+        r"^\| `(from sagemaker[\w.]* import [\w, ]+)`[^|]* \| `(from smlaunch[\w.]* import [\w, ]+)` \|",
         (ROOT / "docs" / "porting.md").read_text(),
         re.MULTILINE,
     )
@@ -128,14 +132,14 @@ def test_the_porting_page_import_map_imports_on_both_sides(monkeypatch: pytest.M
     for sdk, ours in rows:
         exec(sdk, {})
         exec(ours, {})
-        # "Every name below is also importable from the top-level package"
-        exec(re.sub(r"^from estimator[\w.]* import", "from estimator import", ours), {})
+        # "`estimator`, the import path of earlier releases, keeps working"
+        exec(ours.replace("from smlaunch import", "from estimator import"), {})
 
 
 def _message_text() -> str:
-    """The source of estimator/ and runtime/, with string literals continued on the next line
-    joined, so a message split over several literals reads as printed."""
-    text = "\n".join(p.read_text() for d in ("estimator", "runtime") for p in (ROOT / d).rglob("*.py"))
+    """The source of smlaunch/, with string literals continued on the next line joined, so a
+    message split over several literals reads as printed."""
+    text = "\n".join(p.read_text() for p in (ROOT / "smlaunch").rglob("*.py"))
     return re.sub(r'"\s*\n\s*(?:rf|fr|f|r)?"', "", text)
 
 
@@ -156,4 +160,22 @@ def test_every_message_on_the_troubleshooting_page_is_one_smlaunch_prints() -> N
         text = re.sub(r"^[\w.\[\]'/-]+=(?:'[^']*'|\S*?): ", "", text)
         parts = re.split(r"<[^>]*>|\.\.\.|'[^']*'|\b\d+\b|\bN\b|\([^()]*\)", text)
         longest = max((part.strip(" .,:;()[]'") for part in parts), key=len)
-        assert longest in code, f"{message!r}: {longest!r} is not in estimator/ or runtime/"
+        assert longest in code, f"{message!r}: {longest!r} is not in smlaunch/"
+
+
+DOC_PAGES = ["README.md", "container/README.md", "docs/*.md", "benchmarks/*.md", "smlaunch/**/*.md"]
+"""The pages whose paths must name files of this repository."""
+
+
+def test_every_path_the_pages_name_exists() -> None:
+    """A backticked path into the repository (`smlaunch/runtime/launchers/`, `docs/smp.md`) names a
+    file or folder that exists: a page cannot outlive a move."""
+    paths = r"`((?:smlaunch|estimator|tests|container|docs|tools|benchmarks|examples)/[\w./-]*)`"
+    stale = [
+        f"{page.relative_to(ROOT)}: {path}"
+        for pattern in DOC_PAGES
+        for page in sorted(ROOT.glob(pattern))
+        for path in re.findall(paths, page.read_text())
+        if not (ROOT / path).exists()
+    ]
+    assert stale == []

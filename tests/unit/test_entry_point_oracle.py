@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.code import resolve_entry_point
-from runtime.errors import HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract.errors import HostConfigurationError
+from smlaunch.runtime.code import resolve_entry_point
 from tests.unit.test_estimator import config_error, local
 
 toolkit_process = pytest.importorskip("sagemaker_training.process")

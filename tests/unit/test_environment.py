@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime import hyperparameters as hp
-from runtime.environment import Environment, HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract import hyperparameters as hp
+from smlaunch.runtime import env_vars
+from smlaunch.runtime.env_vars import to_env_vars
+from smlaunch.runtime.environment import Environment, HostConfigurationError
 from tests.functional._runtime_tree import write_host_tree
 
 NO_GPU = {contract.SMLAUNCH_NUM_GPUS: "0"}
@@ -33,15 +35,19 @@ def tree(
 
 def test_importing_the_runtime_has_no_side_effects(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), contract.BASE_DIR_ENV: str(tmp_path / "ml")}
-    code = "import runtime.environment, runtime.supervisor, runtime.launchers, runtime.code, runtime.report"
-    code += "; import runtime.__main__"
+    code = (
+        "import smlaunch.runtime.environment, smlaunch.runtime.supervision.supervisor, "
+        "smlaunch.runtime.launchers, smlaunch.runtime.code, smlaunch.runtime.report"
+    )
+    code += "; import smlaunch.runtime.__main__"
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60, cwd=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_runtime_never_imports_torch_or_boto3(tmp_path: Path) -> None:
     code = (
-        "import sys, runtime.__main__, runtime.launchers.torchrun, runtime.launchers.process\n"
+        "import sys, smlaunch.runtime.__main__, smlaunch.runtime.launchers.torchrun, "
+        "smlaunch.runtime.launchers.process\n"
         "print(sorted(m for m in ('torch', 'boto3', 'estimator', 'pydantic') if m in sys.modules))"
     )
     done = subprocess.run(
@@ -139,7 +145,7 @@ def test_gpu_and_cpu_counts_can_be_pinned(tmp_path: Path) -> None:
         tree(tmp_path), {contract.SMLAUNCH_NUM_GPUS: "8", contract.SMLAUNCH_NUM_CPUS: "3"}
     )
     assert (env.num_gpus, env.num_cpus, env.processes_per_host) == (8, 3, 8)
-    assert env.to_env_vars()["SM_NUM_GPUS"] == "8" and env.to_env_vars()["SM_NUM_CPUS"] == "3"
+    assert to_env_vars(env)["SM_NUM_GPUS"] == "8" and to_env_vars(env)["SM_NUM_CPUS"] == "3"
     with pytest.raises(HostConfigurationError, match="SMLAUNCH_NUM_GPUS"):
         Environment.from_files(tree(tmp_path), {contract.SMLAUNCH_NUM_GPUS: "-1"})
     with pytest.raises(HostConfigurationError, match="SMLAUNCH_PROCESSES_PER_HOST"):
@@ -170,7 +176,7 @@ def test_program_env_beats_the_hyperparameter_but_submit_dir_env_does_not(tmp_pa
 def test_process_env_exports_what_the_toolkit_exports(tmp_path: Path) -> None:
     hps = {contract.HP_JOB_NAME: '"job-7"', contract.HP_REGION: '"eu-west-1"'}
     env = Environment.from_files(tree(tmp_path, hps), {**NO_GPU, "PYTHONPATH": "/extra", "KEEP": "me"})
-    process_env = env.process_env()
+    process_env = env_vars.process_env(env)
     assert process_env["KEEP"] == "me"
     assert process_env["CURRENT_HOST"] == "algo-1"
     assert (process_env["SAGEMAKER_JOB_NAME"], process_env["SAGEMAKER_REGION"]) == ("job-7", "eu-west-1")
@@ -199,7 +205,7 @@ def test_pytorch_image_jobs_get_master_addr_and_port_without_a_distribution(
     if module is not None:
         environ[contract.TRAINING_MODULE_ENV] = module
     env = Environment.from_files(tree(tmp_path, host="algo-2", hosts=("algo-1", "algo-2")), environ)
-    process_env = env.process_env()
+    process_env = env_vars.process_env(env)
     if expected:
         assert (process_env[contract.MASTER_ADDR], process_env[contract.MASTER_PORT_ENV]) == (
             "10.0.0.1",

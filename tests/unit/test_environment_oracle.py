@@ -2,7 +2,7 @@
 
 The toolkit (``sagemaker-training`` 5.1.4) freezes its paths when it is imported, so each tree is
 read by a fresh ``python`` subprocess with ``SAGEMAKER_BASE_DIR`` set. Documented differences
-(``runtime/environment.py``): our SDK-v3 extras, removed before comparing; everything else must be
+(``smlaunch/runtime/environment.py``): our SDK-v3 extras, removed before comparing; everything else must be
 equal byte for byte, ``SM_TRAINING_ENV`` included.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from runtime import contract
-from runtime import hyperparameters as hp
-from runtime.environment import Environment
+from smlaunch import contract
+from smlaunch.contract import hyperparameters as hp
+from smlaunch.runtime.env_vars import to_env_vars
+from smlaunch.runtime.environment import Environment
 from tests.functional._runtime_tree import write_host_tree
 
 pytest.importorskip("sagemaker_training")
@@ -193,7 +194,7 @@ def test_env_vars_and_argv_equal_the_toolkit(case: str, tmp_path: Path) -> None:
         toolkit_environ["SM_HP_MP_PARAMETERS"] = hp.env_value(json.loads(spec["hps"]["mp_parameters"]))
     theirs = _toolkit(base, toolkit_environ)
     ours_env = Environment.from_files(base, environ)
-    ours = ours_env.to_env_vars()
+    ours = to_env_vars(ours_env)
 
     assert OUR_EXTRAS <= set(ours)
     ours_compared = {k: v for k, v in ours.items() if k not in OUR_EXTRAS}
@@ -221,7 +222,7 @@ def test_master_and_ranks_follow_instance_group_order(tmp_path: Path) -> None:
     assert env.master_hostname == "algo-3"
     assert env.master_addr == "127.0.0.13"
     assert env.host_rank == 1
-    vars_ = env.to_env_vars()
+    vars_ = to_env_vars(env)
     assert vars_["SM_MASTER_ADDR"] == "127.0.0.13"
     assert vars_["SM_CURRENT_HOST_RANK"] == "1"
     assert vars_["SM_HOST_COUNT"] == "3"

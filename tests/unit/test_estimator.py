@@ -10,17 +10,19 @@ from typing import Any
 
 import pytest
 
-from estimator import Estimator, JobFailedError, LocalSession, PyTorch, TrainingInput
-from estimator.backends.base import Backend, Capabilities
-from estimator.errors import ConfigurationError, UnsupportedByBackendError
-from estimator.spec import TrainingJobSpec
+from smlaunch import Estimator, JobFailedError, LocalSession, PyTorch, TrainingInput
+from smlaunch.contract.strategy import Strategy
+from smlaunch.sdk.backends.base import Backend, Capabilities
+from smlaunch.sdk.errors import ConfigurationError, UnsupportedByBackendError
+from smlaunch.sdk.request.spec import JobRequest, TrainingJobSpec
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 BUCKET = "sagemaker-us-west-2-123456789012"
 
 
 class RecordingBackend(Backend):
-    """Records submit/stop; describes a submitted job with a settable status."""
+    """Records submit (the spec and the strategy of each job) and stop; describes a submitted job
+    with a settable status."""
 
     capabilities = Capabilities(
         name="recording", uri_schemes=frozenset({"file", "s3"}), input_modes=frozenset({"File"})
@@ -28,12 +30,14 @@ class RecordingBackend(Backend):
 
     def __init__(self) -> None:
         self.jobs: dict[str, TrainingJobSpec] = {}
+        self.strategies: dict[str, Strategy] = {}
         self.stopped: list[tuple[str, str | None]] = []
         self.status = "Completed"
         self.failure_reason = ""
 
-    def submit(self, spec: TrainingJobSpec) -> None:
-        self.jobs[spec.TrainingJobName] = spec
+    def submit(self, request: JobRequest) -> None:
+        self.jobs[request.spec.TrainingJobName] = request.spec
+        self.strategies[request.spec.TrainingJobName] = request.strategy
 
     def describe(self, job_name: str) -> dict[str, Any]:
         spec = self.jobs[job_name]
@@ -283,7 +287,7 @@ def test_default_sessions(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     )
     assert isinstance(est.sagemaker_session, LocalSession)
     assert est.plan(job_name="j").OutputDataConfig.S3OutputPath == (tmp_path / "home" / "jobs").as_uri() + "/"
-    from estimator.session import Session
+    from smlaunch.sdk.sessions.sagemaker import Session
 
     est = remote(src, session=None, sagemaker_session=None)
     assert isinstance(est.sagemaker_session, Session)
@@ -329,6 +333,8 @@ def test_attach_restores_distribution_and_metrics(src: Path, tmp_path: Path) -> 
     again = attached.plan(job_name="smp-run-2026-11-22-02-27-47-316")
     original = session.recording.jobs["smp-run-2026-11-22-02-27-47-316"]
     assert again.HyperParameters == original.HyperParameters
+    # fit() handed the backend the distribution's strategy beside the spec.
+    assert session.recording.strategies["smp-run-2026-11-22-02-27-47-316"] is Strategy.MODELPARALLEL
 
 
 def test_attach_sagemaker_image(src: Path) -> None:
@@ -341,7 +347,7 @@ def test_attach_sagemaker_image(src: Path) -> None:
         instance_count=2,
     )
     spec = est.plan(job_name="td-1")
-    session.recording.submit(spec)
+    session.recording.submit(JobRequest(spec, Strategy.TORCH_DISTRIBUTED))
     attached = PyTorch.attach("td-1", sagemaker_session=session)
     assert attached.distribution == {"torch_distributed": {"enabled": True}}
     assert attached.plan(job_name="td-1").to_request() == spec.to_request()
@@ -526,7 +532,7 @@ def test_output_path_not_writable(src: Path, tmp_path: Path) -> None:
 
 
 def test_tensorboard_output_config_is_sent_as_the_sdk_sends_it(src: Path) -> None:
-    from estimator import TensorBoardOutputConfig
+    from smlaunch import TensorBoardOutputConfig
 
     spec = remote(src, tensorboard_output_config=TensorBoardOutputConfig("s3://b-1/run/tb")).plan(
         job_name="j"
@@ -543,7 +549,7 @@ def test_tensorboard_output_config_is_sent_as_the_sdk_sends_it(src: Path) -> Non
 
 
 def test_tensorboard_output_config_local_paths_and_attach(src: Path, tmp_path: Path) -> None:
-    from estimator import TensorBoardOutputConfig
+    from smlaunch import TensorBoardOutputConfig
 
     est = local(src, tmp_path, tensorboard_output_config=TensorBoardOutputConfig(str(tmp_path / "tb")))
     spec = est.plan(job_name="tb-1")
@@ -600,6 +606,6 @@ def test_a_mistyped_s3_uri_is_not_taken_for_a_local_directory(src: Path, tmp_pat
 
 
 def _tensorboard(uri: str, local_path: str | None = None) -> Any:
-    from estimator import TensorBoardOutputConfig
+    from smlaunch import TensorBoardOutputConfig
 
     return TensorBoardOutputConfig(uri, local_path)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession, PyTorch
-from estimator.errors import ConfigurationError
+from smlaunch import LocalSession, PyTorch
+from smlaunch.sdk.errors import ConfigurationError
 
 FIELD = "environment['SMLAUNCH_FAULTS']"
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator import LocalSession, PyTorch, catalog
-from estimator.backends.local.backend import LocalBackend
-from estimator.errors import ConfigurationError
+from smlaunch import LocalSession, PyTorch
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import catalog
 from tests.unit.test_estimator import ROLE, FakeSageMakerSession, config_error, remote
 
 NEURON_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310"
@@ -35,7 +36,7 @@ def test_sagemaker_accepts_every_training_type_botocore_lists(src: Path) -> None
 def test_a_type_newer_than_the_catalog_goes_to_sagemaker_with_a_warning(
     src: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="estimator.estimator"):
+    with caplog.at_level(logging.WARNING, logger="smlaunch.sdk.estimator"):
         estimator = remote(
             src,
             instance_type="ml.g6e.96xlarge",
@@ -89,7 +90,7 @@ def test_torch_distributed_on_trainium_runs_a_rank_per_neuron_core(src: Path, tm
     backend = session.backend()
     assert isinstance(backend, LocalBackend)
     neuron_cores = catalog.lookup("ml.trn1.32xlarge").neuron_cores
-    assert backend.settings(spec)["processes_per_host"] == neuron_cores == 32
+    assert backend.settings(spec).processes_per_host == neuron_cores == 32
     spec_trn2 = PyTorch(
         entry_point="train.py",
         source_dir=str(src),
@@ -100,7 +101,7 @@ def test_torch_distributed_on_trainium_runs_a_rank_per_neuron_core(src: Path, tm
         distribution={"torch_distributed": {"enabled": True}},
         sagemaker_session=session,
     ).plan()
-    assert backend.settings(spec_trn2)["processes_per_host"] == 64
+    assert backend.settings(spec_trn2).processes_per_host == 64
 
 
 def test_trainium_runs_torch_distributed_only_and_needs_a_neuron_image(src: Path) -> None:

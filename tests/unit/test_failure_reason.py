@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime import contract
-from runtime.report import report_run, wire_failure_reason
-from runtime.supervisor import RankFailure, RunResult
+from smlaunch import contract
+from smlaunch.runtime.launchers.base import RankFailure, RunResult
+from smlaunch.runtime.report import report_run, wire_failure_reason
 
 
 def long_traceback(frames: int = 40) -> list[str]:

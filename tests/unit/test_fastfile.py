@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.fastfile import ChannelTree, FastFileOperations
-from runtime.transfer import ObjectInfo
+from smlaunch.contract.transfer.engine import ObjectInfo
+from smlaunch.sdk.backends.emulated.fastfile import ChannelTree, FastFileOperations
 
 OBJECTS = [ObjectInfo(f"s3://b/p/{rel}", rel, len(rel)) for rel in ("a.txt", "d/e/f.bin", "d/g.bin")]
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.errors import HostConfigurationError
-from runtime.fault_injector import FaultInjector
-from runtime.faults import Fault, parse_faults
-from runtime.hooks import RankRegistry, StartedProcess
-from runtime.launchers.base import ProcessSpec
-from runtime.stacks import dump_stacks, where
+from smlaunch import contract
+from smlaunch.contract.errors import HostConfigurationError
+from smlaunch.contract.faults import Fault, parse_faults
+from smlaunch.runtime.launchers.base import ProcessSpec
+from smlaunch.runtime.supervision.fault_injector import FaultInjector
+from smlaunch.runtime.supervision.hooks import RankRegistry, StartedProcess
+from smlaunch.runtime.supervision.stacks import dump_stacks, where
 
 LOOP = """
 import time

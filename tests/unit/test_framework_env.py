@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.environment import Environment
-from runtime.framework_env import framework_env, framework_env_for, training_module_of_image
+from smlaunch import contract
+from smlaunch.contract.framework_env import framework_env, framework_env_for, training_module_of_image
+from smlaunch.runtime.environment import Environment
 from tests.functional._runtime_tree import write_host_tree
 
 

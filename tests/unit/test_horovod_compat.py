@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from runtime.env_vars import horovod_compat_dir
-from runtime.processes import free_port
+from smlaunch.contract.processes import free_port
+from smlaunch.runtime.env_vars import horovod_compat_dir
 
 SCRIPT = r"""
 import json, os, sys
@@ -150,7 +150,7 @@ out_after = hvd.is_initialized()
 print("AFTER " + json.dumps(out_after), flush=True)
 # The DDP reducer above still holds its gloo group; freeing it during interpreter finalization
 # aborts a finished process ("terminate called without an active exception",
-# pytorch/pytorch#179291). runtime/rankboot.py guards real ranks; this bare script just leaves.
+# pytorch/pytorch#179291). smlaunch/rank/boot.py guards real ranks; this bare script just leaves.
 os._exit(0)
 """
 

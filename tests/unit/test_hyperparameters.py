@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from estimator import hyperparameters as hp
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import hyperparameters as hp
 
 
 def test_encoding_matches_json_dumps() -> None:

@@ -1,5 +1,5 @@
 """What a SageMaker framework image gives a job that local processes must be given: Keras 2 as
-``tf.keras`` for TensorFlow images before 2.16 (``estimator/backends/local/image_env.py``)."""
+``tf.keras`` for TensorFlow images before 2.16 (``smlaunch/sdk/backends/emulated/image_env.py``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends.local import image_env, layout
-from estimator.spec import TrainingJobSpec
+from smlaunch.sdk.backends.emulated import image_env, layout
+from smlaunch.sdk.request.spec import TrainingJobSpec
 
 DLC = "763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training"
 

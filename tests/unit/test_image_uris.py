@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from estimator import image_uris
-from estimator.catalog import lookup
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import image_uris
+from smlaunch.sdk.request.catalog import lookup
 
 
 def test_known_uris() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.errors import ConfigurationError
-from estimator.inputs import ShuffleConfig, TrainingInput, channels
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.inputs import ShuffleConfig, TrainingInput, channels
 
 
 def test_default_config_is_the_sdks() -> None:

@@ -1,4 +1,5 @@
-"""runtime.interpreter: the ranks' interpreter first on PATH, with shims for the names its directory lacks."""
+"""smlaunch.runtime.interpreter: the ranks' interpreter first on PATH, with shims for the names its directory
+lacks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.interpreter import job_path, missing_names
+from smlaunch.runtime.interpreter import job_path, missing_names
 
 
 @pytest.fixture

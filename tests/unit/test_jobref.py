@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator import LocalSession, Session, SlurmSession, jobref
-from estimator.errors import ConfigurationError
-from estimator.jobref import JobRef
+from smlaunch import LocalSession, Session, SlurmSession
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.jobs import jobref
+from smlaunch.sdk.jobs.jobref import JobRef
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ def test_a_session_given_keeps_its_place(home: Path) -> None:
 
 def test_attach_and_analytics_find_jobs_as_the_cli(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a session, a name in the local store is the local job's (it used to go to SageMaker)."""
-    from estimator import PyTorch, TrainingJobAnalytics
+    from smlaunch import PyTorch, TrainingJobAnalytics
 
     seen = []
 
@@ -91,7 +92,7 @@ def test_attach_and_analytics_find_jobs_as_the_cli(home: Path, monkeypatch: pyte
         seen.append((type(self).__name__, name))
         raise ConfigurationError("JOB", name, "stop here", "-")
 
-    from estimator.backends.local.backend import LocalBackend
+    from smlaunch.sdk.backends.emulated.backend import LocalBackend
 
     monkeypatch.setattr(LocalBackend, "describe", describe)
     for reference in ("here", "local:here"):

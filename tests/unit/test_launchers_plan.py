@@ -7,12 +7,20 @@ from pathlib import Path
 
 import pytest
 
-import runtime.launchers as launchers
-from runtime import contract
-from runtime.environment import Environment, HostConfigurationError
-from runtime.launchers import LauncherUnavailableError, launcher_class, launcher_name, select_launcher
-from runtime.launchers.process import ProcessLauncher
-from runtime.launchers.torchrun import TorchrunLauncher
+from smlaunch import contract
+from smlaunch.contract.strategy import Strategy
+from smlaunch.runtime.environment import Environment, HostConfigurationError
+from smlaunch.runtime.launchers import (
+    LAUNCHERS,
+    LauncherRef,
+    LauncherUnavailableError,
+    host_strategy,
+    launcher_class,
+    launcher_name,
+    select_launcher,
+)
+from smlaunch.runtime.launchers.process import ProcessLauncher
+from smlaunch.runtime.launchers.torchrun import TorchrunLauncher
 from tests.functional._runtime_tree import write_host_tree
 
 PROGRAM = {contract.HP_PROGRAM: '"train.py"', "epochs": "2", "name": '"a b"'}
@@ -52,6 +60,51 @@ def test_launcher_table(tmp_path: Path, hps: dict[str, str], expected: str) -> N
     assert launcher_name(env_for(tmp_path, hps)) == expected
 
 
+@pytest.mark.parametrize(
+    ("hps", "expected"),
+    [
+        ({}, Strategy.NONE),
+        ({contract.HP_TORCH_DISTRIBUTED_ENABLED: "true"}, Strategy.TORCH_DISTRIBUTED),
+        ({contract.HP_PYTORCH_DDP_ENABLED: "true"}, Strategy.PYTORCHDDP),
+        ({contract.HP_SMDDP_ENABLED: "true"}, Strategy.SMDDP),
+        ({contract.HP_MPI_ENABLED: "true"}, Strategy.MPI),
+        (
+            {contract.HP_MPI_ENABLED: "true", contract.HP_MP_PARAMETERS: '{"partitions": 2}'},
+            Strategy.MODELPARALLEL,
+        ),
+        ({contract.HP_PARAMETER_SERVER_ENABLED: "true"}, Strategy.PARAMETER_SERVER),
+        ({contract.HP_MWMS_ENABLED: "true"}, Strategy.MULTI_WORKER_MIRRORED_STRATEGY),
+        ({contract.HP_MWMS_ENABLED: "false"}, Strategy.NONE),
+        # model parallelism over torch_distributed: torchrun starts the ranks
+        (
+            {contract.HP_TORCH_DISTRIBUTED_ENABLED: "true", contract.HP_MP_PARAMETERS: '{"partitions": 2}'},
+            Strategy.TORCH_DISTRIBUTED,
+        ),
+    ],
+)
+def test_host_strategy(tmp_path: Path, hps: dict[str, str], expected: Strategy) -> None:
+    assert host_strategy(env_for(tmp_path, hps)) is expected
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_every_strategy_has_a_launcher_whose_class_bears_its_name(strategy: Strategy) -> None:
+    ref = LAUNCHERS[strategy]
+    assert launcher_class(ref).name == ref.name
+
+
+def test_launchers_of_the_strategies() -> None:
+    assert {s.value: ref.name for s, ref in LAUNCHERS.items()} == {
+        "none": "process",
+        "parameter_server": "process",
+        "multi_worker_mirrored_strategy": "process",
+        "torch_distributed": "torchrun",
+        "pytorchddp": "torchrun",
+        "smddp": "smddp",
+        "mpi": "mpi",
+        "modelparallel": "smp",
+    }
+
+
 def test_hosts_outside_the_distribution_groups_run_one_process(tmp_path: Path) -> None:
     groups = [
         {"instance_group_name": "data", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
@@ -74,10 +127,10 @@ def test_unsupported_strategies_are_refused(tmp_path: Path) -> None:
         launcher_name(env)
 
 
-def test_a_missing_launcher_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(launchers.LAUNCHERS, "ghost", ("runtime.launchers.ghost", "GhostLauncher"))
+def test_a_missing_launcher_module_is_a_clear_error() -> None:
+    ghost = LauncherRef("ghost", "smlaunch.runtime.launchers.ghost", "GhostLauncher")
     with pytest.raises(LauncherUnavailableError, match=r"runtime\.launchers\.ghost is not part"):
-        launcher_class("ghost")
+        launcher_class(ghost)
 
 
 def test_select_launcher_constructs_the_chosen_class(tmp_path: Path) -> None:

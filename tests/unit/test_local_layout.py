@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from estimator.backends.local import layout
-from estimator.spec import TrainingJobSpec
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.request.spec import TrainingJobSpec
 
 
 def _spec(**overrides: object) -> TrainingJobSpec:
@@ -193,8 +193,6 @@ def test_host_environment_and_gpu_counts(tmp_path: Path) -> None:
     assert env[contract.SMLAUNCH_NUM_GPUS] == "0"
     assert env[contract.SMLAUNCH_STOP_GRACE_SECONDS] == "120"
     assert contract.TRAINING_MODULE_ENV not in env  # "img" is no framework image
-    assert layout.instance_gpu_count("ml.p3.16xlarge") == 8
-    assert layout.instance_gpu_count("ml.c5.xlarge") == 0
 
 
 def test_a_framework_image_names_its_training_module_to_the_hosts(tmp_path: Path) -> None:

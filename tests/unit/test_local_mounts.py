@@ -1,4 +1,5 @@
-"""Each host's private ``/opt/ml`` (``estimator/backends/local/executors/process.py``), tried in
+"""Each host's private ``/opt/ml`` (``smlaunch/sdk/backends/emulated/executors/process/executor.py``), tried
+in
 real children.
 
 The target is a directory of the test (``<tmp>/opt/ml``), so the machine's ``/opt`` is never touched;
@@ -8,12 +9,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from estimator.backends.local.executors.base import Host, LaunchContext
-from estimator.backends.local.executors.process import PrivateOptMl, ProcessExecutor
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.backends.emulated.executors.base import Host, LaunchContext
+from smlaunch.sdk.backends.emulated.executors.docker.containers import FailedStart
+from smlaunch.sdk.backends.emulated.executors.process.executor import PrivateOptMl, ProcessExecutor
+from smlaunch.sdk.backends.emulated.job_settings import JobSettings, ProcessSettings
+from smlaunch.sdk.backends.emulated.state import JobDir
+from smlaunch.sdk.request.spec import CheckpointConfig
+from tests.functional._local_helpers import make_spec
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:
@@ -85,7 +93,9 @@ def test_the_agent_says_once_when_hosts_cannot_have_their_own_opt_ml(
     said: list[str] = []
     context = LaunchContext(
         spec=None,
-        settings={},
+        settings=JobSettings(
+            executor=ProcessSettings(python=sys.executable), processes_per_host=1, stop_grace_seconds=1
+        ),
         job=None,
         hosts=[Host("algo-1", 0, tmp_path)],  # type: ignore[arg-type]
         grace=1.0,
@@ -132,3 +142,38 @@ def test_the_job_store_shows_only_what_the_host_keeps(tmp_path: Path) -> None:
     assert (tree / "model" / "m.pth").read_text() == "saved\n" and (scratch / "s").read_text() == "shared\n"
     assert (job / "state.json").read_text() == "{}" and not (job / "stop").exists()
     assert sorted(os.listdir(store)) == ["job", "other"]  # nothing changed on the machine
+
+
+@pytest.mark.parametrize(
+    ("local_path", "why"),
+    [("fresh/ckpt", "user namespaces are disabled"), ("file/ckpt", "cannot create")],
+)
+def test_hosts_needing_a_checkpoint_path_outside_opt_ml_fail_at_start_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_path: str, why: str
+) -> None:
+    """Never started sharing the machine's directory: each host fails with the reason; a mount
+    point the agent could make is made (and said)."""
+    monkeypatch.setattr(PrivateOptMl, "unavailable", lambda self, tree: "user namespaces are disabled")
+    (tmp_path / "file").write_text("")
+    spec = make_spec(tmp_path, "outside", "print(1)").model_copy(
+        update={
+            "CheckpointConfig": CheckpointConfig(
+                S3Uri=(tmp_path / "synced").as_uri(), LocalPath=str(tmp_path / local_path)
+            )
+        }
+    )
+    job = JobDir(tmp_path / "jobs" / "outside")
+    hosts = [Host(name, i, job.host_base(name)) for i, name in enumerate(("algo-1", "algo-2"))]
+    for host in hosts:
+        layout.write_host_tree(spec, host.base, host.name, ["algo-1", "algo-2"])
+    said: list[str] = []
+    settings = JobSettings(
+        executor=ProcessSettings(python=sys.executable), processes_per_host=1, stop_grace_seconds=1
+    )
+    context = LaunchContext(spec, settings, job, hosts, 1.0, said.append)
+    ProcessExecutor().launch(context)
+    for host in hosts:
+        assert isinstance(host.proc, FailedStart) and why in (host.proc.note or "")
+    created = [line for line in said if "as a mount point for checkpoint_local_path" in line]
+    assert len(created) == (local_path == "fresh/ckpt")
+    assert (tmp_path / "fresh" / "ckpt").is_dir() == (local_path == "fresh/ckpt")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.errors import ConfigurationError
-from estimator.metrics import MetricParser, MetricSample, final_metrics, metric_values, split_prefix
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.jobs.metrics import MetricParser, MetricSample, final_metrics, metric_values, split_prefix
 
 DEFINITIONS = [
     {"Name": "train:loss", "Regex": r"^loss=([0-9.eE+-]+)"},

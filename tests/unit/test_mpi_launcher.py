@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.environment import Environment, HostConfigurationError
-from runtime.launchers import launcher_name
-from runtime.launchers.mpi import MpiLauncher, split_custom_options
-from runtime.launchers.mpi_output import MpiOutput
-from runtime.mpi_rank import rank_environment
-from runtime.mpi_roles import MasterRole, WorkerRole, done_marker
-from runtime.rankboot import BOOT_DIR
-from runtime.supervisor import RankFailure
+from smlaunch import contract
+from smlaunch.rank.boot import BOOT_DIR
+from smlaunch.runtime.environment import Environment, HostConfigurationError
+from smlaunch.runtime.launchers import launcher_name
+from smlaunch.runtime.launchers.base import RankFailure
+from smlaunch.runtime.launchers.mpi.launcher import MpiLauncher, split_custom_options
+from smlaunch.runtime.launchers.mpi.output import MpiOutput
+from smlaunch.runtime.launchers.mpi.rank import rank_environment
+from smlaunch.runtime.launchers.mpi.roles import MasterRole, WorkerRole, done_marker, ssh_argv
 from tests.functional._runtime_tree import write_host_tree
 
 HOSTS = ["algo-1", "algo-2"]
@@ -73,8 +73,8 @@ def test_local_emulation_command(tmp_path: Path) -> None:
     } <= exported
     assert {"FOO=a b", "NCCL_DEBUG=WARN"} <= exported
     assert "rm" in argv and "/" in argv and "rm -rf /" not in argv  # split, never evaluated
-    tail = argv[argv.index("runtime.mpi_rank") - 2 :]
-    assert tail[1:] == ["-m", "runtime.mpi_rank", tail[0], "train.py", "--epochs", "3"]
+    tail = argv[argv.index("smlaunch.runtime.launchers.mpi.rank") - 2 :]
+    assert tail[1:] == ["-m", "smlaunch.runtime.launchers.mpi.rank", tail[0], "train.py", "--epochs", "3"]
     assert spec.rank is None and spec.split_line is not None
     rank_map = spec.env[contract.SMLAUNCH_MPI_RANK_MAP]
     assert rank_map == str(tmp_path / "meet" / "ranks.json")
@@ -114,6 +114,18 @@ def test_multi_node_command_and_worker_plan(tmp_path: Path) -> None:
     single = MpiLauncher(mpi_env(tmp_path / "one", "algo-1", local=False, ppn=1))
     assert single.plan().processes[0].argv[2] == "algo-1,algo-2"
     assert MpiLauncher(mpi_env(tmp_path / "w", "algo-2", local=False)).plan().processes == []
+
+
+def test_a_jobs_own_ssh_client_config_reaches_mpiruns_remote_agent_and_the_marker(tmp_path: Path) -> None:
+    """Pods cannot hold the job's ssh config in /etc/ssh: the master's ssh reads it with -F."""
+    config = "/opt/ml/.smlaunch-ssh/ssh_config"
+    env = mpi_env(tmp_path, "algo-1", local=False, extra={contract.SMLAUNCH_SSH_CONFIG: config})
+    argv = MpiLauncher(env).plan().processes[0].argv
+    assert argv[argv.index("plm_rsh_agent") + 1] == f"ssh -F {config}"
+    assert ssh_argv({contract.SMLAUNCH_SSH_CONFIG: config}) == ["ssh", "-F", config]
+    assert ssh_argv({}) == ["ssh"]
+    plain = MpiLauncher(mpi_env(tmp_path / "plain", "algo-1", local=False)).plan().processes[0].argv
+    assert "plm_rsh_agent" not in plain  # the image's OMPI_MCA_plm_rsh_agent=ssh (SageMaker, Docker)
 
 
 def test_custom_options_are_split_like_a_shell_but_never_run_by_one() -> None:
@@ -363,7 +375,7 @@ def test_local_rendezvous_waits_are_bounded(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from runtime.launchers.mpi_local import LocalRendezvous
+    from smlaunch.runtime.launchers.mpi.local import LocalRendezvous
 
     meeting = LocalRendezvous(tmp_path / "meet", timeout=0.3, poll=0.05)
     with pytest.raises(TimeoutError, match=r"hosts \['algo-2'\] did not start within 0.3 s"):
@@ -394,7 +406,7 @@ def test_real_probes(tmp_path: Path) -> None:
 
     import psutil
 
-    from runtime.mpi_roles import orted_running, tcp_probe
+    from smlaunch.runtime.launchers.mpi.roles import orted_running, tcp_probe
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

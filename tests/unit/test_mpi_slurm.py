@@ -1,5 +1,5 @@
 """MPI on Slurm without a cluster: ``mpirun``'s command line, its remote agent
-(``runtime.mpi_slurm``) and the Slurm executor's answer to it (``srun`` recorded, never run).
+(``smlaunch.contract.mpi_slurm``) and the Slurm executor's answer to it (``srun`` recorded, never run).
 ``tests/slurm/test_slurm_mpi.py`` runs the same on the real two-node test cluster."""
 
 from __future__ import annotations
@@ -8,21 +8,27 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from estimator.backends.local.executors import slurm as slurm_executor
-from estimator.backends.local.executors.base import Host, LaunchContext
-from estimator.backends.local.executors.slurm import MPI_STEP_LOG_LINES, SlurmExecutor, mpi_step_prefix
-from estimator.backends.local.state import JobDir
-from estimator.backends.slurm_client import SlurmClient
-from runtime import contract, mpi_slurm
-from runtime.launchers.mpi import MpiLauncher
+from smlaunch import contract
+from smlaunch.contract import mpi_slurm
+from smlaunch.runtime.launchers.mpi.launcher import MpiLauncher
+from smlaunch.sdk.backends.emulated.executors.base import Host, LaunchContext
+from smlaunch.sdk.backends.emulated.executors.slurm import executor as slurm_executor
+from smlaunch.sdk.backends.emulated.executors.slurm.executor import (
+    MPI_STEP_LOG_LINES,
+    SlurmExecutor,
+    mpi_step_prefix,
+)
+from smlaunch.sdk.backends.emulated.state import JobDir
+from smlaunch.sdk.backends.slurm.client import SlurmClient
 from tests.unit.test_mpi_launcher import mpi_env
-from tests.unit.test_slurm import client, spec
+from tests.unit.test_slurm import client, job_settings, spec
 
 ORTED = ["orted", "-mca", "ess", "env", "--daemonize", "-mca", "orte_hnp_uri", '"1.0;tcp://127.0.0.1:5"']
 
@@ -36,7 +42,7 @@ def test_mpirun_on_slurm_starts_orted_through_the_agent_not_ssh(tmp_path: Path) 
     assert argv[:5] == ["mpirun", "--host", "algo-1:2,algo-2:2", "-np", "4"]
     mca = {argv[i + 1]: argv[i + 2] for i, word in enumerate(argv) if word == "-mca"}
     assert mca["plm"] == "rsh" and mca["ras"] == "^slurm" and mca["plm_rsh_no_tree_spawn"] == "1"
-    assert mca["plm_rsh_agent"].endswith(" -m runtime.mpi_slurm")
+    assert mca["plm_rsh_agent"].endswith(" -m smlaunch.contract.mpi_slurm")
     assert "btl_tcp_if_include" not in mca and "--oversubscribe" not in argv
     assert process.env[contract.SMLAUNCH_MPI_RANK_MAP] == str(tmp_path / "meet" / "ranks.json")
     # Slurm signals mpirun in the master's step: the runtime must not send it a second SIGTERM.
@@ -76,6 +82,24 @@ def test_request_reports_the_agents_refusal_and_a_silent_agent(tmp_path: Path) -
     why = mpi_slurm.request(tmp_path, "algo-3", ORTED, timeout=0.3)
     assert why is not None and "did not start algo-3's MPI step within 0.3 s" in why
     assert contract.SMLAUNCH_MPI_WAIT_SECONDS in why
+
+
+def test_the_agent_runs_as_mpirun_runs_it(tmp_path: Path) -> None:
+    """``python -m``, as ``plm_rsh_agent``: everything ``main`` calls is defined before it runs."""
+    _answer(tmp_path, "algo-2", None)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(sys.path),
+        **{
+            contract.SMLAUNCH_MPI_DIR: str(tmp_path),
+            contract.SMLAUNCH_MPI_SLURM: "1",
+            contract.SMLAUNCH_MPI_WAIT_SECONDS: "30",
+        },
+    )
+    agent = [sys.executable, "-m", "smlaunch.contract.mpi_slurm", "algo-2", *ORTED]
+    done = subprocess.run(agent, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(mpi_slurm.request_file(tmp_path, "algo-2").read_text())["host"] == "algo-2"
 
 
 def test_request_refuses_a_host_name_that_leaves_the_directory(tmp_path: Path) -> None:
@@ -121,7 +145,7 @@ def test_executor_starts_each_asked_orted_once_as_a_step_on_its_node(
     recorder = _Recorder()
     monkeypatch.setattr(slurm_executor.subprocess, "Popen", recorder)
     said: list[str] = []
-    context = LaunchContext(spec(), {}, JobDir(tmp_path), hosts, 10.0, said.append)
+    context = LaunchContext(spec(), job_settings(), JobDir(tmp_path), hosts, 10.0, said.append)
     mpi_slurm.write_private_json(
         mpi_slurm.request_file(meet, "algo-2"), {"host": "algo-2", "command": "orted -mca ess env"}
     )
@@ -154,7 +178,7 @@ def test_a_fifo_in_place_of_an_orted_request_never_blocks_the_agent(
     executor._mpi_dir = meet
     recorder = _Recorder()
     monkeypatch.setattr(slurm_executor.subprocess, "Popen", recorder)
-    context = LaunchContext(spec(), {}, JobDir(tmp_path), _hosts(tmp_path), 10.0, lambda _: None)
+    context = LaunchContext(spec(), job_settings(), JobDir(tmp_path), _hosts(tmp_path), 10.0, lambda _: None)
     watching = threading.Thread(target=executor.watch, args=(context,), daemon=True)
     watching.start()
     watching.join(timeout=10)
@@ -171,7 +195,8 @@ def test_what_an_orted_step_printed_reaches_the_job_log_when_the_attempt_ends(tm
     executor._mpi_steps = {"algo-1": subprocess.Popen(["true"]), "algo-2": subprocess.Popen(["true"])}
     (meet / "orted-algo-2.log").write_text("".join(f"srun: retrying {i}\n" for i in range(60)))
     said: list[str] = []
-    executor.attempt_ended(LaunchContext(spec(), {}, JobDir(tmp_path), _hosts(tmp_path), 10.0, said.append))
+    context = LaunchContext(spec(), job_settings(), JobDir(tmp_path), _hosts(tmp_path), 10.0, said.append)
+    executor.attempt_ended(context)
     assert said == [f"[algo-2/orted] srun: retrying {i}" for i in range(60 - MPI_STEP_LOG_LINES, 60)]
 
 
@@ -191,7 +216,7 @@ def test_a_stop_signals_host_steps_only_and_a_kill_reaches_the_mpi_steps(tmp_pat
     )
     executor = SlurmExecutor(client=slurm, job_id="12", nodelist="node[1-2]")
     hosts = _hosts(tmp_path)
-    context = LaunchContext(spec(), {}, JobDir(tmp_path), hosts, 10.0, lambda _line: None)
+    context = LaunchContext(spec(), job_settings(), JobDir(tmp_path), hosts, 10.0, lambda _line: None)
     executor.signal(context, hosts, signal.SIGTERM)
     cancels = [argv for argv, _stdin, _env in runner.calls if argv[0] == "scancel"]
     assert cancels == [["scancel", "--signal=TERM", "12.0"], ["scancel", "--signal=TERM", "12.1"]]

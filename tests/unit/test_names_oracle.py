@@ -13,9 +13,11 @@ from typing import Any
 import botocore.session
 import pytest
 
-from estimator import Session, TrainingInput, inputs, naming, validation
-from estimator import hyperparameters as hp
-from estimator.errors import ConfigurationError
+from smlaunch import Session, TrainingInput
+from smlaunch.sdk import inputs
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import hyperparameters as hp
+from smlaunch.sdk.request import naming, validation
 from tests.unit.test_estimator import ROLE, config_error, local, remote
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")

@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from estimator import naming
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import naming
 
 WHEN = datetime(2026, 11, 22, 2, 27, 47, 316_999, tzinfo=timezone.utc)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.errors import ConfigurationError
-from estimator.packaging import build_and_stage, build_sourcedir, stage
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.packaging import build_and_stage, build_sourcedir, stage
 
 
 def members(path: Path) -> list[str]:

@@ -26,7 +26,8 @@ moto = pytest.importorskip("moto")
 import boto3  # noqa: E402
 from sagemaker.pytorch import PyTorch as SdkPyTorch  # noqa: E402
 
-from estimator import PyTorch  # noqa: E402
+from smlaunch import PyTorch  # noqa: E402
+from tests.unit._sdk_under_moto import sdk_session  # noqa: E402
 
 REGION = "us-west-2"
 ACCOUNT = "123456789012"
@@ -230,33 +231,9 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def sdk_capture():
     """A function running the real SDK's fit(wait=False) under moto and returning the request."""
-    import sagemaker.telemetry.telemetry_logging as telemetry
-
-    saved_env = {
-        k: os.environ.get(k)
-        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_SESSION_TOKEN")
-    }
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}
-    )
-    os.environ.pop("AWS_SESSION_TOKEN", None)
-    saved_helper = telemetry._requests_helper
-    telemetry._requests_helper = lambda url, timeout: None  # no network from the oracle
-    with moto.mock_aws():
-        boto_session = boto3.Session(region_name=REGION)
-        sm_session = sagemaker.Session(boto_session=boto_session)
-        captured: list[dict[str, Any]] = []
-
-        def capture(params: dict[str, Any], **_: Any) -> None:
-            captured.append(copy.deepcopy(params))
-
-        sm_session.sagemaker_client.meta.events.register(
-            "provide-client-params.sagemaker.CreateTrainingJob", capture
-        )
-        for bucket in ("my-bucket", "out-bucket", "code-bucket", "ckpt-bucket"):
-            boto_session.client("s3").create_bucket(
-                Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION}
-            )
+    with sdk_session(
+        REGION, "CreateTrainingJob", ("my-bucket", "out-bucket", "code-bucket", "ckpt-bucket")
+    ) as (sm_session, captured):
 
         def run(
             kwargs: dict[str, Any], inputs: Any, job_name: str, sdk_class: Any = SdkPyTorch, **fit_kwargs: Any
@@ -272,12 +249,6 @@ def sdk_capture():
 
         run.session = sm_session  # type: ignore[attr-defined]  # to build SDK estimators without fit
         yield run
-    telemetry._requests_helper = saved_helper
-    for key, value in saved_env.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def _ours(kwargs: dict[str, Any], inputs: Any, job_name: str) -> dict[str, Any]:
@@ -315,7 +286,7 @@ def test_training_input_channels_equal_sdk(src: Path, sdk_capture: Any) -> None:
     from sagemaker.inputs import ShuffleConfig as SdkShuffle
     from sagemaker.inputs import TrainingInput as SdkInput
 
-    from estimator import ShuffleConfig, TrainingInput
+    from smlaunch import ShuffleConfig, TrainingInput
 
     fields = dict(
         distribution="ShardedByS3Key",

@@ -1,4 +1,4 @@
-"""runtime.processes: the process helpers the local agent and the host supervisor share."""
+"""smlaunch.contract.processes: the process helpers the local agent and the host supervisor share."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.processes import (
+from smlaunch.contract.processes import (
     die_with_parent,
     exit_code_of,
     free_port,
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PARENT = textwrap.dedent("""
     import signal, subprocess, sys, time
-    from runtime.processes import die_with_parent
+    from smlaunch.contract.processes import die_with_parent
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                              preexec_fn=die_with_parent(signal.SIGTERM))
     print(child.pid, flush=True)
@@ -155,7 +155,7 @@ def test_pipe_reader_passes_a_flood_and_a_trickle_on_whole() -> None:
 def test_has_children_sees_a_child_until_it_is_reaped() -> None:
     code = textwrap.dedent("""
         import subprocess, sys
-        from runtime.processes import has_children
+        from smlaunch.contract.processes import has_children
         before = has_children()
         child = subprocess.Popen([sys.executable, "-c", "pass"])
         alive = has_children()

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.transfer import MiB, TransferEngine
+from smlaunch.contract.progress import MiB
+from smlaunch.contract.transfer.engine import TransferEngine
 
 PACKAGE = """\
 import sys
 if sys.argv[1] == "notebook":
     import ipykernel  # noqa: F401 - what a Jupyter kernel process has loaded
-from estimator.packaging import build_and_stage
+from smlaunch.sdk.request.packaging import build_and_stage
 build_and_stage("train.py", "src", None, sys.argv[2])
 """
 

@@ -1,17 +1,17 @@
-"""Every public class, method and property of ``estimator`` has a docstring: it is what Jupyter's
+"""Every public class, method and property of ``smlaunch`` has a docstring: it is what Jupyter's
 Shift-Tab shows a user."""
 
 from __future__ import annotations
 
 import inspect
 
-import estimator
+import smlaunch
 
 
 def _undocumented() -> list[str]:
     missing = []
-    for name in estimator.__all__:
-        obj = getattr(estimator, name)
+    for name in smlaunch.__all__:
+        obj = getattr(smlaunch, name)
         if not (inspect.isclass(obj) or inspect.isfunction(obj)):
             continue
         if not inspect.getdoc(obj):
@@ -35,5 +35,5 @@ def _undocumented() -> list[str]:
 
 
 def test_every_public_class_method_and_property_has_a_docstring() -> None:
-    assert estimator.__all__
+    assert smlaunch.__all__
     assert _undocumented() == []

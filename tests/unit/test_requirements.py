@@ -11,18 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.interpreter import job_path
-from runtime.requirements import (
-    JOBS_DIR,
-    READY_MARKER,
+from smlaunch import contract
+from smlaunch.runtime.interpreter import job_path
+from smlaunch.runtime.requirements import (
     InstallRequirementsError,
-    JobEnvironment,
     Prepared,
-    environment_key,
     prepare,
     toolkit_pip_arguments,
 )
+from smlaunch.runtime.requirements_cache import JOBS_DIR, READY_MARKER, JobEnvironment, environment_key
 from tests._wheels import make_wheel
 
 MISSING_WHEEL = "missing-0.1-py3-none-any.whl"
@@ -94,7 +91,7 @@ def _job(environ: dict[str, str], name: str) -> dict[str, str]:
 
 
 def _ranks_environ(environ: dict[str, str], prepared: Prepared) -> dict[str, str]:
-    """The environment runtime.__main__ gives the ranks after prepare()."""
+    """The environment smlaunch.runtime.__main__ gives the ranks after prepare()."""
     path = job_path(prepared.python, environ.get("PATH"))
     return {**environ, **prepared.environ, "PATH": path}
 
@@ -239,7 +236,7 @@ def test_an_environment_its_hosts_left_without_releasing_is_removed_by_the_next_
         [
             sys.executable,
             "-c",
-            "import os, sys; from runtime.requirements import prepare; "
+            "import os, sys; from smlaunch.runtime.requirements import prepare; "
             "prepare(sys.argv[1], 'train.py', os.environ, print); os._exit(9)",
             str(code),
         ],
@@ -333,7 +330,7 @@ def test_a_malformed_ca_repository_arn_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_every_launcher_starts_its_ranks_in_the_job_environment(tmp_path: Path, hps: dict[str, str]) -> None:
-    from runtime.launchers import select_launcher
+    from smlaunch.runtime.launchers import select_launcher
     from tests.unit.test_launchers_plan import env_for
 
     root = tmp_path / "envs" / JOBS_DIR / "job-1"
@@ -342,7 +339,7 @@ def test_every_launcher_starts_its_ranks_in_the_job_environment(tmp_path: Path, 
     env = env_for(tmp_path, hps, environ={**os.environ, contract.SMLAUNCH_NUM_GPUS: "0"})
     env.environ.update({**variables, "PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"})
     plan = select_launcher(env, python=str(root / "bin" / "python")).plan()
-    for spec in plan.processes:  # the host's PATH and VIRTUAL_ENV, as runtime.__main__ set them
+    for spec in plan.processes:  # the host's PATH and VIRTUAL_ENV, as smlaunch.runtime.__main__ set them
         assert (spec.env["VIRTUAL_ENV"], spec.env["PATH"]) == (str(root), env.environ["PATH"])
     if plan.launcher == "mpi":  # and mpirun hands both to the ranks of every host
         exported = [plan.processes[0].argv[i + 1] for i, a in enumerate(plan.processes[0].argv) if a == "-x"]
@@ -353,7 +350,7 @@ def test_every_launcher_starts_its_ranks_in_the_job_environment(tmp_path: Path, 
 def test_a_copy_keeps_modes_mtimes_and_links_with_or_without_cp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cp: str
 ) -> None:
-    from runtime import requirements
+    from smlaunch.runtime import requirements_cache
 
     source = tmp_path / "template"
     (source / "bin").mkdir(parents=True)
@@ -365,10 +362,10 @@ def test_a_copy_keeps_modes_mtimes_and_links_with_or_without_cp(
     (source / "bin" / "python").symlink_to(sys.executable)
     (source / "lib64").symlink_to("lib")
     monkeypatch.setattr(
-        requirements, "_CP", {"gnu": requirements._CP, "failing": ("false",)}.get(cp, ("no-cp",))
+        requirements_cache, "_CP", {"gnu": requirements_cache._CP, "failing": ("false",)}.get(cp, ("no-cp",))
     )
     dest = tmp_path / "copy"
-    requirements._copy_tree(source, dest)
+    requirements_cache._copy_tree(source, dest)
     copied = (dest / "bin" / "tool").stat()
     assert (copied.st_mode & 0o777, copied.st_mtime_ns) == (0o755, 1_000_000_000)
     assert os.readlink(dest / "bin" / "python") == sys.executable

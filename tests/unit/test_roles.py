@@ -14,8 +14,9 @@ from typing import Any
 import boto3
 import pytest
 
-from estimator import LocalSession, Session, get_execution_role, roles
-from estimator.errors import ConfigurationError
+from smlaunch import LocalSession, Session, get_execution_role
+from smlaunch.sdk import roles
+from smlaunch.sdk.errors import ConfigurationError
 from tests.functional._sagemaker_moto import ACCOUNT, REGION, ROLE_ARN, TRUST_POLICY, aws_test_env, fake_aws
 
 sdk_session = pytest.importorskip("sagemaker.session")
@@ -130,7 +131,7 @@ def test_a_notebooks_metadata_names_its_role(aws: boto3.Session, tmp_path: Path)
 
 def test_locally_a_placeholder_role_and_one_note(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     roles._note_once.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="estimator.roles"):
+    with caplog.at_level(logging.WARNING, logger="smlaunch.sdk.roles"):
         first = get_execution_role(LocalSession(root=tmp_path))
         again = get_execution_role(LocalSession(root=tmp_path))
     assert first == again == LocalSession(root=tmp_path).expand_role(None)
@@ -143,7 +144,7 @@ def test_without_a_session_or_credentials_a_placeholder_role(
 ) -> None:
     aws_test_env(monkeypatch, credentials=False)
     roles._note_once.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="estimator.roles"):
+    with caplog.at_level(logging.WARNING, logger="smlaunch.sdk.roles"):
         assert get_execution_role() == roles.PLACEHOLDER_ROLE_ARN
     assert "no AWS credentials" in caplog.text
 

@@ -10,14 +10,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from runtime import contract
-from runtime.archive import UnsafeArchiveError, create_tarball
-from runtime.code import (
-    CodeFetcher,
-    entry_point_command,
-    resolve_entry_point,
-)
-from runtime.errors import HostConfigurationError
+from smlaunch import contract
+from smlaunch.contract.archive import UnsafeArchiveError, create_tarball
+from smlaunch.contract.errors import HostConfigurationError
+from smlaunch.runtime.code import CodeFetcher, entry_point_command, resolve_entry_point
 
 
 def source_dir(tmp_path: Path) -> Path:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from estimator import LocalSession, S3Downloader, S3Uploader
-from estimator.errors import ConfigurationError
-from estimator.session import Session
+from smlaunch import LocalSession, S3Downloader, S3Uploader
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.sessions.sagemaker import Session
 from tests.functional._sagemaker_moto import ACCOUNT, DEFAULT_BUCKET, REGION, FakeSageMaker, fake_aws
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from estimator.backends.sagemaker import SageMakerBackend, summary_lines
-from estimator.errors import ConfigurationError, JobFailedError, UnsupportedByBackendError
-from estimator.job import TrainingJob
-from estimator.session import Session
-from estimator.spec import TrainingJobSpec
+from smlaunch.contract.strategy import Strategy
+from smlaunch.sdk.backends.sagemaker.backend import SageMakerBackend, summary_lines
+from smlaunch.sdk.errors import ConfigurationError, JobFailedError, UnsupportedByBackendError
+from smlaunch.sdk.jobs.job import TrainingJob
+from smlaunch.sdk.request.spec import JobRequest, TrainingJobSpec
+from smlaunch.sdk.sessions.sagemaker import Session
 from tests.functional._sagemaker_moto import ROLE_ARN, FakeSageMaker, fake_aws
 
 JOB = "bert-2026-11-22-02-30-47-904"
@@ -63,6 +64,11 @@ def make_spec(name: str = JOB, **overrides: Any) -> TrainingJobSpec:
     return TrainingJobSpec(**request)
 
 
+def make_request(name: str = JOB, **overrides: Any) -> JobRequest:
+    """:func:`make_spec` as the estimator hands it to a backend (no distribution)."""
+    return JobRequest(make_spec(name, **overrides), Strategy.NONE)
+
+
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSageMaker]:
     with fake_aws(monkeypatch) as fake:
@@ -81,9 +87,9 @@ def backend(aws: FakeSageMaker) -> SageMakerBackend:
 
 
 def test_check_accepts_every_sagemaker_option_and_refuses_local_uris(backend: SageMakerBackend) -> None:
-    backend.check(make_spec())
+    backend.check(make_request())
     with pytest.raises(UnsupportedByBackendError) as error:
-        backend.check(make_spec(OutputDataConfig={"S3OutputPath": "file:///tmp/out"}))
+        backend.check(make_request(OutputDataConfig={"S3OutputPath": "file:///tmp/out"}))
     assert error.value.field == "output_path"
 
 
@@ -95,7 +101,7 @@ def test_submit_sends_the_spec_as_the_request(aws: FakeSageMaker, backend: SageM
         lambda request, **_: bodies.append(json.loads(request.body)),
     )
     spec = make_spec()
-    backend.submit(spec)
+    backend.submit(JobRequest(spec, Strategy.NONE))
     assert bodies == [spec.to_request()]  # the wire body, after boto3's validation and serialization
     description = backend.describe(JOB)
     assert description["TrainingJobStatus"] == "InProgress"
@@ -103,7 +109,7 @@ def test_submit_sends_the_spec_as_the_request(aws: FakeSageMaker, backend: SageM
     assert "ResponseMetadata" not in description
 
     with pytest.raises(ConfigurationError) as error:
-        backend.submit(spec)  # a name is unique per account and region
+        backend.submit(JobRequest(spec, Strategy.NONE))  # a name is unique per account and region
     assert error.value.field == "job_name"
 
 
@@ -114,18 +120,18 @@ def test_tensorboard_output_config_reaches_the_service(aws: FakeSageMaker, backe
         lambda request, **_: bodies.append(json.loads(request.body)),
     )
     tensorboard = {"S3OutputPath": "s3://out-bucket/bert/tensorboard", "LocalPath": "/opt/ml/output/tb"}
-    backend.check(make_spec(TensorBoardOutputConfig=tensorboard))
-    backend.submit(make_spec(TensorBoardOutputConfig=tensorboard))
+    backend.check(make_request(TensorBoardOutputConfig=tensorboard))
+    backend.submit(make_request(TensorBoardOutputConfig=tensorboard))
     assert bodies[0]["TensorBoardOutputConfig"] == tensorboard  # accepted by boto3's model, sent as is
     with pytest.raises(UnsupportedByBackendError) as error:
-        backend.check(make_spec(TensorBoardOutputConfig={"S3OutputPath": "file:///tmp/tb"}))
+        backend.check(make_request(TensorBoardOutputConfig={"S3OutputPath": "file:///tmp/tb"}))
     assert error.value.field == "tensorboard_output_config.s3_output_path"
 
 
 def test_describe_retries_throttling_with_growing_backoff(
     aws: FakeSageMaker, backend: SageMakerBackend
 ) -> None:
-    backend.submit(make_spec())
+    backend.submit(make_request())
     client = backend.session.sagemaker_client()
     throttled = {"left": 3}
 
@@ -157,7 +163,7 @@ def test_describe_unknown_job_names_the_job(backend: SageMakerBackend) -> None:
 
 
 def test_follow_logs_through_a_whole_job(aws: FakeSageMaker, backend: SageMakerBackend) -> None:
-    backend.submit(make_spec())
+    backend.submit(make_request())
     hosts = ["algo-1", "algo-2", "algo-3"]
     expected: list[str] = []
 
@@ -223,7 +229,7 @@ def test_follow_logs_through_a_whole_job(aws: FakeSageMaker, backend: SageMakerB
 
 
 def test_job_failing_before_any_log_line_ends_cleanly(aws: FakeSageMaker, backend: SageMakerBackend) -> None:
-    backend.submit(make_spec())
+    backend.submit(make_request())
     aws.then(lambda: aws.fail(JOB, "CapacityError: Unable to provision requested ML compute capacity."))
     out = io.StringIO()
     with pytest.raises(JobFailedError) as error:
@@ -239,7 +245,7 @@ def test_job_failing_before_any_log_line_ends_cleanly(aws: FakeSageMaker, backen
 def test_completed_wait_returns_description_and_prints_summary(
     aws: FakeSageMaker, backend: SageMakerBackend
 ) -> None:
-    backend.submit(make_spec(EnableManagedSpotTraining=None))
+    backend.submit(make_request(EnableManagedSpotTraining=None))
     aws.then(
         lambda: aws.log(JOB, "algo-1", "hello"),
         lambda: aws.complete(JOB, training_time_in_seconds=10, billable_time_in_seconds=10),
@@ -252,7 +258,7 @@ def test_completed_wait_returns_description_and_prints_summary(
 
 
 def test_ctrl_c_stops_waiting_not_the_job(aws: FakeSageMaker, backend: SageMakerBackend) -> None:
-    backend.submit(make_spec())
+    backend.submit(make_request())
 
     def interrupt() -> None:
         raise KeyboardInterrupt
@@ -266,7 +272,7 @@ def test_ctrl_c_stops_waiting_not_the_job(aws: FakeSageMaker, backend: SageMaker
 
 
 def test_stop_running_job_and_stop_of_finished_job(aws: FakeSageMaker, backend: SageMakerBackend) -> None:
-    backend.submit(make_spec())
+    backend.submit(make_request())
     job = TrainingJob(backend, JOB)
     with pytest.raises(ConfigurationError, match=r"reason.*SageMaker interrupts spot instances itself"):
         job.stop(reason="spot")

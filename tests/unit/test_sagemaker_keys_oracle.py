@@ -26,7 +26,7 @@ from sagemaker.estimator import Estimator as SdkEstimator
 from sagemaker.pytorch import PyTorch as SdkPyTorch
 from sagemaker.tensorflow import TensorFlow as SdkTensorFlow
 
-from estimator import ConfigurationError, Estimator, PyTorch, TensorFlow
+from smlaunch import ConfigurationError, Estimator, PyTorch, TensorFlow
 from tests.unit.test_plan_oracle import (  # noqa: F401
     INPUTS,
     ROLE,
@@ -306,7 +306,7 @@ def test_a_submit_directory_sagemaker_cannot_fetch_is_refused(submit: Any, words
 
 def test_launcher_flags_sent_with_str_read_as_the_runtime_reads_them() -> None:
     """The generic Estimator sends ``False`` as ``"False"``: off, for the backend's check as for the host."""
-    from estimator.distribution import Distribution
+    from smlaunch.sdk.request.distribution import Distribution
 
     assert Distribution.from_hyperparameters({"sagemaker_mpi_enabled": "False"}).strategy == "none"
     assert Distribution.from_hyperparameters({"sagemaker_mpi_enabled": "True"}).strategy == "mpi"

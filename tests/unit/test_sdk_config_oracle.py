@@ -23,8 +23,9 @@ import jsonschema
 import pytest
 import yaml
 
-from estimator import LocalSession, PyTorch, Session, sdk_config
-from estimator.errors import ConfigurationError
+from smlaunch import LocalSession, PyTorch, Session
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import sdk_config
 from tests.unit.test_plan_oracle import (  # noqa: F401  (sdk_capture and src are fixtures)
     ACCOUNT,
     INPUTS,
@@ -186,7 +187,7 @@ def test_no_volume_key_for_types_without_a_volume(
 
 
 def test_volume_kms_support_is_the_sdks() -> None:
-    from estimator import catalog
+    from smlaunch.sdk.request import catalog
 
     for name in catalog.names():
         assert sdk_config.supports_volume_kms(name) is sagemaker_utils.instance_supports_kms(name), name

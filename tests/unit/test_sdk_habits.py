@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from estimator import JobFailedError, UnexpectedStatusException
-from estimator.errors import ConfigurationError
-from estimator.exceptions import CapacityError
+from smlaunch import JobFailedError, UnexpectedStatusException
+from smlaunch.contract.strategy import Strategy
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.exceptions import CapacityError
+from smlaunch.sdk.request.spec import JobRequest
 from tests.unit.test_estimator import FakeSageMakerSession, TestLocalSession, config_error, local, remote
 
 
@@ -22,14 +24,14 @@ def test_a_stopped_job_ends_fit_with_a_warning(
     assert isinstance(session, TestLocalSession)
     session.recording.status = "Stopped"
     session.recording.failure_reason = "MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds 60"
-    with caplog.at_level(logging.WARNING, logger="estimator.job"):
+    with caplog.at_level(logging.WARNING, logger="smlaunch.sdk.jobs.job"):
         est.fit(job_name="stopped-job", logs=False)
     assert "stopped-job" in caplog.text and "'Stopped' rather than 'Completed'" in caplog.text
     assert "MaxRuntimeExceeded" in caplog.text
     assert est.latest_training_job is not None and est.latest_training_job.status == "Stopped"
     caplog.clear()
     session.recording.failure_reason = None  # stopped by the user: no reason, no "(Stopped)"
-    with caplog.at_level(logging.WARNING, logger="estimator.job"):
+    with caplog.at_level(logging.WARNING, logger="smlaunch.sdk.jobs.job"):
         est.fit(job_name="stopped-job-2", logs=False)
     assert "'Stopped' rather than 'Completed'. This could mean" in caplog.text, caplog.text
 
@@ -84,11 +86,11 @@ def test_bad_keep_alive_is_refused(src: Path, value: object) -> None:
 
 
 def test_attach_restores_keep_alive(src: Path) -> None:
-    from estimator import PyTorch
+    from smlaunch import PyTorch
 
     session = FakeSageMakerSession()
     spec = remote(src, session, keep_alive_period_in_seconds=900).plan(job_name="warm-2")
-    session.recording.submit(spec)
+    session.recording.submit(JobRequest(spec, Strategy.NONE))
     assert PyTorch.attach("warm-2", sagemaker_session=session).keep_alive_period_in_seconds == 900
 
 
@@ -126,7 +128,7 @@ def test_endings_match_the_sdk(status: str, reason: str) -> None:
     SDK's class, attributes and message (but for the SDK's link to its troubleshooting guide)."""
     sdk_session = pytest.importorskip("sagemaker.session")
     sdk_exceptions = pytest.importorskip("sagemaker.exceptions")
-    from estimator.job import TrainingJob
+    from smlaunch.sdk.jobs.job import TrainingJob
     from tests.unit.test_estimator import RecordingBackend
 
     description = {"TrainingJobStatus": status, "FailureReason": reason}
@@ -156,7 +158,7 @@ def test_endings_match_the_sdk(status: str, reason: str) -> None:
 def test_a_failed_fit_is_caught_as_the_sdk_notebooks_catch_it(src: Path, tmp_path: Path) -> None:
     """``except UnexpectedStatusException`` as notebooks import it (``sagemaker.exceptions`` with
     the import changed), and the cell goes on."""
-    from estimator.exceptions import UnexpectedStatusException as imported
+    from smlaunch.sdk.exceptions import UnexpectedStatusException as imported
 
     est = local(src, tmp_path)
     est.sagemaker_session.recording.status = "Failed"

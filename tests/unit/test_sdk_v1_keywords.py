@@ -23,8 +23,8 @@ from sagemaker.estimator import Estimator as SdkEstimator
 from sagemaker.pytorch import PyTorch as SdkPyTorch
 from sagemaker.tensorflow import TensorFlow as SdkTensorFlow
 
-from estimator import ConfigurationError, Estimator, LocalSession, PyTorch, TensorFlow
-from estimator.keywords import renamed_message
+from smlaunch import ConfigurationError, Estimator, LocalSession, PyTorch, TensorFlow
+from smlaunch.sdk.keywords import renamed_message
 from tests.unit.test_plan_oracle import (  # noqa: F401
     INPUTS,
     ROLE,

@@ -9,9 +9,9 @@ from typing import Any
 import boto3
 import pytest
 
-from estimator.backends.sagemaker import SageMakerBackend
-from estimator.errors import ConfigurationError
-from estimator.session import Session
+from smlaunch.sdk.backends.sagemaker.backend import SageMakerBackend
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.sessions.sagemaker import Session
 from tests.functional._sagemaker_moto import (
     ACCOUNT,
     DEFAULT_BUCKET,

@@ -1,4 +1,5 @@
-"""smlaunch's settings (``estimator.settings``): one model, resolved once per session with the stated
+"""smlaunch's settings (``smlaunch.sdk.sessions.settings``): one model, resolved once per session with the
+stated
 precedence (argument > environment variable > config file > default), errors naming where a bad
 value came from, the table of ``docs/configuration.md`` equal to the model, the host knobs reaching
 the hosts from the session, and none of them ever reaching a SageMaker request."""
@@ -14,15 +15,15 @@ from typing import Any
 import pytest
 import yaml
 
-from estimator import PyTorch, sdk_config
-from estimator import settings as knobs
-from estimator.backends.local import layout
-from estimator.backends.local.backend import LocalBackend
-from estimator.errors import ConfigurationError
-from estimator.local_session import LocalSession
-from estimator.session import Session
-from runtime import contract
-from tests.functional._local_helpers import make_spec
+from smlaunch import PyTorch, contract
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.backends.emulated.backend import LocalBackend
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import sdk_config
+from smlaunch.sdk.sessions import settings as knobs
+from smlaunch.sdk.sessions.local import LocalSession
+from smlaunch.sdk.sessions.sagemaker import Session
+from tests.functional._local_helpers import job_request, make_spec
 from tests.functional._sagemaker_moto import ROLE_ARN, fake_aws
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,7 +186,7 @@ def test_host_knobs_reach_the_hosts_and_environment_wins_per_job(
 def test_a_session_spot_fault_needs_managed_spot(config: Path, tmp_path: Path) -> None:
     session = LocalSession(tmp_path / "jobs", faults=[{"kind": "spot", "after_seconds": 1}])
     with pytest.raises(ConfigurationError) as err:
-        LocalBackend(session).check(make_spec(tmp_path, "spot", "print('hi')"))
+        LocalBackend(session).check(job_request(make_spec(tmp_path, "spot", "print('hi')")))
     assert err.value.field == "faults"
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator import PyTorch
-from estimator.errors import ConfigurationError
-from runtime.errors import FieldError, HostConfigurationError
-from runtime.faults import parse_faults
+from smlaunch import PyTorch
+from smlaunch.contract.errors import FieldError, HostConfigurationError
+from smlaunch.contract.faults import parse_faults
+from smlaunch.sdk.errors import ConfigurationError
 
 
 def test_notebook_and_host_errors_share_one_base_and_one_message() -> None:

@@ -11,15 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from estimator import SlurmSession
-from estimator.backends.local.agent import Agent
-from estimator.backends.local.executors.slurm import SlurmExecutor, srun_command
-from estimator.backends.local.state import JobDir, write_json_atomic
-from estimator.backends.slurm import SLURM_FILE, SlurmBackend, batch_script, gpus_per_node, sbatch_arguments
-from estimator.backends.slurm_client import Partition, SlurmClient, SlurmCommandError, SlurmJob
-from estimator.errors import ConfigurationError, UnsupportedByBackendError
-from estimator.spec import TrainingJobSpec
-from runtime import contract
+from smlaunch import SlurmSession, contract
+from smlaunch.contract.strategy import Strategy
+from smlaunch.sdk.backends.emulated.agent import Agent
+from smlaunch.sdk.backends.emulated.executors.slurm.executor import SlurmExecutor, srun_command
+from smlaunch.sdk.backends.emulated.job_settings import JobSettings, SlurmSettings
+from smlaunch.sdk.backends.emulated.state import JobDir, write_json_atomic
+from smlaunch.sdk.backends.slurm.backend import (
+    SLURM_FILE,
+    SlurmBackend,
+    batch_script,
+    gpus_per_node,
+    sbatch_arguments,
+)
+from smlaunch.sdk.backends.slurm.client import Partition, SlurmClient, SlurmCommandError, SlurmJob
+from smlaunch.sdk.errors import ConfigurationError, UnsupportedByBackendError
+from smlaunch.sdk.request.spec import JobRequest, TrainingJobSpec
 
 # Recorded from slurm-wlm 22.05.8 (Debian) on the two-node test cluster.
 SQUEUE_PENDING = "2|PENDING|Resources|\n"
@@ -233,6 +240,12 @@ def spec(
     )
 
 
+def job_settings(grace: float = 10) -> JobSettings:
+    """A Slurm job's ``settings.json``: one rank per host, ``grace`` seconds to stop."""
+    executor = SlurmSettings(python="/venv/python", shared_dir="/shared")
+    return JobSettings(executor=executor, processes_per_host=1, stop_grace_seconds=grace)
+
+
 def test_sbatch_arguments(tmp_path: Path) -> None:
     session = SlurmSession(
         shared_dir=tmp_path,
@@ -277,9 +290,9 @@ def test_gpus_per_node_from_catalog_on_gpu_partitions_or_override(tmp_path: Path
 
 def test_batch_script_execs_the_agent(tmp_path: Path) -> None:
     job = JobDir(tmp_path / "jobs" / "slurm-job")
-    script = batch_script("/opt/venv/bin/python", job, "estimator.backends.local.agent")
+    script = batch_script("/opt/venv/bin/python", job, "smlaunch.sdk.backends.emulated.agent")
     assert script.startswith("#!/bin/sh\n")
-    exec_line = f"exec /opt/venv/bin/python -m estimator.backends.local.agent {job.path}"
+    exec_line = f"exec /opt/venv/bin/python -m smlaunch.sdk.backends.emulated.agent {job.path}"
     assert script.splitlines()[-1] == exec_line
 
 
@@ -296,7 +309,7 @@ def test_srun_command_one_task_on_its_node_with_pyxis_arguments() -> None:
         "--export=ALL",
         "/venv/bin/python",
         "-m",
-        "estimator.backends.local.executors.slurm_host",
+        "smlaunch.sdk.backends.emulated.executors.slurm.host",
     ]
     boxed = srun_command("node2", "algo-2", "python", "nvcr.io#nvidia/pytorch:24.05-py3", "/shared", tree)
     assert boxed[7:] == [
@@ -383,9 +396,22 @@ def test_stop_cancels_a_queued_job_and_signals_a_running_agent(tmp_path: Path) -
     backend.stop(name)
     assert runner.calls[-1][0] == ["scancel", "9"]
     assert backend.job_dir(name).stop_file.exists()
-    (tmp_path / "b").mkdir()
     running = {"squeue": (0, "9|RUNNING|None|node[1-2]\n", ""), "scancel": (0, "", "")}
+    (tmp_path / "b").mkdir()
+    # Running, but its agent has not started the job (no TrainingStartTime): SIGTERM would kill
+    # the agent before it handles SIGTERM, so the Slurm job is cancelled whole.
     backend, runner, name = backend_with(tmp_path / "b", running)
+    backend.stop(name)
+    assert runner.calls[-1][0] == ["scancel", "9"]
+    (tmp_path / "c").mkdir()
+    started = {
+        "TrainingJobStatus": contract.STATUS_IN_PROGRESS,
+        "SecondaryStatus": contract.SECONDARY_DOWNLOADING,
+        "SecondaryStatusTransitions": [],
+        "CreationTime": 1.0,
+        "TrainingStartTime": 2.0,
+    }
+    backend, runner, name = backend_with(tmp_path / "c", running, started)
     backend.stop(name)
     assert runner.calls[-1][0] == ["scancel", "--signal=TERM", "--batch", "9"]
     with pytest.raises(ConfigurationError, match="spot interruptions"):
@@ -403,7 +429,9 @@ def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi_in_a_container
     backend, _, _ = backend_with(tmp_path / "b", {"sinfo --noheader --partition": (0, SINFO_PARTITION, "")})
     backend.session.partition = "debug"
     with pytest.raises(UnsupportedByBackendError, match="instance_count=3: partition debug has 2 node"):
-        backend.check(spec(count=3).model_copy(update={"TrainingJobName": "other-job"}))
+        backend.check(
+            JobRequest(spec(count=3).model_copy(update={"TrainingJobName": "other-job"}), Strategy.NONE)
+        )
     mpi = spec().model_copy(
         update={
             "TrainingJobName": "mpi-job",
@@ -413,7 +441,7 @@ def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi_in_a_container
             },
         }
     )
-    backend.check(mpi)  # mpirun starts each host's ranks as a step on its node
+    backend.check(JobRequest(mpi, Strategy.MPI))  # mpirun starts each host's ranks as a step on its node
     smp = mpi.model_copy(
         update={
             "TrainingJobName": "smp-job",
@@ -424,11 +452,12 @@ def test_check_refuses_a_missing_partition_too_many_nodes_and_mpi_in_a_container
             },
         }
     )
-    backend.check(smp)  # smp starts its ranks from each host's runtime, as torch_distributed does
+    # smp starts its ranks from each host's runtime, as torch_distributed does
+    backend.check(JobRequest(smp, Strategy.MODELPARALLEL))
     backend.session.container_image = "nvcr.io#nvidia/pytorch:24.01-py3"
-    backend.check(smp)
+    backend.check(JobRequest(smp, Strategy.MODELPARALLEL))
     with pytest.raises(UnsupportedByBackendError, match=r"distribution='mpi'.*drop container_image"):
-        backend.check(mpi)
+        backend.check(JobRequest(mpi, Strategy.MPI))
 
 
 def test_sbatch_gets_the_agent_and_the_environment_without_aws_secrets(
@@ -447,11 +476,11 @@ def test_sbatch_gets_the_agent_and_the_environment_without_aws_secrets(
     )
     job = backend.job_dir(name)
     (job.path / SLURM_FILE).unlink()
-    write_json_atomic(job.settings_file, {"stop_grace_seconds": 10})
+    write_json_atomic(job.settings_file, job_settings(10).model_dump(mode="json"))
     backend._start_agent(job)
     argv, stdin, env = runner.calls[-1]
     assert argv[:2] == ["sbatch", "--parsable"] and "--nodes=2" in argv and "--job-name=slurm-job" in argv
-    assert stdin is not None and stdin.endswith(f" -m estimator.backends.local.agent {job.path}\n")
+    assert stdin is not None and stdin.endswith(f" -m smlaunch.sdk.backends.emulated.agent {job.path}\n")
     assert env is not None and env["AWS_REGION"] == "us-west-2"
     assert "AWS_SECRET_ACCESS_KEY" not in env and "AWS_SESSION_TOKEN" not in env
     assert json.loads((job.path / SLURM_FILE).read_text())["job_id"] == "42"
@@ -473,10 +502,16 @@ def test_file_paths_outside_the_shared_dir_are_warned_about(tmp_path: Path) -> N
     inside = spec(name="inside-job", output=(shared / "out").as_uri())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        backend.check(inside)
+        backend.check(JobRequest(inside, Strategy.NONE))
     outside = spec(name="outside-job", output=(elsewhere / "out").as_uri())
     with pytest.warns(UserWarning, match=r"output_path=file://.*outside SlurmSession.shared_dir"):
-        backend.check(outside)
+        backend.check(JobRequest(outside, Strategy.NONE))
+    tensorboard = spec(name="tensorboard-job", output=(shared / "out").as_uri()).model_copy(
+        update={"TensorBoardOutputConfig": {"S3OutputPath": (elsewhere / "tb").as_uri()}}
+    )
+    tensorboard = TrainingJobSpec.model_validate(tensorboard.to_request())
+    with pytest.warns(UserWarning, match=r"tensorboard_output_config.s3_output_path=file://.*outside"):
+        backend.check(JobRequest(tensorboard, Strategy.NONE))
 
 
 # --- the executor inside the allocation (fake srun processes, recorded Slurm answers) -------------
@@ -499,8 +534,8 @@ class FakeSrun:
 def test_executor_maps_hosts_to_nodes_in_order_and_signals_steps_not_srun(tmp_path: Path) -> None:
     import signal as signals
 
-    from estimator.backends.local.executors.base import Host, LaunchContext
-    from estimator.backends.local.executors.slurm import SlurmExecutor
+    from smlaunch.sdk.backends.emulated.executors.base import Host, LaunchContext
+    from smlaunch.sdk.backends.emulated.executors.slurm.executor import SlurmExecutor
 
     slurm, runner = client(
         {
@@ -519,7 +554,7 @@ def test_executor_maps_hosts_to_nodes_in_order_and_signals_steps_not_srun(tmp_pa
     for host in hosts:
         host.proc = FakeSrun()  # type: ignore[assignment]
     said: list[str] = []
-    context = LaunchContext(spec(), {}, JobDir(tmp_path), hosts, 10.0, said.append)
+    context = LaunchContext(spec(), job_settings(), JobDir(tmp_path), hosts, 10.0, said.append)
     executor.signal(context, hosts, signals.SIGTERM)
     assert runner.calls[-1][0] == ["scancel", "--signal=TERM", "12.0"]  # algo-1's step
     assert hosts[1].proc.signals == []  # type: ignore[union-attr]
@@ -562,7 +597,7 @@ def test_a_requeued_agent_run_takes_the_attempts_over_and_starts_the_next(
     job = JobDir(tmp_path / "jobs" / "slurm-job")
     job.logs_dir.mkdir(parents=True)
     write_json_atomic(job.spec_file, spec(spot=True).to_request())
-    write_json_atomic(job.settings_file, {"executor": "slurm", "stop_grace_seconds": 10})
+    write_json_atomic(job.settings_file, job_settings(10).model_dump(mode="json"))
     job.write_state(
         {
             "TrainingJobStatus": contract.STATUS_IN_PROGRESS,
@@ -604,7 +639,7 @@ def test_a_requeued_run_of_a_job_that_already_ended_changes_nothing(tmp_path: Pa
     job = JobDir(tmp_path / "jobs" / "slurm-job")
     job.logs_dir.mkdir(parents=True)
     write_json_atomic(job.spec_file, spec(spot=True).to_request())
-    write_json_atomic(job.settings_file, {"executor": "slurm", "stop_grace_seconds": 10})
+    write_json_atomic(job.settings_file, job_settings(10).model_dump(mode="json"))
     ended = {
         "TrainingJobStatus": contract.STATUS_COMPLETED,
         "SecondaryStatus": contract.SECONDARY_COMPLETED,

@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from runtime.compat import compat_path
-from runtime.processes import free_port
+from smlaunch.contract.processes import free_port
+from smlaunch.runtime.env_vars import compat_dir
 
 SCRIPT = r"""
 import json
@@ -42,7 +42,7 @@ dist.destroy_process_group()
 
 
 def test_smddp_api_on_a_one_rank_world() -> None:
-    path = compat_path()
+    path = str(compat_dir())
     assert path is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_"))}
     env.update(
@@ -67,14 +67,14 @@ def test_smddp_api_on_a_one_rank_world() -> None:
 
 def test_local_rank_without_a_launcher_says_how_to_get_one() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")}
-    env["PYTHONPATH"] = str(compat_path())
+    env["PYTHONPATH"] = str(compat_dir())
     code = "import smdistributed.dataparallel.torch.distributed as d; d.get_local_rank()"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "LOCAL_RANK is not set" in done.stderr and "distribution=" in done.stderr
 
 
 def test_tensorflow_flavour_is_refused_naming_the_alternative() -> None:
-    env = dict(os.environ, PYTHONPATH=str(compat_path()))
+    env = dict(os.environ, PYTHONPATH=str(compat_dir()))
     code = "import smdistributed.dataparallel.tensorflow"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "needs the real library" in done.stderr

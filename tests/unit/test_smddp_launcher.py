@@ -6,11 +6,11 @@ import json
 import os
 from pathlib import Path
 
-from runtime import contract
-from runtime.compat import compat_path
-from runtime.environment import Environment
-from runtime.launchers import launcher_name
-from runtime.launchers.smddp import SmddpLauncher
+from smlaunch import contract
+from smlaunch.runtime.env_vars import compat_dir
+from smlaunch.runtime.environment import Environment
+from smlaunch.runtime.launchers import launcher_name
+from smlaunch.runtime.launchers.smddp import SmddpLauncher
 
 
 def smddp_env(tmp_path: Path, host: str, hosts: list[str], options: str = "") -> Environment:
@@ -50,7 +50,7 @@ def test_one_rank_per_emulated_gpu_with_torch_and_smddp_variables(tmp_path: Path
         assert spec.env["SAGEMAKER_INSTANCE_TYPE"] == "ml.p4d.24xlarge"
         assert json.loads(spec.env["TF_CONFIG"])["task"]["index"] == 2 + local_rank
         assert spec.argv[1:] == ["train.py", "--epochs", "2"]
-        assert compat_path() in spec.env["PYTHONPATH"].split(os.pathsep)
+        assert str(compat_dir()) in spec.env["PYTHONPATH"].split(os.pathsep)
     assert "ignored" in plan.topology["custom_mpi_options"]
     assert plan.topology["backend"].startswith("smddp")
 
@@ -62,6 +62,6 @@ def test_single_host_is_marked_single_node(tmp_path: Path) -> None:
 
 
 def test_compat_path_holds_the_smdistributed_shims() -> None:
-    path = compat_path()
+    path = str(compat_dir())
     assert path is not None  # AWS's smdistributed is not installed here
     assert (Path(path) / "smdistributed" / "dataparallel" / "torch" / "torch_smddp.py").is_file()

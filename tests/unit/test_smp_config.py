@@ -9,15 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from runtime.parallel import partition as part
-from runtime.parallel.config import (
-    SMPUnsupportedError,
-    SMPValidationError,
-    check_world_size,
-    resolve_config,
-)
-from runtime.parallel.microbatch import StepOutput, TensorSplitError, split_arguments, to_step_outputs
-from runtime.parallel.state import STATE, init
+from smlaunch.rank.smp import partition as part
+from smlaunch.rank.smp.config import SMPUnsupportedError, SMPValidationError, check_world_size, resolve_config
+from smlaunch.rank.smp.microbatch import StepOutput, TensorSplitError, split_arguments, to_step_outputs
+from smlaunch.rank.smp.state import STATE, init
 
 
 def _env(params: dict | None = None, **extra: str) -> dict[str, str]:
@@ -226,7 +221,7 @@ def test_custom_module_chains_are_discovered_and_other_graphs_rejected() -> None
 
 @pytest.mark.parametrize("strategy", ["each", "contiguous", "group_2"])
 def test_activation_checkpointing_strategies_keep_outputs_and_gradients(strategy: str) -> None:
-    from runtime.parallel.api import set_activation_checkpointing
+    from smlaunch.rank.smp.api import set_activation_checkpointing
 
     def net() -> nn.Sequential:
         torch.manual_seed(0)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime import contract
-from runtime.env_vars import compat_dir
-from runtime.environment import Environment
-from runtime.launchers import launcher_name
-from runtime.launchers.smp import SmpLauncher
+from smlaunch import contract
+from smlaunch.runtime.env_vars import compat_dir
+from smlaunch.runtime.environment import Environment
+from smlaunch.runtime.launchers import launcher_name
+from smlaunch.runtime.launchers.smp import SmpLauncher
 from tests.functional._runtime_tree import write_host_tree
 
 MP = {

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from runtime.parallel.layout import RankLayout
+from smlaunch.rank.smp.layout import RankLayout
 
 
 def test_ranking_basics_8_processes_2_partitions_spread() -> None:

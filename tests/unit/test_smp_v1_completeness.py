@@ -110,7 +110,7 @@ def facts(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return run_probe(
         tmp_path_factory.mktemp("smp"),
         PROBE,
-        {"PYTHONPATH": os.pathsep.join([str(REPO / "runtime" / "compat"), str(REPO)])},
+        {"PYTHONPATH": os.pathsep.join([str(REPO / "smlaunch" / "rank" / "compat"), str(REPO)])},
         drop=(
             "RANK",
             "WORLD_SIZE",
@@ -148,4 +148,4 @@ def test_unsupported_names_say_what_to_use(facts: dict) -> None:
     assert errors["optimizers"].startswith("AttributeError: smp.optimizers is not supported")
     assert "torch.optim" in errors["optimizers"]
     assert "has no attribute 'no_such_name'" in errors["unknown"]
-    assert "runtime/parallel/README.md" in errors["unknown"]
+    assert "smlaunch/rank/smp/README.md" in errors["unknown"]

@@ -1,4 +1,4 @@
-"""The agent side of ``spot`` faults (estimator.backends.local.spot.SpotFaults): which attempt,
+"""The agent side of ``spot`` faults (smlaunch.sdk.backends.emulated.spot.SpotFaults): which attempt,
 which rank's lines, which clock. Each fault ends as the interrupt file ``stop(reason="spot")`` writes."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from estimator.backends.local.spot import INTERRUPT_FILE, SpotFaults, spot_faults
-from runtime import contract
-from runtime.faults import Fault
+from smlaunch import contract
+from smlaunch.contract.faults import Fault
+from smlaunch.sdk.backends.emulated.spot import INTERRUPT_FILE, SpotFaults, spot_faults
 
 
 def _faults(tmp_path: Path, *faults: Fault) -> tuple[SpotFaults, list[str]]:

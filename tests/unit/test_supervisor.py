@@ -15,12 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime import contract
-from runtime.errors import HostConfigurationError
-from runtime.launchers.base import LaunchPlan, ProcessSpec
-from runtime.processes import exit_code_of
-from runtime.report import report_run, write_failure
-from runtime.supervisor import RankFailure, RunResult, Supervisor
+from smlaunch import contract
+from smlaunch.contract.errors import HostConfigurationError
+from smlaunch.contract.processes import exit_code_of
+from smlaunch.runtime.launchers.base import LaunchPlan, ProcessSpec, RankFailure, RunResult
+from smlaunch.runtime.report import report_run, write_failure
+from smlaunch.runtime.supervision.supervisor import Supervisor
 
 
 def spec(label: str, code: str, rank: int | None = None, **kwargs: object) -> ProcessSpec:
@@ -296,8 +296,8 @@ def test_report_writes_success_or_failure_once(tmp_path: Path) -> None:
 def test_internal_errors_are_framework_errors_and_never_exit_0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runtime.__main__ as entry
-    import runtime.launchers
+    import smlaunch.runtime.__main__ as entry
+    import smlaunch.runtime.launchers
     from tests.functional._runtime_tree import write_host_tree
 
     paths = write_host_tree(tmp_path, "algo-1", ["algo-1"], {contract.HP_PROGRAM: '"train.py"'})
@@ -305,7 +305,7 @@ def test_internal_errors_are_framework_errors_and_never_exit_0(
     def broken(env: object, python: str = sys.executable) -> object:
         raise OSError("launcher exploded")  # errno None: the toolkit exited 0 on this (bug 6)
 
-    monkeypatch.setattr(runtime.launchers, "select_launcher", broken)
+    monkeypatch.setattr(smlaunch.runtime.launchers, "select_launcher", broken)
     code = entry.run({contract.BASE_DIR_ENV: str(tmp_path), contract.SMLAUNCH_NUM_GPUS: "0"})
     assert code == 1
     text = paths.failure_file.read_text()
@@ -324,7 +324,7 @@ class _BrokenPipe(io.StringIO):
 def test_a_host_whose_output_pipe_broke_still_reports_its_ranks_exit_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runtime.__main__ as entry
+    import smlaunch.runtime.__main__ as entry
     from tests.functional._runtime_tree import write_host_tree
 
     paths = write_host_tree(tmp_path, "algo-1", ["algo-1"], {contract.HP_PROGRAM: '"train.py"'})
@@ -336,7 +336,7 @@ def test_a_host_whose_output_pipe_broke_still_reports_its_ranks_exit_code(
 
 
 def test_wait_for_hosts_is_bounded() -> None:
-    from runtime.__main__ import wait_for_hosts
+    from smlaunch.runtime.__main__ import wait_for_hosts
 
     logged: list[str] = []
     wait_for_hosts(["localhost"], 5, logged.append)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from sagemaker.tensorflow import TensorFlow as SdkTensorFlow
 
-from estimator import ConfigurationError, LocalSession, TensorFlow
+from smlaunch import ConfigurationError, LocalSession, TensorFlow
+from smlaunch.sdk.request import describe
 from tests.unit.test_plan_oracle import (  # noqa: F401  (sdk_capture and src are fixtures)
     HPS,
     INPUTS,
@@ -168,7 +169,7 @@ def test_bad_arguments_name_the_field(src: Path, kwargs: dict[str, Any], field: 
 
 
 def test_pytorch_refuses_tensorflow_strategies(src: Path) -> None:  # noqa: F811
-    from estimator import PyTorch
+    from smlaunch import PyTorch
 
     with pytest.raises(ConfigurationError, match="TensorFlow only"):
         PyTorch(
@@ -230,7 +231,7 @@ def test_attach_restores_model_dir(src: Path, sdk_capture: Any) -> None:  # noqa
         "OutputDataConfig": {"S3OutputPath": "s3://b/"},
         "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
     }
-    kwargs = TensorFlow._init_params_from_description(description)
+    kwargs = describe.arguments(description, "tensorflow")
     assert kwargs["model_dir"] == "s3://b/tf-attach/model" and kwargs["framework_version"] == "2.16"
     assert kwargs["py_version"] == "py310" and kwargs["image_uri"] is None
     assert kwargs["hyperparameters"] == {"epochs": 3}

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from runtime import contract
-from runtime.tf_config import mwms_config, ps_config, strategy, tf_config_env
-from runtime.tf_ps import ps_task_config
+from smlaunch import contract
+from smlaunch.runtime.frameworks.tf_config import mwms_config, ps_config, strategy, tf_config_env
+from smlaunch.runtime.frameworks.tf_ps import ps_task_config
 
 
 @dataclass
@@ -103,7 +103,8 @@ def test_strategy_as_the_toolkit_decides(
 def test_tf_ps_wrapper_keeps_the_server_until_the_master_is_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """runtime.tf_ps with a stand-in parameter server (no TensorFlow): the script runs with the
+    """smlaunch.runtime.frameworks.tf_ps with a stand-in parameter server (no TensorFlow): the script runs
+    with the
     worker's TF_CONFIG, the server with the ps task's; a worker host waits while the master's port
     answers, then stops its server; the exit code is the script's."""
     import signal
@@ -112,7 +113,7 @@ def test_tf_ps_wrapper_keeps_the_server_until_the_master_is_down(
     import threading
     import time
 
-    from runtime import tf_ps
+    from smlaunch.runtime.frameworks import tf_ps
 
     master = socket.socket()
     master.bind(("127.0.0.1", 0))

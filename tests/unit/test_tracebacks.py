@@ -1,4 +1,5 @@
-"""runtime.tracebacks: the failing process's exception, read from recorded stderr samples (Python 3.11's
+"""smlaunch.runtime.tracebacks: the failing process's exception, read from recorded stderr samples (Python
+3.11's
 output, TensorFlow's and torch's C++ lines) and from this interpreter's own output."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.tracebacks import failure_summary
+from smlaunch.runtime.tracebacks import failure_summary
 
 TF_AFTER_TRACEBACK = """
 Traceback (most recent call last):

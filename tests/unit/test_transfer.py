@@ -1,4 +1,5 @@
-"""runtime.transfer against moto (in-process and a server on 127.0.0.1): parallel, verified, incremental."""
+"""smlaunch.contract.transfer (the engine and the hash cache) against moto (in-process and a server on
+127.0.0.1): parallel, verified, incremental."""
 
 from __future__ import annotations
 
@@ -22,18 +23,11 @@ import pytest
 from botocore.response import StreamingBody
 from moto import mock_aws
 
-from runtime import contract
-from runtime.transfer import (
-    SHA256_METADATA_KEY,
-    FileDigest,
-    HashCache,
-    TransferEngine,
-    TransferError,
-    TransferVerificationError,
-    default_hash_cache_path,
-    digest_file,
-    relative_key,
-)
+from smlaunch import contract
+from smlaunch.contract.transfer.engine import SHA256_METADATA_KEY, TransferEngine
+from smlaunch.contract.transfer.errors import TransferError, TransferVerificationError
+from smlaunch.contract.transfer.hashes import FileDigest, HashCache, default_hash_cache_path, digest_file
+from smlaunch.contract.transfer.uris import relative_key
 
 MiB = 1024 * 1024
 
@@ -447,7 +441,7 @@ def test_a_corrupt_cache_file_is_replaced(
         with sqlite3.connect(cache_file) as db:
             db.execute("CREATE TABLE hashes (path TEXT, digest TEXT)")
     hasher.read.clear()
-    with caplog.at_level(logging.WARNING, "runtime.transfer"):
+    with caplog.at_level(logging.WARNING, "smlaunch.contract.transfer.hashes"):
         with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, hasher)) as engine:
             again = engine.upload_dir(tmp_path / "src", "s3://bucket/pre")
     assert len(again.skipped) == 10 and len(hasher.read) == 10  # hashed again, nothing re-sent
@@ -469,7 +463,7 @@ def test_an_unusable_cache_location_warns_and_uploads(
     cache_file = (
         tmp_path / "blocker" / "hashes.sqlite" if where == "under a file" else tmp_path / "dir.sqlite"
     )
-    with caplog.at_level(logging.WARNING, "runtime.transfer"):
+    with caplog.at_level(logging.WARNING, "smlaunch.contract.transfer.hashes"):
         with TransferEngine(s3, progress=False, hash_cache=_cache(cache_file, _CountingHasher())) as engine:
             assert len(engine.upload_dir(tmp_path / "src", "s3://bucket/pre").transferred) == 5
             assert len(engine.upload_dir(tmp_path / "src", "s3://bucket/pre").skipped) == 5
@@ -481,7 +475,7 @@ def test_an_unusable_cache_location_warns_and_uploads(
 _WRITER = """
 import sys, time
 from pathlib import Path
-from runtime.transfer import HashCache
+from smlaunch.contract.transfer.hashes import HashCache
 cache = HashCache(Path(sys.argv[1]), clock=lambda: time.time_ns() + 10_000_000_000)
 for path in sorted(Path(sys.argv[2]).iterdir()):
     cache.digest(path, 1 << 30)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from estimator import HyperparameterTuner, LocalSession, PyTorch, UnsupportedFeatureError
+from smlaunch import LocalSession, PyTorch, UnsupportedFeatureError
 
 
 def test_deploy_says_it_is_not_supported_and_what_to_use(tmp_path) -> None:
@@ -24,25 +24,23 @@ def test_deploy_says_it_is_not_supported_and_what_to_use(tmp_path) -> None:
         est.deploy(initial_instance_count=1, instance_type="ml.m5.large")
 
 
-def test_tuner_says_it_is_not_supported_and_what_to_use() -> None:
-    with pytest.raises(UnsupportedFeatureError, match=r"HyperparameterTuner.*not supported.*fit") as raised:
-        HyperparameterTuner(None, "validation:loss", {"lr": None})
-    assert isinstance(raised.value, NotImplementedError)
-
-
 @pytest.mark.parametrize(
-    "command",
+    ("command", "usage"),
     [
-        [sys.executable, "-m", "runtime", "--help"],
-        [
-            sys.executable,
-            "-c",
-            "import sys; from runtime.__main__ import main; sys.argv[0] = 'train'; sys.exit(main())",
-            "--help",
-        ],
+        ([sys.executable, "-m", "smlaunch.runtime", "--help"], "usage: smlaunch-train"),
+        (
+            [
+                sys.executable,
+                "-c",
+                "import sys; from smlaunch.runtime.__main__ import main; "
+                "sys.argv[0] = 'train'; sys.exit(main())",
+                "--help",
+            ],
+            "usage: train",  # the image's `train` link
+        ),
     ],
 )
-def test_runtime_help_prints_usage(command: list[str], tmp_path) -> None:
+def test_runtime_help_prints_usage(command: list[str], usage: str, tmp_path) -> None:
     done = subprocess.run(
         command,
         capture_output=True,
@@ -52,6 +50,6 @@ def test_runtime_help_prints_usage(command: list[str], tmp_path) -> None:
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: train")
+    assert done.stdout.startswith(usage)
     assert "resourceconfig.json" in done.stdout
     assert not (tmp_path / "opt").exists()

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.errors import HostConfigurationError
-from runtime.hooks import RankRegistry, StartedProcess
-from runtime.launchers.base import ProcessSpec
-from runtime.stacks import where
-from runtime.watchdog import STALL_EXIT_CODE, StallWatchdog, hooks_from_environ
+from smlaunch import contract
+from smlaunch.contract.errors import HostConfigurationError
+from smlaunch.runtime.launchers.base import ProcessSpec
+from smlaunch.runtime.supervision.hooks import RankRegistry, StartedProcess
+from smlaunch.runtime.supervision.stacks import where
+from smlaunch.runtime.supervision.watchdog import STALL_EXIT_CODE, StallWatchdog, hooks_from_environ
 
 STUCK = """
 import os, sys, time

@@ -13,9 +13,9 @@ def _smlaunch_boot() -> None:
     import sys
 
     try:
-        from runtime import rankboot
+        from smlaunch.rank import boot
 
-        rankboot.boot()
+        boot.boot()
     except Exception as error:
         print(f"smlaunch: rank bootstrap failed: {error!r}", file=sys.stderr)
     here = os.path.dirname(os.path.abspath(__file__))

@@ -8,7 +8,7 @@ and lower the scale together, or the replicas and stages would drift apart. This
 (max) over every rank of the job.
 
 With real CUDA it scales fp16 losses as torch's does. Without (a CPU machine, or CUDA emulated on
-the CPU by ``runtime/cuda_emulation.py``) it is disabled, a pass-through, as torch disables its own
+the CPU by ``smlaunch/rank/cuda_emulation.py``) it is disabled, a pass-through, as torch disables its own
 there: ``scale(loss)`` returns the loss, ``step(optimizer)`` steps, ``update()`` does nothing and
 ``get_scale()`` is 1.0, so the numbers are those of a run without it.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from runtime import cuda_emulation
+from smlaunch.rank import cuda_emulation
 
 __all__ = ["GradScaler"]
 

@@ -1,6 +1,6 @@
 """The smp v1 public API in one namespace (``smdistributed.modelparallel.torch`` re-exports it).
 
-Ranks and sizes come from the mesh coordinates (:mod:`runtime.parallel.layout`); the communication
+Ranks and sizes come from the mesh coordinates (:mod:`smlaunch.rank.smp.layout`); the communication
 helpers carry arbitrary picklable objects with smp's one-sided semantics (``broadcast`` is received with
 ``recv_from``).
 """
@@ -16,21 +16,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runtime.parallel.checkpoint import (
+from smlaunch.rank.smp.checkpoint import (
     load,
     merge_partial_checkpoint,
     resume_from_checkpoint,
     save,
     save_checkpoint,
 )
-from runtime.parallel.config import SMPUnsupportedAPIError, SMPUnsupportedError, SMPValidationError
-from runtime.parallel.layout import CommGroup, RankType
-from runtime.parallel.microbatch import StepOutput, TensorSplitError
-from runtime.parallel.model import DistributedModel
-from runtime.parallel.optimizer import DistributedOptimizer
-from runtime.parallel.partition import partition, set_partition
-from runtime.parallel.state import STATE, init
-from runtime.parallel.step import StepFunction, step
+from smlaunch.rank.smp.config import SMPUnsupportedAPIError, SMPUnsupportedError, SMPValidationError
+from smlaunch.rank.smp.layout import CommGroup, RankType
+from smlaunch.rank.smp.microbatch import StepOutput, TensorSplitError
+from smlaunch.rank.smp.model import DistributedModel
+from smlaunch.rank.smp.optimizer import DistributedOptimizer
+from smlaunch.rank.smp.partition import partition, set_partition
+from smlaunch.rank.smp.state import STATE, init
+from smlaunch.rank.smp.step import StepFunction, step
 
 WORLD = CommGroup.WORLD
 PP_GROUP = CommGroup.PP_GROUP
@@ -376,7 +376,7 @@ def unknown_name(module: str, name: str) -> AttributeError:
         return AttributeError(str(SMPUnsupportedAPIError(f"smp.{name}", hint)))
     return AttributeError(
         f"module {module!r} has no attribute {name!r} (smlaunch's smp v1 on torch.distributed.pipelining; "
-        "its API and fidelity: runtime/parallel/README.md)"
+        "its API and fidelity: smlaunch/rank/smp/README.md)"
     )
 
 

@@ -36,10 +36,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime import contract
-from runtime.parallel.config import SMPValidationError
-from runtime.parallel.model import PARTIAL_KEY
-from runtime.parallel.state import STATE
+from smlaunch import contract
+from smlaunch.rank.smp.config import SMPValidationError
+from smlaunch.rank.smp.model import PARTIAL_KEY
+from smlaunch.rank.smp.state import STATE
 
 NEWEST_FILE = "newest"
 USER_CONTENT_FILE = "user_content.pt"

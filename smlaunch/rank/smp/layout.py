@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from runtime.parallel.config import PLACEMENT_ALIASES
+from smlaunch.rank.smp.config import PLACEMENT_ALIASES
 
 
 class CommGroup(Enum):

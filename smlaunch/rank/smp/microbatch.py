@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from runtime.parallel.config import SMPValidationError
+from smlaunch.rank.smp.config import SMPValidationError
 
 
 class TensorSplitError(SMPValidationError):

@@ -6,10 +6,10 @@ contiguous stages, stage ``s`` on pipeline rank ``s % pp``, and builds, per inpu
 ``PipelineStage`` with STATIC metadata from a probe pass in ``eval()`` mode (so no extra training
 forward ever runs and BatchNorm statistics stay right) that carries the real ``requires_grad`` of every
 boundary tensor. Inside a step, ``model(x)`` and ``model.backward(loss)`` behave as the step's mode
-says (:class:`_StepContext`, set by :mod:`runtime.parallel.step`): call the module directly (pp == 1),
+says (:class:`_StepContext`, set by :mod:`smlaunch.rank.smp.step`): call the module directly (pp == 1),
 capture the inputs (first stage), or replay the pipeline's output (last stage). Gradients are
 all-reduced over the data-parallel group (bucketed, averaged), never with DDP (DDP breaks with several
-stages per rank). How a whole step runs: :mod:`runtime.parallel.step` (``docs/smp.md``).
+stages per rank). How a whole step runs: :mod:`smlaunch.rank.smp.step` (``docs/smp.md``).
 The module is one concept, the ``DistributedModel`` class and the stage module it builds.
 """
 
@@ -27,9 +27,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from runtime.parallel import partition as partitioning
-from runtime.parallel.config import SMPUnsupportedError, SMPValidationError
-from runtime.parallel.state import STATE
+from smlaunch.rank.smp import partition as partitioning
+from smlaunch.rank.smp.config import SMPUnsupportedError, SMPValidationError
+from smlaunch.rank.smp.state import STATE
 
 PARTIAL_KEY = "_smp_is_partial"
 

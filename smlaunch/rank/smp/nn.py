@@ -6,7 +6,7 @@ smp's constructor: ``DistributedLinear`` is ``torch.nn.Linear``, ``DistributedEm
 ``torch.nn.Embedding`` (smp's ``initializer_range`` initialises the weight from N(0, range²), as
 smp does), ``FusedLayerNorm`` is ``torch.nn.LayerNorm``. smp's transformer building blocks and its
 flash-attention layer have their own semantics (fused, tensor-parallel, Hugging Face translation);
-constructing one raises :class:`~runtime.parallel.config.SMPUnsupportedAPIError` naming the torch
+constructing one raises :class:`~smlaunch.rank.smp.config.SMPUnsupportedAPIError` naming the torch
 module to use instead.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runtime.parallel.config import SMPUnsupportedAPIError
+from smlaunch.rank.smp.config import SMPUnsupportedAPIError
 
 _TRANSFORMER = (
     "torch.nn.TransformerEncoderLayer / torch.nn.TransformerEncoder (or your own block) "

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime.parallel.config import SMPValidationError
-from runtime.parallel.microbatch import map_tensors
-from runtime.parallel.model import PARTIAL_KEY
-from runtime.parallel.state import STATE
+from smlaunch.rank.smp.config import SMPValidationError
+from smlaunch.rank.smp.microbatch import map_tensors
+from smlaunch.rank.smp.model import PARTIAL_KEY
+from smlaunch.rank.smp.state import STATE
 
 
 def _delegated(name: str) -> property:

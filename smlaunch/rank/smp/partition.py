@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runtime.parallel.config import SMPValidationError
+from smlaunch.rank.smp.config import SMPValidationError
 
 _ASSIGNED: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 _STACK: list[int] = []

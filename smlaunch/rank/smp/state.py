@@ -21,16 +21,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime import cuda_emulation
-from runtime.parallel.config import (
+from smlaunch.contract.processes import free_port
+from smlaunch.rank import cuda_emulation
+from smlaunch.rank.smp.config import (
     ModelParallelConfig,
     SMPValidationError,
     check_world_size,
     resolve_config,
     virtual_stages,
 )
-from runtime.parallel.layout import CommGroup, RankLayout, RankType, build_mesh
-from runtime.processes import free_port
+from smlaunch.rank.smp.layout import CommGroup, RankLayout, RankType, build_mesh
 
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=30)
 
@@ -113,7 +113,7 @@ def _rank_env(environ: Mapping[str, str]) -> tuple[int, int, int, int]:
 
 
 def _real_cuda() -> bool:
-    """CUDA devices exist (not merely emulated on the CPU by runtime.cuda_emulation)."""
+    """CUDA devices exist (not merely emulated on the CPU by smlaunch.rank.cuda_emulation)."""
     return cuda_emulation.active() is None and torch.cuda.is_available()
 
 

@@ -1,6 +1,6 @@
 """``@smp.step`` on torch.distributed.pipelining: how an unchanged smp step function runs.
 
-``docs/smp.md``; the model's side (partitioning, stages): :mod:`runtime.parallel.model`.
+``docs/smp.md``; the model's side (partitioning, stages): :mod:`smlaunch.rank.smp.model`.
 
 * **pp == 1**: the body runs once per microbatch; ``model(x)`` calls the module, ``model.backward(loss)``
   back-propagates ``loss / m`` (smp averages gradients across microbatches).
@@ -38,10 +38,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runtime.parallel.config import SMPValidationError
-from runtime.parallel.microbatch import detach_tree, map_tensors, split_arguments, to_step_outputs
-from runtime.parallel.model import DistributedModel, _Captured, _Mode, _StepContext
-from runtime.parallel.state import STATE
+from smlaunch.rank.smp.config import SMPValidationError
+from smlaunch.rank.smp.microbatch import detach_tree, map_tensors, split_arguments, to_step_outputs
+from smlaunch.rank.smp.model import DistributedModel, _Captured, _Mode, _StepContext
+from smlaunch.rank.smp.state import STATE
 
 
 def _calls_backward(code: types.CodeType) -> bool:

@@ -13,7 +13,7 @@
                  "worker": ["algo-2:2222"]}, "environment": "cloud",
      "task": {"index": <index among its role>, "type": "master" | "worker" | "ps"}}
 
-Hosts appear as :meth:`runtime.environment.Environment.address_of` gives them: the host name on
+Hosts appear as :meth:`smlaunch.runtime.environment.Environment.address_of` gives them: the host name on
 SageMaker (as the toolkit writes), the mapped address where the backend maps hosts to addresses.
 Where several hosts share one address (emulated hosts on 127.0.0.1), the toolkit's fixed ports would
 collide, so each host gets its own ports counted from the job's master port instead
@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from runtime import contract
-from runtime.hyperparameters import truthy
+from smlaunch import contract
+from smlaunch.contract.hyperparameters import truthy
 
 MWMS_PORT = 8890
 WORKER_PORT = 2222
@@ -78,7 +78,7 @@ def mwms_config(env: _Hosts) -> dict[str, Any]:
 
 def ps_config(env: _Hosts) -> dict[str, Any]:
     """The parameter-server ``TF_CONFIG`` of this host's training process (``_build_tf_config_for_ps``;
-    its parameter server's is :func:`runtime.tf_ps.ps_task_config`)."""
+    its parameter server's is :func:`smlaunch.runtime.frameworks.tf_ps.ps_task_config`)."""
     hosts = list(env.distribution_hosts)
     addresses, shared = _ports(env)
 

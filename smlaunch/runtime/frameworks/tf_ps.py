@@ -1,10 +1,12 @@
-"""``python -m runtime.tf_ps <entry argv...>``: one host of a TensorFlow parameter-server job, as
+"""``python -m smlaunch.runtime.frameworks.tf_ps <entry argv...>``: one host of a TensorFlow parameter-server
+job, as
 SageMaker's TensorFlow toolkit runs it (``training.py``: ``_run_ps``, ``_run_worker``,
 ``_wait_until_master_is_down``).
 
-``TF_CONFIG`` (from :func:`runtime.tf_config.ps_config`) says this host's training role: ``master``
+``TF_CONFIG`` (from :func:`smlaunch.runtime.frameworks.tf_config.ps_config`) says this host's training role:
+``master``
 (the first host) or ``worker``. Every host also serves a parameter server: a child process
-(``python -m runtime.tf_ps --serve``, kept off the GPUs as the toolkit does) running
+(``python -m smlaunch.runtime.frameworks.tf_ps --serve``, kept off the GPUs as the toolkit does) running
 ``tf.distribute.Server`` with the same cluster and the task ``{"type": "ps", "index": <host index>}``.
 Then the training script runs with the host's ``TF_CONFIG``. When it ends, a worker host keeps its
 parameter server up until the master's port stops answering (the other hosts may still need it),
@@ -46,7 +48,7 @@ def _answers(address: str) -> bool:
 
 def server_command() -> list[str]:
     """The parameter server's argv."""
-    return [sys.executable, "-m", "runtime.tf_ps", "--serve"]
+    return [sys.executable, "-m", "smlaunch.runtime.frameworks.tf_ps", "--serve"]
 
 
 def serve() -> int:
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["--serve"]:
         return serve()
     if not args:
-        print("usage: python -m runtime.tf_ps <entry argv...> | --serve", file=sys.stderr)
+        print("usage: python -m smlaunch.runtime.frameworks.tf_ps <entry argv...> | --serve", file=sys.stderr)
         return 2
     return run(args)
 

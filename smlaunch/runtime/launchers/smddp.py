@@ -1,7 +1,7 @@
 """smddp-compatible data parallel (``distribution={"smdistributed": {"dataparallel": {...}}}``).
 
 SageMaker runs smddp jobs through ``mpirun`` plus AWS's ``smddprun`` (reference §4.6) because its
-all-reduce server needs them. Our smddp is torch's own DDP (``runtime/compat``), which needs neither:
+all-reduce server needs them. Our smddp is torch's own DDP (``smlaunch/rank/compat``), which needs neither:
 each host starts one rank per GPU of its instance type directly, exactly as the torchrun-style
 launcher does (this class is that launcher with a different name and three extra variables), so
 the rendezvous, the log prefixes and the failure policy are the same as for ``torch_distributed``.
@@ -14,8 +14,8 @@ Extra environment, as smddp's runner exports it where it means something without
 and ``SAGEMAKER_INSTANCE_TYPE`` (from ``sagemaker_instance_type``, else the host's instance type).
 ``sagemaker_distributed_dataparallel_custom_mpi_options`` has no effect (there is no mpirun); a
 non-empty value is shown in the topology block so nobody believes it was applied. The
-``smdistributed`` shims reach the ranks through ``Environment.process_env()``'s ``PYTHONPATH``,
-only where AWS's library is not installed.
+``smdistributed`` shims reach the ranks through :func:`~smlaunch.runtime.env_vars.process_env`'s
+``PYTHONPATH``, only where AWS's library is not installed.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from runtime import contract
-from runtime.launchers.base import LaunchPlan
-from runtime.launchers.torchrun import TorchrunLauncher
+from smlaunch import contract
+from smlaunch.runtime.launchers.base import LaunchPlan
+from smlaunch.runtime.launchers.torchrun import TorchrunLauncher
 
 
 class SmddpLauncher(TorchrunLauncher):

@@ -1,6 +1,6 @@
 """smp model parallel (``distribution={"smdistributed": {"modelparallel": {...}}, "mpi": {...}}``).
 
-SageMaker starts smp v1 jobs under ``mpirun``; smlaunch's smp (``runtime/parallel`` behind the
+SageMaker starts smp v1 jobs under ``mpirun``; smlaunch's smp (``smlaunch/rank/smp`` behind the
 ``smdistributed.modelparallel.torch`` shim) needs only torch.distributed, so this host starts its
 ``sagemaker_mpi_num_of_processes_per_host`` ranks itself, exactly like :class:`TorchrunLauncher`
 (same supervisor, same torch variables), and adds what an ``mpirun`` child would see, so smp's
@@ -10,18 +10,19 @@ OpenMPI variables work: ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
 
 ``SM_HP_MP_PARAMETERS`` (the ``mp_parameters`` hyperparameter) is among the ``SM_*`` variables every
 rank gets; the validation of its content is smp's own, at ``smp.init`` in the script. The shims reach
-the ranks through ``Environment.process_env()``'s ``PYTHONPATH`` only when the real ``smdistributed``
-is not importable. ``sagemaker_mpi_custom_mpi_options`` has no meaning without ``mpirun`` and is
-reported in the topology block, not applied.
+the ranks through :func:`~smlaunch.runtime.env_vars.process_env`'s ``PYTHONPATH`` only when the real
+``smdistributed`` is not importable. ``sagemaker_mpi_custom_mpi_options`` has no meaning without
+``mpirun`` and is reported in the topology block, not applied.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from runtime import contract
-from runtime.launchers.base import LaunchPlan, ProcessSpec
-from runtime.launchers.torchrun import TorchrunLauncher
+from smlaunch import contract
+from smlaunch.runtime.env_vars import to_env_vars
+from smlaunch.runtime.launchers.base import LaunchPlan, ProcessSpec
+from smlaunch.runtime.launchers.torchrun import TorchrunLauncher
 
 
 class SmpLauncher(TorchrunLauncher):
@@ -55,7 +56,7 @@ class SmpLauncher(TorchrunLauncher):
                 )
             )
         topology = dict(base.topology)
-        topology["mp_parameters"] = env.to_env_vars().get("SM_HP_MP_PARAMETERS", "{}")
+        topology["mp_parameters"] = to_env_vars(env).get("SM_HP_MP_PARAMETERS", "{}")
         custom = env.framework_params.get(contract.HP_MPI_CUSTOM_OPTIONS)
         if custom:
             topology["custom mpi options"] = f"{custom} (ignored: ranks are started without mpirun)"

@@ -11,7 +11,7 @@ and Accelerate work unchanged:
 ``GROUP_WORLD_SIZE``, ``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``ROLE_NAME``, ``TORCHELASTIC_RUN_ID``
 (the job name), ``TORCHELASTIC_RESTART_COUNT=0``, ``TORCHELASTIC_MAX_RESTARTS=0``, and
 ``OMP_NUM_THREADS=1`` when several ranks share a host and the user did not set it (as torchrun).
-The rank variables (and ``TF_CONFIG``) come from :func:`runtime.framework_env.framework_env_for`,
+The rank variables (and ``TF_CONFIG``) come from :func:`smlaunch.contract.framework_env.framework_env_for`,
 shared with the other ranked launchers; the ``TORCHELASTIC_*``, ``GROUP_WORLD_SIZE`` and
 ``ROLE_NAME`` extras are what torchrun's agent adds. Lightning then picks its
 ``TorchElasticEnvironment``, which reads exactly these variables and spawns nothing itself.
@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from runtime import contract
-from runtime.code import entry_point_command
-from runtime.framework_env import framework_env_for
-from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec, ranks_text
+from smlaunch import contract
+from smlaunch.contract.framework_env import framework_env_for
+from smlaunch.runtime.env_vars import process_env, program_argv
+from smlaunch.runtime.launchers.base import LaunchPlan, ProcessSpec, ranks_text
+from smlaunch.runtime.launchers.launcher import Launcher
 
 
 class TorchrunLauncher(Launcher):
@@ -42,8 +43,8 @@ class TorchrunLauncher(Launcher):
         nproc = env.processes_per_host
         node_rank = env.host_rank
         world_size = nnodes * nproc
-        argv = entry_point_command(env.code_dir, env.user_entry_point, self.python) + env.user_args()
-        base = env.process_env()
+        argv = program_argv(env, self.python)
+        base = process_env(env)
         if nproc > 1 and "OMP_NUM_THREADS" not in env.environ:
             base["OMP_NUM_THREADS"] = "1"
         if env.num_gpus > 0 and not env.host_addresses:

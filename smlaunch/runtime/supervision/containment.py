@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime.processes import become_subreaper, has_children
+from smlaunch.contract.processes import become_subreaper, has_children
 
 CGROUP_PREFIX = "smlaunch-"
 SWEEP_WAIT_SECONDS = 5.0

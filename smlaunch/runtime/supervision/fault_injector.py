@@ -1,9 +1,11 @@
-"""Carries out the ``SMLAUNCH_FAULTS`` meant for this host (the specification: :mod:`runtime.faults`).
+"""Carries out the ``SMLAUNCH_FAULTS`` meant for this host (the specification:
+:mod:`smlaunch.contract.faults`).
 
-A :class:`~runtime.hooks.SupervisorHook` the supervisor runs when ``SMLAUNCH_FAULTS`` is set
-(:func:`runtime.watchdog.hooks_from_environ`): timers (``after_seconds``) or line counts
+A :class:`~smlaunch.runtime.supervision.hooks.SupervisorHook` the supervisor runs when ``SMLAUNCH_FAULTS`` is
+set
+(:func:`smlaunch.runtime.supervision.watchdog.hooks_from_environ`): timers (``after_seconds``) or line counts
 (``after_lines``) started with the host's processes, then SIGKILL (``kill``, ``kill_host``) or an
-action for :mod:`runtime.rankboot` plus SIGUSR2 (``crash``, ``hang``). Runs on hosts only.
+action for :mod:`smlaunch.rank.boot` plus SIGUSR2 (``crash``, ``hang``). Runs on hosts only.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from runtime.faults import JOB_KINDS, Fault
-from runtime.hooks import Log, RankInfo, RankRegistry, StartedProcess, SupervisorHook
+from smlaunch.contract.faults import JOB_KINDS, Fault
+from smlaunch.runtime.supervision.hooks import Log, RankInfo, RankRegistry, StartedProcess, SupervisorHook
 
 _RANK_LABEL = re.compile(r"rank (\d+)$")
 REGISTRATION_WAIT_SECONDS = 10.0

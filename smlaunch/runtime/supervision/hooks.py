@@ -3,11 +3,12 @@
 :class:`SupervisorHook`: ``prepare`` each process spec before it starts, ``on_start`` once all
 started, ``on_output`` for every line, ``on_exit`` for every exit, ``poll`` every 0.2 s or sooner (a
 returned failure ends the job), and ``close`` at the end. The stall watchdog
-(:mod:`runtime.watchdog`) and fault injection (:mod:`runtime.fault_injector`) are hooks.
+(:mod:`smlaunch.runtime.supervision.watchdog`) and fault injection
+(:mod:`smlaunch.runtime.supervision.fault_injector`) are hooks.
 
 :class:`RankRegistry` is the hook that lets them see ranks the supervisor did not spawn (``mpirun``'s
-children): it puts ``runtime/_rankboot`` on each rank's ``PYTHONPATH`` and gives it a private
-directory where each rank registers ``<pid>.json`` (:mod:`runtime.rankboot`).
+children): it puts ``smlaunch/rank/_site`` on each rank's ``PYTHONPATH`` and gives it a private
+directory where each rank registers ``<pid>.json`` (:mod:`smlaunch.rank.boot`).
 """
 
 from __future__ import annotations
@@ -19,16 +20,12 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from runtime.artifact_tree import read_regular, write_file
-from runtime.processes import pid_alive
-from runtime.rankboot import BOOT_DIR as _BOOT_DIR
-from runtime.rankboot import LIVE_SUFFIX, RANK_DIR_ENV
-
-if TYPE_CHECKING:
-    from runtime.launchers.base import ProcessSpec
-    from runtime.supervisor import RankFailure
+from smlaunch.contract.artifact_tree import read_regular, write_file
+from smlaunch.contract.processes import pid_alive
+from smlaunch.rank.boot import BOOT_DIR as _BOOT_DIR
+from smlaunch.rank.boot import LIVE_SUFFIX, RANK_DIR_ENV
+from smlaunch.runtime.launchers.base import ProcessSpec, RankFailure
 
 BOOT_DIR = Path(_BOOT_DIR)
 REGISTRATION_MAX_BYTES = 64 * 1024
@@ -77,7 +74,7 @@ class SupervisorHook:
 
 @dataclass(frozen=True)
 class RankInfo:
-    """A rank as it registered itself (see :mod:`runtime.rankboot`)."""
+    """A rank as it registered itself (see :mod:`smlaunch.rank.boot`)."""
 
     pid: int
     rank: int | None
@@ -141,7 +138,8 @@ class RankRegistry(SupervisorHook):
         return sorted(found.values(), key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
 
     def live_ranks(self) -> set[int]:
-        """Ranks that reached their first collective (``<pid>.live``, :func:`runtime.rankboot.mark_live`)."""
+        """Ranks that reached their first collective (``<pid>.live``,
+        :func:`smlaunch.rank.boot.mark_live`)."""
         live = {path.name[: -len(LIVE_SUFFIX)] for path in self.dir.glob(f"*{LIVE_SUFFIX}")}
         return {info.rank for info in self.ranks() if info.rank is not None and str(info.pid) in live}
 

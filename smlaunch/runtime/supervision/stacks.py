@@ -2,8 +2,9 @@
 
 :func:`dump_stacks` uses ``py-spy dump`` when it is installed (it reads a process from outside, even
 one stuck in C code), else ``faulthandler``, which every rank registers on SIGUSR1 at start
-(:mod:`runtime.rankboot`). :func:`where` names the innermost frame of the user's code in a dump's
-main thread (``train.py:42 in train_step``). Used by the stall watchdog (:mod:`runtime.watchdog`).
+(:mod:`smlaunch.rank.boot`). :func:`where` names the innermost frame of the user's code in a dump's
+main thread (``train.py:42 in train_step``). Used by the stall watchdog
+(:mod:`smlaunch.runtime.supervision.watchdog`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runtime.artifact_tree import read_regular
-from runtime.hooks import RankInfo, RankRegistry
+from smlaunch.contract.artifact_tree import read_regular
+from smlaunch.runtime.supervision.hooks import RankInfo, RankRegistry
 
 STACK_DUMPERS = ("auto", "py-spy", "faulthandler")
 PY_SPY_TIMEOUT_SECONDS = 20.0

@@ -1,4 +1,4 @@
-"""Runs a host's :class:`~runtime.launchers.base.LaunchPlan`: spawn, prefix output, fail fast, stop.
+"""Runs a host's :class:`~smlaunch.runtime.launchers.base.LaunchPlan`: spawn, prefix output, fail fast, stop.
 
 Written once for every launch strategy. It owns the processes it starts and guarantees that none
 outlives the host's part of the job.
@@ -30,18 +30,23 @@ Failure policy (one policy for every launcher; ``torch.distributed.elastic``'s a
    acted on within :data:`SIGNAL_CHECK_SECONDS`, whichever of the runtime's threads took it.
 6. **No leftovers.** When the last process has exited, every process group the supervisor created
    is SIGKILLed, so grandchildren (data loader workers, shells) cannot survive; with a
-   :class:`~runtime.containment.Containment` (``python -m runtime`` always passes one), daemons that
+   :class:`~smlaunch.runtime.supervision.containment.Containment` (``python -m smlaunch.runtime`` always
+   passes one), daemons that
    left those groups (``start_new_session=True``, double forks) are found through the subreaper and
    the host's cgroup, SIGKILLed, reaped, and named in the log. Every wait is bounded.
 7. **Hang.** With ``SMLAUNCH_STALL_TIMEOUT_SECONDS`` set, when no process has exited and none has
    written output for that long, every rank's Python stack is dumped (py-spy, else faulthandler)
    into the log and ``output/data/smlaunch-stacks-<host>.txt``, and the job ends as in 3 with exit
-   code 124 and a reason naming where each rank was (:mod:`runtime.watchdog`).
-8. **Hooks.** The watchdog and fault injection (:mod:`runtime.fault_injector`, ``SMLAUNCH_FAULTS``) are
-   :class:`runtime.hooks.SupervisorHook` objects (``hooks=``; :meth:`from_environ` adds them).
+   code 124 and a reason naming where each rank was (:mod:`smlaunch.runtime.supervision.watchdog`).
+8. **Hooks.** The watchdog and fault injection (:mod:`smlaunch.runtime.supervision.fault_injector`,
+``SMLAUNCH_FAULTS``) are
+   :class:`smlaunch.runtime.supervision.hooks.SupervisorHook` objects (``hooks=``; :meth:`from_environ` adds
+   them).
 
-Reporting the outcome (the ``success`` / ``failure`` files) is :mod:`runtime.report`'s job; the
-supervisor returns a :class:`RunResult` with the per-process exit codes and the first failure.
+Reporting the outcome (the ``success`` / ``failure`` files) is :mod:`smlaunch.runtime.report`'s job;
+the supervisor returns a :class:`~smlaunch.runtime.launchers.base.RunResult` with the per-process exit
+codes and the first failure (the result types live beside the plan types, below the supervisor and
+its hooks alike).
 """
 
 from __future__ import annotations
@@ -57,18 +62,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from runtime import contract
-from runtime.containment import Containment
-from runtime.launchers.base import LaunchPlan, ProcessSpec
-from runtime.processes import die_with_parent, exit_code_of, line_chunks, pipe_reader, prefix_lines
-from runtime.tracebacks import CHAINED, failure_summary, is_ignored_traceback
-
-if TYPE_CHECKING:
-    from runtime.hooks import SupervisorHook
+from smlaunch import contract
+from smlaunch.contract.processes import die_with_parent, exit_code_of, line_chunks, pipe_reader, prefix_lines
+from smlaunch.runtime.launchers.base import LaunchPlan, ProcessExit, ProcessSpec, RankFailure, RunResult
+from smlaunch.runtime.supervision.containment import Containment
+from smlaunch.runtime.supervision.hooks import StartedProcess, SupervisorHook
+from smlaunch.runtime.supervision.watchdog import hooks_from_environ
+from smlaunch.runtime.tracebacks import CHAINED, is_ignored_traceback
 
 STDERR_TAIL_LINES = 100
 TRACEBACK_MAX_LINES = 400
@@ -81,88 +84,6 @@ process-directed signal to any thread (a reader's, a waiter's); Python runs the 
 main thread only, and a main thread waiting without a timeout would not wake up to run it."""
 
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
-
-
-@dataclass
-class ProcessExit:
-    """How one supervised process ended."""
-
-    label: str
-    rank: int | None
-    exit_code: int
-    time: float
-    """``time.time()`` when the supervisor saw the exit."""
-
-
-@dataclass
-class RankFailure:
-    """The first process of this host that exited non-zero: the job's root cause on this host."""
-
-    host: str
-    label: str
-    rank: int | None
-    exit_code: int
-    time: float
-    stderr_tail: list[str]
-    """The last lines of its stderr; starts at the last Python traceback when there is one."""
-
-    @property
-    def error_message(self) -> str:
-        """The exception it died of (``ValueError: boom``), whatever followed on stderr; for a
-        process that is not Python, its last stderr line (:func:`runtime.tracebacks.failure_summary`)."""
-        return failure_summary(self.stderr_tail, self.exit_code)
-
-    def describe(self) -> str:
-        """Failure text: host, rank, exit code first (FailureReason keeps 1024 chars), then stderr."""
-        who = f"rank {self.rank}" if self.rank is not None else self.label
-        signal_note = ""
-        if self.exit_code > 128:
-            try:
-                signal_note = f" (killed by {signal.Signals(self.exit_code - 128).name})"
-            except ValueError:
-                signal_note = ""
-        lines = [f"AlgorithmError: {who} on host {self.host} exited with code {self.exit_code}{signal_note}"]
-        message = self.error_message
-        if message:
-            lines.append(f"ErrorMessage: {message}")
-        if self.stderr_tail:
-            lines.append(f"Last stderr lines of [{self.host}/{self.label}]:")
-            lines.extend(self.stderr_tail)
-        return "\n".join(lines)
-
-
-@dataclass
-class RunResult:
-    """What happened on this host."""
-
-    host: str
-    exits: list[ProcessExit] = field(default_factory=list)
-    first_failure: RankFailure | None = None
-    stop_signal: int | None = None
-    """The signal that stopped the job (SIGTERM, SIGINT), when it was stopped."""
-    unreaped: list[str] = field(default_factory=list)
-    """Labels of processes that did not exit even after SIGKILL (should never happen)."""
-    outcome: str | None = None
-    """The host's last line when its exit status does not tell it: an MPI worker exits 0 (the job's
-    failure is the master's to report) even when the master's ``mpirun`` failed."""
-
-    @property
-    def exit_codes(self) -> dict[str, int]:
-        return {e.label: e.exit_code for e in self.exits}
-
-    @property
-    def exit_code(self) -> int:
-        if self.first_failure is not None:
-            return self.first_failure.exit_code
-        if self.stop_signal is not None:
-            return 128 + self.stop_signal
-        if self.unreaped:
-            return 1
-        return 0
-
-    @property
-    def succeeded(self) -> bool:
-        return self.exit_code == 0
 
 
 class _StderrTail:
@@ -241,16 +162,18 @@ class Supervisor:
         self.verbose = verbose
         """Log the plan's whole topology block (``SMLAUNCH_VERBOSE``); else its one-line summary."""
         self.topology_file = topology_file
-        """Where the plan's :meth:`~runtime.launchers.base.LaunchPlan.record` is written before any
+        """Where the plan's :meth:`~smlaunch.runtime.launchers.base.LaunchPlan.record` is written before any
         process starts (``output/topology.json``), if anywhere."""
         self.containment = containment
-        """What keeps daemons the ranks start inside the host (:mod:`runtime.containment`); with
+        """What keeps daemons the ranks start inside the host
+        (:mod:`smlaunch.runtime.supervision.containment`); with
         None, only the ranks' process groups are killed at the end."""
         self.seal = seal
         """Run in each child before ``exec``, after it joined the host's cgroup: what it may not
-        write (the requirements cache but for the job's own environment: :mod:`runtime.requirements`)."""
+        write (the requirements cache but for the job's own environment:
+        :mod:`smlaunch.runtime.requirements_cache`)."""
         self.hooks = list(hooks)
-        """Watchdog / fault-injection hooks (:class:`runtime.hooks.SupervisorHook`)."""
+        """Watchdog / fault-injection hooks (:class:`smlaunch.runtime.supervision.hooks.SupervisorHook`)."""
         self.stop_grace = stop_grace
         self.fail_fast_grace = fail_fast_grace
         self.prefix_output = prefix_output
@@ -272,16 +195,14 @@ class Supervisor:
             except ValueError:
                 grace = -1.0
             if grace < 0:
-                from runtime.errors import HostConfigurationError
+                from smlaunch.contract.errors import HostConfigurationError
 
                 raise HostConfigurationError(
                     contract.SMLAUNCH_STOP_GRACE_SECONDS, raw, "must be a number of seconds >= 0", "e.g. 120"
                 )
         prefix = environ.get(contract.SMLAUNCH_LOG_PREFIX, "1") != "0"
         supervisor = cls(host, stop_grace=grace, prefix_output=prefix, **kwargs)
-        from runtime.watchdog import hooks_from_environ  # stall watchdog, fault injection
-
-        supervisor.hooks.extend(hooks_from_environ(host, environ, supervisor.log))
+        supervisor.hooks.extend(hooks_from_environ(host, environ, supervisor.log))  # watchdog, faults
         return supervisor
 
     # --- output ----------------------------------------------------------------------------------
@@ -471,8 +392,6 @@ class Supervisor:
                     spec = hook.prepare(spec)
                 procs.append(self._spawn(spec))
             if self.hooks:
-                from runtime.hooks import StartedProcess
-
                 started = [StartedProcess(p.spec.label, p.spec.rank, p.popen.pid) for p in procs]
                 for hook in self.hooks:
                     hook.on_start(started)

@@ -7,22 +7,24 @@ explains it. It fires when, on this host, **no process has exited, the job has n
 rank has written a line of output for the stall timeout** (``SMLAUNCH_STALL_TIMEOUT_SECONDS``; off
 unless set, because a legitimately quiet script must not be killed by default). The stall is
 counted only once **every rank of the host is under way**: it printed its first line, or reached its
-first collective (``init_process_group``; :mod:`runtime.rankboot` marks it). Time a rank spends
+first collective (``init_process_group``; :mod:`smlaunch.rank.boot` marks it). Time a rank spends
 starting (``import torch`` on a busy machine can take longer than any stall timeout) is never a
 stall; a rank that neither prints nor reaches a collective is never considered stalled. Then it:
 
 1. dumps the Python stack of every rank of the host: with ``py-spy dump`` when it is installed
    (it reads a process from outside, even one stuck in C code), else through ``faulthandler``,
-   which every rank registers on SIGUSR1 at start (:mod:`runtime.rankboot`);
+   which every rank registers on SIGUSR1 at start (:mod:`smlaunch.rank.boot`);
 2. writes the dumps to ``output/data/smlaunch-stacks-<host>.txt`` (so they land in the job's
    ``output.tar.gz``) and to the log;
 3. ends the job like a failing rank would (SIGTERM to every rank, SIGKILL after the fail-fast
    grace), with exit code :data:`STALL_EXIT_CODE` and a failure reason that names, per rank, the
    innermost frame of the user's code in its main thread (``rank 1: train.py:42 in train_step``).
 
-The watchdog is a :class:`~runtime.hooks.SupervisorHook` that sees the ranks through a
-:class:`~runtime.hooks.RankRegistry` (:mod:`runtime.hooks`) and reads their stacks with
-:mod:`runtime.stacks`; :func:`hooks_from_environ` assembles the hooks a host's supervisor runs (the
+The watchdog is a :class:`~smlaunch.runtime.supervision.hooks.SupervisorHook` that sees the ranks through a
+:class:`~smlaunch.runtime.supervision.hooks.RankRegistry` (:mod:`smlaunch.runtime.supervision.hooks`) and
+reads their stacks with
+:mod:`smlaunch.runtime.supervision.stacks`; :func:`hooks_from_environ` assembles the hooks a host's
+supervisor runs (the
 registry, this watchdog, fault injection).
 """
 
@@ -34,11 +36,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime import contract
-from runtime.artifact_tree import write_file
-from runtime.hooks import Log, RankRegistry, StartedProcess, SupervisorHook
-from runtime.stacks import STACK_DUMPERS, dump_stacks, where
-from runtime.supervisor import RankFailure
+from smlaunch import contract
+from smlaunch.contract.artifact_tree import write_file
+from smlaunch.contract.faults import parse_faults
+from smlaunch.runtime.launchers.base import RankFailure
+from smlaunch.runtime.supervision.fault_injector import FaultInjector
+from smlaunch.runtime.supervision.hooks import Log, RankRegistry, StartedProcess, SupervisorHook
+from smlaunch.runtime.supervision.stacks import STACK_DUMPERS, dump_stacks, where
 
 STALL_EXIT_CODE = 124
 """Exit code of a host whose job the watchdog ended (as ``timeout(1)`` reports a timeout)."""
@@ -164,7 +168,7 @@ def hooks_from_environ(host: str, environ: Mapping[str, str], log: Log) -> list[
     """The hooks a host's supervisor runs, from the environment: always the rank registry; the
     stall watchdog when ``SMLAUNCH_STALL_TIMEOUT_SECONDS`` is set (> 0); the fault injector when
     ``SMLAUNCH_FAULTS`` is set. Raises ``HostConfigurationError`` naming the variable on a bad value."""
-    from runtime.errors import HostConfigurationError
+    from smlaunch.contract.errors import HostConfigurationError
 
     # Under the host's base dir (not /tmp): even a host that is SIGKILLed leaves nothing outside its
     # own tree, which the local backend removes with the job. Nothing below it is uploaded.
@@ -203,9 +207,6 @@ def hooks_from_environ(host: str, environ: Mapping[str, str], log: Log) -> list[
                     )
                 )
         if environ.get(contract.SMLAUNCH_FAULTS, "").strip():
-            from runtime.fault_injector import FaultInjector
-            from runtime.faults import parse_faults
-
             hooks.append(FaultInjector(host, parse_faults(environ[contract.SMLAUNCH_FAULTS]), registry, log))
     except Exception:
         registry.close()

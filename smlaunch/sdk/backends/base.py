@@ -2,9 +2,12 @@
 
 A backend is one small class per place a job can run (this machine, Docker, SageMaker). It takes its
 client (boto3, Docker) in its constructor so tests inject fakes or moto-backed clients. It receives a
-finished :class:`~estimator.spec.TrainingJobSpec` whose code is already staged; it never validates
-user arguments itself beyond :meth:`Backend.check`, which compares the spec with the backend's
-declared :class:`Capabilities` so that an unsupported option fails before anything starts.
+:class:`~smlaunch.sdk.request.spec.JobRequest`: the finished
+:class:`~smlaunch.sdk.request.spec.TrainingJobSpec` (its code staged by the time of ``submit``)
+with what the estimator knew beside the wire, the :class:`~smlaunch.contract.strategy.Strategy`,
+so that no backend decodes wire hyperparameters to learn it. It never validates user arguments
+itself beyond :meth:`Backend.check`, which compares the request with the backend's declared
+:class:`Capabilities` so that an unsupported option fails before anything starts.
 
 Contract of the four operations (they mirror SageMaker's API, so the SageMaker backend is a thin
 shim and the local ones are emulations):
@@ -12,7 +15,7 @@ shim and the local ones are emulations):
 - ``reserve(spec)`` / ``release(spec)``: claim the job's name atomically before anything is staged
   (so two submitters of one name never stage over each other), and give it back when staging or
   submitting failed. No-ops where the service itself is the arbiter (SageMaker).
-- ``submit(spec)``: start the job and return at once (CreateTrainingJob).
+- ``submit(request)``: start the job and return at once (CreateTrainingJob).
 - ``describe(job_name)``: a dict with DescribeTrainingJob's shape: at least ``TrainingJobName``,
   ``TrainingJobStatus``, ``SecondaryStatus``, ``SecondaryStatusTransitions``, ``FailureReason``
   (when Failed), ``ModelArtifacts.S3ModelArtifacts``, ``TrainingStartTime``/``TrainingEndTime``,
@@ -29,16 +32,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, get_args
+from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict
 
-from estimator import hyperparameters as hp
-from estimator.distribution import Distribution, Strategy
-from estimator.errors import ConfigurationError, UnsupportedByBackendError
-from estimator.metrics import MetricParser, MetricRecord
-from estimator.spec import Channel, TrainingJobSpec
+from smlaunch.contract.strategy import Strategy
+from smlaunch.sdk.errors import ConfigurationError, UnsupportedByBackendError
+from smlaunch.sdk.jobs.metrics import MetricParser, MetricRecord
+from smlaunch.sdk.request.spec import Channel, JobRequest, TrainingJobSpec
 
 
 class Capabilities(BaseModel):
@@ -50,8 +52,8 @@ class Capabilities(BaseModel):
     uri_schemes: frozenset[str]
     """URI schemes accepted for code, inputs, output and checkpoints (``s3``, ``file``)."""
     input_modes: frozenset[str] = frozenset({"File"})
-    distributions: frozenset[str] = frozenset(get_args(Strategy))
-    """Launch strategies (:attr:`Distribution.strategy` names; ``none`` is a plain process)."""
+    distributions: frozenset[Strategy] = frozenset(Strategy)
+    """Launch strategies (what :attr:`Distribution.strategy` gives; ``none`` is a plain process)."""
     max_instance_count: int | None = None
     spot: bool = False
     checkpoints: bool = False
@@ -94,7 +96,7 @@ def refuse_earlier_output(spec: TrainingJobSpec, s3_client: Callable[[], Any]) -
     shows nothing to protect; the job's own upload reports such S3 problems."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from runtime.transfer import TransferEngine
+    from smlaunch.contract.transfer.engine import TransferEngine
 
     output = spec.OutputDataConfig.S3OutputPath
     prefix = output_prefix(output, spec.TrainingJobName) + "/"
@@ -119,8 +121,9 @@ class Backend(ABC):
     capabilities: Capabilities
     """What this backend supports (a class attribute; an instance may narrow it, e.g. by executor)."""
 
-    def check(self, spec: TrainingJobSpec) -> None:
-        """Raise :class:`UnsupportedByBackendError` for anything in ``spec`` this backend cannot do."""
+    def check(self, request: JobRequest) -> None:
+        """Raise :class:`UnsupportedByBackendError` for anything in ``request`` this backend cannot do."""
+        spec, strategy = request.spec, request.strategy
         caps = self.capabilities
         name = caps.name
 
@@ -135,13 +138,12 @@ class Backend(ABC):
                 f"at most {caps.max_instance_count} supported",
                 f"use instance_count <= {caps.max_instance_count} or another backend",
             )
-        strategy = Distribution.from_hyperparameters(hp.decode(spec.HyperParameters)).strategy
         if strategy not in caps.distributions:
             refuse(
                 "distribution",
-                strategy,
+                strategy.value,
                 "distribution strategy not supported",
-                f"use one of {sorted(caps.distributions)} or another backend",
+                f"use one of {sorted(s.value for s in caps.distributions)} or another backend",
             )
         job_mode = spec.AlgorithmSpecification.TrainingInputMode
         if job_mode not in caps.input_modes:
@@ -208,7 +210,7 @@ class Backend(ABC):
 
     def reserve(self, spec: TrainingJobSpec) -> None:
         """Claim ``spec.TrainingJobName`` before anything is staged, or raise
-        :class:`~estimator.errors.JobNameTakenError`. Default: nothing to claim."""
+        :class:`~smlaunch.sdk.errors.JobNameTakenError`. Default: nothing to claim."""
         return None
 
     def release(self, spec: TrainingJobSpec) -> None:
@@ -217,8 +219,8 @@ class Backend(ABC):
         return None
 
     @abstractmethod
-    def submit(self, spec: TrainingJobSpec) -> None:
-        """Start the job described by ``spec`` and return without waiting."""
+    def submit(self, request: JobRequest) -> None:
+        """Start the job described by ``request`` and return without waiting."""
 
     @abstractmethod
     def describe(self, job_name: str) -> dict[str, Any]:

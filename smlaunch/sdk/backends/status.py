@@ -3,7 +3,7 @@ SageMaker's wording (``2026-11-22 02:27:58 Training - Training image download co
 progress.``), and at the end the training (and, on SageMaker, billable) seconds.
 
 SageMaker's lines are prefixed ``[sagemaker]``, local ones ``[smlaunch]``; neither is ever scraped for
-metrics (:mod:`estimator.metrics`). A local job's agent writes each transition's line into the job
+metrics (:mod:`smlaunch.sdk.jobs.metrics`). A local job's agent writes each transition's line into the job
 log as it makes it (:func:`transition_line`), so that it comes in order with the hosts' lines. A
 followed job ends with :func:`summary_lines`: the SDK's seconds, then one :func:`closing_line`.
 Pure functions of a description; no I/O.
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from estimator.metrics import SERVICE_SOURCE
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.jobs.metrics import SERVICE_SOURCE
 
 if TYPE_CHECKING:
-    from estimator.backends.cloudwatch import LogEvent
+    from smlaunch.sdk.backends.sagemaker.cloudwatch import LogEvent
 
 
 def _millis(value: Any) -> int:
@@ -143,7 +143,7 @@ class StatusTracker:
 
     def new_events(self, description: Mapping[str, Any]) -> list[LogEvent]:
         # Imported here: the local agent writes transition lines and never loads botocore for it.
-        from estimator.backends.cloudwatch import LogEvent
+        from smlaunch.sdk.backends.sagemaker.cloudwatch import LogEvent
 
         events = []
         for index, transition in enumerate(description.get("SecondaryStatusTransitions") or []):

@@ -1,16 +1,19 @@
 """``smlaunch``: run, watch, measure, stop and clean training jobs from a terminal; dry-run requests.
 
 Commands (``smlaunch COMMAND --help`` for each): ``run``, ``list``, ``describe``, ``logs``, ``stop``,
-``metrics``, ``rm``, ``gc`` (implemented in :mod:`estimator.cli_jobs`) and ``plan``.
+``metrics``, ``rm``, ``gc`` (implemented in :mod:`smlaunch.sdk.cli.jobs`), ``plan`` and ``serve`` (the
+training service with SageMaker's API, :mod:`smlaunch.serve`).
 
 As the AWS CLI: the data a command answers with (a job name, JSON, a table, log lines) goes to stdout
 and everything else (progress, status lines, warnings, errors) to stderr, so ``JOB=$(smlaunch run
 --no-wait train.py)`` holds the job name; the read commands take ``--output json|table|text`` and
-``--query JMESPATH`` (:mod:`estimator.cli_output`). ``run`` and ``plan`` take the same flags
-(:mod:`estimator.cli_run`); ``plan`` (= ``run --dry-run``) prints the CreateTrainingJob request
+``--query JMESPATH`` (:mod:`smlaunch.sdk.cli.output`). ``run`` and ``plan`` take the same flags
+(:mod:`smlaunch.sdk.cli.run`); ``plan`` (= ``run --dry-run``) prints the CreateTrainingJob request
 without starting anything or calling AWS. Wherever a job is named, a job reference
-(:mod:`estimator.jobref`: ``local:NAME``, ``slurm:SHARED_DIR:NAME``, ``sagemaker:NAME``) or
-``--last`` (the newest job) may be given instead.
+(:mod:`smlaunch.sdk.jobs.jobref`: ``local:NAME``, ``slurm:SHARED_DIR:NAME``,
+``kubernetes:NAMESPACE:NAME``, ``sagemaker:NAME``) or
+``--last`` (the newest job) may be given instead. Tuning jobs (:mod:`smlaunch.sdk.cli.tuning`):
+``list --tuning`` lists them, ``describe`` and ``stop`` take one by name (``--tuning`` to say so).
 
     smlaunch plan train.py --source-dir src --sagemaker --instance-type ml.p3.16xlarge \\
         --instance-count 2 --hp epochs=10 --distribution torch_distributed --input train=s3://bucket/train
@@ -26,8 +29,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from estimator.errors import ConfigurationError, JobFailedError, SmlaunchError
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.errors import ConfigurationError, JobFailedError, SmlaunchError
 
 EXIT_STATUS = """exit status:
   0    success
@@ -40,9 +43,11 @@ EXIT_STATUS = """exit status:
 
 def _job_commands(commands: Any) -> None:
     """``run``, ``list``, ``describe``, ``logs``, ``stop``, ``metrics``, ``rm``, ``gc``."""
-    from estimator import cli_jobs, cli_run
-    from estimator.backends.local.store import STORE_STATUSES
-    from estimator.cli_output import add_output_arguments
+    from smlaunch.sdk.backends.emulated.store import STORE_STATUSES
+    from smlaunch.sdk.cli import jobs as cli_jobs
+    from smlaunch.sdk.cli import run as cli_run
+    from smlaunch.sdk.cli.lookup import with_job, with_jobs
+    from smlaunch.sdk.cli.output import add_output_arguments
 
     def where(command: argparse.ArgumentParser, what: str) -> None:
         """``--sagemaker``, ``--slurm`` and ``--store``: which place ``what`` refers to."""
@@ -70,7 +75,7 @@ def _job_commands(commands: Any) -> None:
         command.add_argument("job", metavar="JOB", nargs="?")
         command.add_argument("--last", action="store_true", help="the most recently created job")
         where(command, "the job is")
-        command.set_defaults(handler=cli_jobs.with_job(handler))
+        command.set_defaults(handler=with_job(handler))
         return command
 
     run = commands.add_parser(
@@ -93,7 +98,8 @@ def _job_commands(commands: Any) -> None:
         "list",
         help="list jobs, newest first",
         description="Jobs newest first: the local store's, SageMaker's with --sagemaker, a Slurm "
-        "cluster's with --slurm. The table shows name, status, instance type x count, started and "
+        "cluster's with --slurm, a Kubernetes namespace's with --kubernetes. The table shows name, "
+        "status, instance type x count, started and "
         "duration, and lists the local store's directories that are not jobs of their own, each with "
         "why: Claimed (a submit under way), Abandoned (its submitter died before starting it), "
         "Damaged (a record file cannot be read) and Foreign (a copy of another job's directory). "
@@ -111,7 +117,19 @@ def _job_commands(commands: Any) -> None:
     )
     listing.add_argument("--status", choices=statuses, help="only jobs with this status")
     listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    listing.add_argument(
+        "--tuning",
+        action="store_true",
+        help="list tuning jobs instead (ListHyperParameterTuningJobs: name, status, strategy, "
+        "trials started/at most, best objective, start, duration)",
+    )
     where(listing, "the jobs")
+    listing.add_argument(
+        "--kubernetes",
+        metavar="NAMESPACE",
+        help="the jobs of a Kubernetes namespace: KubernetesSession(namespace=NAMESPACE), the cluster "
+        "your kubeconfig names",
+    )
     add_output_arguments(listing, "table", "TrainingJobSummaries[].TrainingJobName")
     listing.set_defaults(handler=cli_jobs.cmd_list)
 
@@ -119,9 +137,11 @@ def _job_commands(commands: Any) -> None:
         "describe",
         cli_jobs.cmd_describe,
         "print DescribeTrainingJob's response for a job",
-        "DescribeTrainingJob's response (local jobs: the same shape, FinalMetricDataList included).",
+        "DescribeTrainingJob's response (local jobs: the same shape, FinalMetricDataList included); "
+        "for a tuning job, DescribeHyperParameterTuningJob's.",
     )
     add_output_arguments(describe, "json", "FinalMetricDataList")
+    describe.add_argument("--tuning", action="store_true", help=TUNING_HELP)
     logs = on_job(
         "logs",
         cli_jobs.cmd_logs,
@@ -131,13 +151,14 @@ def _job_commands(commands: Any) -> None:
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     logs.add_argument("--host", help="only this host's lines (algo-2)")
     logs.add_argument("--rank", type=int, help="only this rank's lines")
-    on_job(
+    stop = on_job(
         "stop",
         cli_jobs.cmd_stop,
         "stop a running job",
         "StopTrainingJob: SIGTERM to every rank, then SIGKILL after the grace period (local); returns "
-        "without waiting.",
+        "without waiting. A tuning job: StopHyperParameterTuningJob, which stops its running trials.",
     )
+    stop.add_argument("--tuning", action="store_true", help=TUNING_HELP)
     metrics = on_job(
         "metrics",
         cli_jobs.cmd_metrics,
@@ -152,20 +173,21 @@ def _job_commands(commands: Any) -> None:
 
     rm = commands.add_parser(
         "rm",
-        help="delete ended local jobs",
+        help="delete ended local or Kubernetes jobs",
         description="Delete the local job directories named (trees, logs, and the artifacts "
         "under them): ended jobs, Abandoned claims and Damaged records. Running jobs, submits "
         "under way and copies of another job's directory (Foreign) are refused; nothing is "
-        "removed then.",
+        "removed then. kubernetes:NAMESPACE:NAME deletes an ended Kubernetes job's record (its "
+        "root ConfigMap); a running one is refused.",
         epilog=EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    rm.add_argument("jobs", metavar="JOB", nargs="*", help="names, or local:NAME")
+    rm.add_argument("jobs", metavar="JOB", nargs="*", help="names, local:NAME, or kubernetes:NAMESPACE:NAME")
     rm.add_argument("--last", action="store_true", help="the most recently created job")
     rm.add_argument(
         "--store", metavar="DIR", help="the local job store (default: the root setting, ~/.smlaunch/jobs)"
     )
-    rm.set_defaults(handler=cli_jobs.with_jobs(cli_jobs.cmd_rm))
+    rm.set_defaults(handler=with_jobs(cli_jobs.cmd_rm))
 
     gc = commands.add_parser(
         "gc",
@@ -185,9 +207,14 @@ def _job_commands(commands: Any) -> None:
     gc.set_defaults(handler=cli_jobs.cmd_gc)
 
 
+TUNING_HELP = (
+    "JOB is a tuning job (a bare name is one already when the local store has a tuning job of that "
+    "name and no training job of that name); with --sagemaker, a SageMaker tuning job"
+)
+
 JOB_HELP = (
     "a job name (looked for in the local store, else on SageMaker), or a reference saying where: "
-    "local:NAME, local:STORE:NAME, slurm:SHARED_DIR:NAME, sagemaker:NAME"
+    "local:NAME, local:STORE:NAME, slurm:SHARED_DIR:NAME, kubernetes:NAMESPACE:NAME, sagemaker:NAME"
 )
 
 
@@ -203,8 +230,9 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``smlaunch`` parser: every command, its flags, and the exit statuses in each ``--help``."""
-    from estimator import cli_run
-    from estimator.cli_output import add_output_arguments
+    from smlaunch.sdk.cli import jobs as cli_jobs
+    from smlaunch.sdk.cli import run as cli_run
+    from smlaunch.sdk.cli.output import add_output_arguments
 
     parser = argparse.ArgumentParser(
         prog="smlaunch",
@@ -228,17 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_run.add_estimator_arguments(plan)
     add_output_arguments(plan, "json", "HyperParameters")
-    plan.set_defaults(handler=cmd_plan)
+    plan.set_defaults(handler=cli_jobs.cmd_plan)
+    from smlaunch.serve.cli import add_serve_command
+
+    add_serve_command(commands, EXIT_STATUS)
     return parser
-
-
-def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
-    """``smlaunch plan`` and ``smlaunch run --dry-run``: the request, printed as asked."""
-    from estimator.cli_output import emit
-    from estimator.cli_run import plan_request
-
-    emit(plan_request(args), args, out)
-    return 0
 
 
 def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -278,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args, out))
     except JobFailedError as exc:
         # One line: the job's streamed lines above hold the traceback, `describe` the whole reason.
-        from estimator.backends.status import failure_headline
+        from smlaunch.sdk.backends.status import failure_headline
 
         reason = failure_headline(exc.reason) or exc.reason
         print(
@@ -286,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     except ConfigurationError as exc:  # a bad argument, an unknown job, a refusal
-        from estimator.cli_run import cli_advice
+        from smlaunch.sdk.cli.run import cli_advice
 
         print(f"error: {cli_advice(exc, _command_parser(parser, args.command))}", file=sys.stderr)
         return 2

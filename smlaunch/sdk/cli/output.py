@@ -6,6 +6,9 @@ As in the AWS CLI: the data a command answers with is JSON-shaped (timestamps as
 their key in capitals), ``table`` as aligned columns. A command may draw its own table for the
 unqueried data (``list``'s name/status/instance columns, ``metrics``' DataFrame). Only the data
 reaches stdout; this module prints nothing else.
+
+A job's rows are shaped here too: ``list``'s table row (:func:`job_row`, :func:`entry_row`) and its
+JSON, ListTrainingJobs' summary (:func:`summary`).
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from estimator.errors import ConfigurationError
+from smlaunch import contract
+from smlaunch.sdk.errors import ConfigurationError
 
 OUTPUT_FORMATS = ("json", "table", "text")
 
@@ -173,3 +177,86 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"
     return json.dumps(value, separators=(",", ":")) if _nested(value) else str(value)
+
+
+# --- a job's rows ----------------------------------------------------------------------------------
+
+
+def when(value: Any) -> datetime | None:
+    """A description's timestamp as an aware datetime (naive ones are UTC); None if it is none."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return None
+
+
+def duration_text(description: dict[str, Any]) -> str:
+    """``H:MM:SS`` from the description's start to its end (to now while it runs), or ``-``."""
+    start = when(description.get("TrainingStartTime")) or when(description.get("CreationTime"))
+    end = when(description.get("TrainingEndTime")) or (
+        None
+        if description.get("TrainingJobStatus") == contract.STATUS_IN_PROGRESS
+        else when(description.get("LastModifiedTime"))
+    )
+    if start is None:
+        return "-"
+    seconds = int(((end or datetime.now(timezone.utc)) - start).total_seconds())
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def started_text(started: datetime | None) -> str:
+    """A start time in local time for a table, or ``-``."""
+    return started.astimezone().strftime("%Y-%m-%d %H:%M:%S") if started else "-"
+
+
+def job_row(description: dict[str, Any], tuning_job: str | None = None) -> dict[str, Any]:
+    """A row of ``list``'s table for a job's description: name, status, instance, start, duration,
+    and the tuning job it is a trial of (``tuning_job``, else the name its ``TuningJobArn`` ends
+    with; ``-`` for none)."""
+    arn = description.get("TuningJobArn")
+    resources = description.get("ResourceConfig") or {}
+    started = when(description.get("TrainingStartTime")) or when(description.get("CreationTime"))
+    return {
+        "name": description["TrainingJobName"],
+        "status": description["TrainingJobStatus"],
+        "secondary_status": description.get("SecondaryStatus"),
+        "instance": f"{resources.get('InstanceType', '?')} x {resources.get('InstanceCount', '?')}",
+        "started": started_text(started),
+        "duration": duration_text(description),
+        "tuning_job": tuning_job or (str(arn).rpartition("/")[2] if arn else "-"),
+    }
+
+
+def entry_row(entry: Any, tuning_job: str | None = None) -> dict[str, Any]:
+    """A row for a local store entry: a job's, or a Claimed/Abandoned/Damaged/Foreign directory's
+    (with ``detail``: why it is not a job)."""
+    if entry.description is not None:
+        return job_row(entry.description, tuning_job)
+    return {
+        "name": entry.name,
+        "status": entry.status,
+        "secondary_status": None,
+        "instance": "-",
+        "started": started_text(when(entry.created)),
+        "duration": "-",
+        "tuning_job": "-",
+        "detail": entry.detail,
+    }
+
+
+SUMMARY_FIELDS = (
+    "TrainingJobName",
+    "TrainingJobArn",
+    "CreationTime",
+    "TrainingEndTime",
+    "LastModifiedTime",
+    "TrainingJobStatus",
+    "SecondaryStatus",
+    "WarmPoolStatus",
+    "TrainingPlanArn",
+)
+"""ListTrainingJobs' ``TrainingJobSummary`` members, as botocore's SageMaker model names them."""
+
+
+def summary(description: dict[str, Any]) -> dict[str, Any]:
+    """A DescribeTrainingJob response as ListTrainingJobs summarises it."""
+    return {key: description[key] for key in SUMMARY_FIELDS if description.get(key) is not None}

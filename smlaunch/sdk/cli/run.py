@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from estimator import sdk_config
-from estimator.errors import ConfigurationError
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import sdk_config
 
 DEFAULT_ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
@@ -43,7 +43,7 @@ _SAGEMAKER_ONLY = ("region", "account", "bucket")
 
 class PlanSession:
     """An offline SageMaker-shaped session (a
-    :class:`~estimator.session_protocol.TrainingSession`) built from flags: enough for ``plan()``."""
+    :class:`~smlaunch.sdk.sessions.protocol.TrainingSession`) built from flags: enough for ``plan()``."""
 
     is_local = False
     instance_count_quota: int | None = None
@@ -265,7 +265,7 @@ def session(args: argparse.Namespace, dry_run: bool) -> Any:
             )
         import boto3
 
-        from estimator.session import Session
+        from smlaunch.sdk.sessions.sagemaker import Session
 
         return Session(boto_session=boto3.Session(region_name=args.region), default_bucket=args.bucket)
     if given:
@@ -275,7 +275,7 @@ def session(args: argparse.Namespace, dry_run: bool) -> Any:
             "applies to SageMaker only; this job would run on this machine",
             "add --sagemaker (and --instance-type), or drop it",
         )
-    from estimator.local_session import LocalSession
+    from smlaunch.sdk.sessions.local import LocalSession
 
     return LocalSession(
         root=args.store,
@@ -287,8 +287,8 @@ def session(args: argparse.Namespace, dry_run: bool) -> Any:
 def build_estimator(args: argparse.Namespace, sagemaker_session: Any) -> Any:
     """The estimator the flags describe: ``PyTorch`` with ENTRY_POINT, a generic ``Estimator`` for
     ``--image-uri`` alone."""
-    from estimator.estimator import Estimator
-    from estimator.pytorch import PyTorch
+    from smlaunch.sdk.estimator import Estimator
+    from smlaunch.sdk.pytorch import PyTorch
 
     entry_point = args.entry_point or args.entry_point_flag
     if args.entry_point and args.entry_point_flag and args.entry_point != args.entry_point_flag:

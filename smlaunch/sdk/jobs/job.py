@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from estimator.backends.base import Backend
-from estimator.errors import JobCapacityError, JobFailedError
-from estimator.tracking import track
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.backends.base import Backend
+from smlaunch.sdk.errors import JobCapacityError, JobFailedError
+from smlaunch.sdk.jobs.tracking import track
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +66,14 @@ class TrainingJob:
 
     def metrics(self) -> dict[str, list[float]]:
         """Values of the job's ``MetricDefinitions`` found in its logs so far, per metric, in log order."""
-        from estimator.metrics import metric_values
+        from smlaunch.sdk.jobs.metrics import metric_values
 
         algorithm = self.describe().get("AlgorithmSpecification") or {}
         return metric_values(self.backend.log_lines(self.name), algorithm.get("MetricDefinitions") or [])
 
     def final_metrics(self) -> dict[str, float]:
         """``FinalMetricDataList`` of the job's description, as ``{name: value}``."""
-        from estimator.metrics import final_metrics
+        from smlaunch.sdk.jobs.metrics import final_metrics
 
         return final_metrics(self.describe())
 
@@ -94,7 +94,7 @@ class TrainingJob:
     ) -> dict[str, Any]:
         """Wait for the job to end, streaming its logs when ``logs``; return its description.
 
-        Failed raises :class:`~estimator.errors.JobFailedError` with the failure reason; Stopped warns,
+        Failed raises :class:`~smlaunch.sdk.errors.JobFailedError` with the failure reason; Stopped warns,
         as the SDK does. Ctrl-C stops local jobs (SageMaker jobs keep running) unless
         ``stop_on_interrupt`` is False (``attach()``: the job is not this cell's)."""
         stream = out or sys.stdout

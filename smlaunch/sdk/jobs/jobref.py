@@ -6,6 +6,8 @@ Accepted wherever a job name is (``smlaunch describe|logs|stop|metrics|rm``, ``E
 - ``local:NAME``: the local job store (``LocalSession().root``, ``$SMLAUNCH_HOME/jobs``);
   ``local:STORE:NAME`` names another store directory (``LocalSession(root=STORE)``);
 - ``slurm:SHARED_DIR:NAME``: a Slurm cluster's store (``SlurmSession(shared_dir=SHARED_DIR)``);
+- ``kubernetes:NAMESPACE:NAME``: a Kubernetes cluster's namespace (``KubernetesSession(namespace=
+  NAMESPACE)``: your kubeconfig, or the in-cluster configuration);
 - ``sagemaker:NAME``: Amazon SageMaker (``Session()``: your AWS credentials and region);
 - ``NAME`` alone: the local job store when it has a directory of that name, else SageMaker.
 
@@ -20,14 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from estimator import naming
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import naming
 
 LOCAL = "local"
 SLURM = "slurm"
 SAGEMAKER = "sagemaker"
-SCHEMES = (LOCAL, SLURM, SAGEMAKER)
-FORMS = "NAME, local:NAME, local:STORE:NAME, slurm:SHARED_DIR:NAME or sagemaker:NAME"
+KUBERNETES = "kubernetes"
+SCHEMES = (LOCAL, SLURM, SAGEMAKER, KUBERNETES)
+FORMS = (
+    "NAME, local:NAME, local:STORE:NAME, slurm:SHARED_DIR:NAME, kubernetes:NAMESPACE:NAME or sagemaker:NAME"
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ def parse(reference: object, field: str = "JOB") -> JobRef:
         problem = "sagemaker: takes a job name only (the region is your AWS configuration's)"
     elif scheme == SLURM and not store:
         problem = "slurm: needs the cluster's shared directory"
+    elif scheme == KUBERNETES and not store:
+        problem = "kubernetes: needs the job's namespace"
     elif colon and not store:
         problem = "the store directory is empty"
     if problem is not None:
@@ -68,23 +75,30 @@ def parse(reference: object, field: str = "JOB") -> JobRef:
 
 
 def session_kind(session: Any) -> str:
-    """Which scheme a session's jobs have: ``slurm``, ``local`` or ``sagemaker``."""
-    from estimator.slurm_session import SlurmSession
+    """Which scheme a session's jobs have: ``slurm``, ``kubernetes``, ``local`` or ``sagemaker``."""
+    from smlaunch.sdk.sessions.kubernetes import KubernetesSession
+    from smlaunch.sdk.sessions.slurm import SlurmSession
 
     if isinstance(session, SlurmSession):
         return SLURM
+    if isinstance(session, KubernetesSession):
+        return KUBERNETES
     return LOCAL if getattr(session, "is_local", False) else SAGEMAKER
 
 
 def session_for(ref: JobRef, default_local: Any | None = None) -> Any:
     """The session that holds ``ref``'s job. A bare name is looked for in ``default_local`` (default
     ``LocalSession()``): its store has a directory of that name, else SageMaker."""
-    from estimator.local_session import LocalSession
+    from smlaunch.sdk.sessions.local import LocalSession
 
     if ref.scheme == SLURM:
-        from estimator.slurm_session import SlurmSession
+        from smlaunch.sdk.sessions.slurm import SlurmSession
 
         return SlurmSession(shared_dir=os.path.expanduser(str(ref.store)))
+    if ref.scheme == KUBERNETES:
+        from smlaunch.sdk.sessions.kubernetes import KubernetesSession
+
+        return KubernetesSession(namespace=str(ref.store))
     if ref.scheme == LOCAL:
         if ref.store is not None:
             return LocalSession(root=Path(ref.store).expanduser())
@@ -93,7 +107,7 @@ def session_for(ref: JobRef, default_local: Any | None = None) -> Any:
         local = default_local if default_local is not None else LocalSession()
         if os.path.lexists(Path(local.root) / ref.name):
             return local
-    from estimator.session import Session
+    from smlaunch.sdk.sessions.sagemaker import Session
 
     return Session()
 
@@ -117,7 +131,8 @@ def resolve(
     if sagemaker_session is None:
         return session_for(ref), ref.name
     kind = session_kind(sagemaker_session)
-    if ref.scheme is not None and (ref.scheme != kind or ref.store is not None):
+    same_store = ref.store is None or (kind == KUBERNETES and ref.store == sagemaker_session.namespace)
+    if ref.scheme is not None and (ref.scheme != kind or not same_store):
         raise ConfigurationError(
             field,
             reference,

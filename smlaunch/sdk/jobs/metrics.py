@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
 
 SERVICE_SOURCE = "sagemaker"
 """Prefix of lines written by the service, not a host (status transitions, billing summary): never scraped."""
@@ -47,7 +47,7 @@ class MetricSample:
 @dataclass(frozen=True)
 class MetricRecord:
     """One value of one metric with when and where it was logged: a row of
-    :meth:`TrainingJobAnalytics.dataframe <estimator.analytics.TrainingJobAnalytics.dataframe>`.
+    :meth:`TrainingJobAnalytics.dataframe <smlaunch.sdk.jobs.analytics.TrainingJobAnalytics.dataframe>`.
 
     ``host`` is ``algo-N``, or None where the source aggregates hosts (CloudWatch metrics).
     ``time`` is None only where the source has no times.

@@ -2,7 +2,7 @@
 
 Tracking is on when the session names a tracking URI (``LocalSession(mlflow="...")``,
 ``Session(mlflow="...")``) or ``MLFLOW_TRACKING_URI`` is set. When :meth:`TrainingJob.wait
-<estimator.job.TrainingJob.wait>` sees the job end, :func:`log_job` records one run in the experiment
+<smlaunch.sdk.jobs.job.TrainingJob.wait>` sees the job end, :func:`log_job` records one run in the experiment
 ``$MLFLOW_EXPERIMENT_NAME`` (default ``smlaunch``), named after the job:
 
 - params: the job's hyperparameters (SageMaker's own ``sagemaker_*`` keys left out);
@@ -22,15 +22,15 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from estimator import hyperparameters as hp
-from estimator.distribution import Distribution
-from estimator.errors import ConfigurationError, MissingExtraError
-from estimator.metrics import MetricRecord
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.errors import ConfigurationError, MissingExtraError
+from smlaunch.sdk.jobs.metrics import MetricRecord
+from smlaunch.sdk.request import hyperparameters as hp
+from smlaunch.sdk.request.distribution import Distribution
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
@@ -98,7 +98,7 @@ def job_tags(description: dict[str, Any], backend_name: str) -> dict[str, str]:
         "smlaunch.backend": backend_name,
         "smlaunch.instance_type": str(resources.get("InstanceType", "")),
         "smlaunch.instance_count": str(resources.get("InstanceCount", "")),
-        "smlaunch.distribution": Distribution.from_hyperparameters(hyperparameters).strategy,
+        "smlaunch.distribution": Distribution.from_hyperparameters(hyperparameters).strategy.value,
         "smlaunch.status": description["TrainingJobStatus"],
     }
     if model:
@@ -106,26 +106,39 @@ def job_tags(description: dict[str, Any], backend_name: str) -> dict[str, str]:
     return tags
 
 
+def experiment_id(client: Any) -> str:
+    """The id of the experiment runs go to (``$MLFLOW_EXPERIMENT_NAME``, default ``smlaunch``),
+    created when missing."""
+    experiment_name = os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
+    experiment = client.get_experiment_by_name(experiment_name)
+    return str(experiment.experiment_id if experiment else client.create_experiment(experiment_name))
+
+
 def log_job(
-    uri: str, description: dict[str, Any], records: Sequence[MetricRecord], backend_name: str
+    uri: str,
+    description: dict[str, Any],
+    records: Sequence[MetricRecord],
+    backend_name: str,
+    tags: Mapping[str, str] | None = None,
+    metrics: Mapping[str, float] | None = None,
 ) -> str | None:
-    """Record the ended job as an MLflow run at ``uri`` (module docstring); returns its run id, or
-    None when the job was logged before."""
+    """Record the ended job as an MLflow run at ``uri`` (module docstring), with ``tags`` and the
+    single-valued ``metrics`` added (a tuning job's trial: its parent run and objective); returns
+    its run id, or None when the job was logged before."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param
 
     client = MlflowClient(tracking_uri=uri)
     name = description["TrainingJobName"]
-    experiment_name = os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
-    experiment = client.get_experiment_by_name(experiment_name)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(experiment_name)
-    if client.search_runs(
-        [experiment_id], filter_string=f"tags.`smlaunch.job_name` = '{name}'", max_results=1
-    ):
+    experiment = experiment_id(client)
+    if client.search_runs([experiment], filter_string=f"tags.`smlaunch.job_name` = '{name}'", max_results=1):
         return None
     started = _millis(description.get("TrainingStartTime") or description.get("CreationTime"))
     run = client.create_run(
-        experiment_id, start_time=started, run_name=name, tags=job_tags(description, backend_name)
+        experiment,
+        start_time=started,
+        run_name=name,
+        tags={**job_tags(description, backend_name), **(tags or {})},
     )
     params = [
         Param(key, value if isinstance(value, str) else json.dumps(value))
@@ -133,13 +146,13 @@ def log_job(
         if not key.startswith("sagemaker_")
     ]
     now = int(datetime.now(timezone.utc).timestamp() * 1000)
-    metrics = [
+    logged = [
         Metric(key, value, stamp if stamp is not None else now, step)
         for key, value, stamp, step in metric_series(records)
-    ]
-    for start in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics
+    ] + [Metric(key, float(value), now, 0) for key, value in (metrics or {}).items()]
+    for start in range(0, max(len(logged), 1), 1000):  # log_batch takes at most 1000 metrics
         client.log_batch(
-            run.info.run_id, metrics=metrics[start : start + 1000], params=params if start == 0 else []
+            run.info.run_id, metrics=logged[start : start + 1000], params=params if start == 0 else []
         )
     client.set_terminated(
         run.info.run_id,

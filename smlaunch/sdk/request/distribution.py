@@ -41,25 +41,15 @@ import difflib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from estimator.catalog import InstanceType
-from estimator.errors import ConfigurationError
-from runtime import contract
-from runtime.hyperparameters import truthy
-
-Strategy = Literal[
-    "none",
-    "modelparallel",
-    "mpi",
-    "torch_distributed",
-    "pytorchddp",
-    "smddp",
-    "parameter_server",
-    "multi_worker_mirrored_strategy",
-]
+from smlaunch import contract
+from smlaunch.contract.hyperparameters import truthy
+from smlaunch.contract.strategy import Strategy
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.catalog import InstanceType
 
 _FIELD = "distribution"
 _UNSUPPORTED = {
@@ -76,6 +66,12 @@ _FRAMEWORK_ONLY = {
         "pytorchddp": "pytorchddp launches PyTorch ranks",
     },
 }
+_PER_ACCELERATOR = frozenset(
+    {Strategy.TORCH_DISTRIBUTED, Strategy.PYTORCHDDP, Strategy.SMDDP, Strategy.MODELPARALLEL}
+)
+"""Strategies that start one rank per GPU (or Trainium core) by default."""
+_ONE_PER_HOST = frozenset({Strategy.NONE, Strategy.PARAMETER_SERVER, Strategy.MULTI_WORKER_MIRRORED_STRATEGY})
+"""Strategies that start one process per host."""
 _STRATEGIES = {
     "pytorch": "torch_distributed, pytorchddp, smdistributed or mpi",
     "tensorflow": "multi_worker_mirrored_strategy, parameter_server, mpi or smdistributed",
@@ -253,22 +249,22 @@ class Distribution(_Strict):
 
     @property
     def strategy(self) -> Strategy:
-        """The launcher this distribution selects (names of ``Capabilities.distributions``)."""
+        """The strategy this distribution selects (what ``Capabilities.distributions`` lists)."""
         if self.modelparallel_enabled:
-            return "modelparallel"
+            return Strategy.MODELPARALLEL
         if self.mpi is not None and self.mpi.enabled:
-            return "mpi"
+            return Strategy.MPI
         if self.pytorchddp is not None and self.pytorchddp.enabled:
-            return "pytorchddp"
+            return Strategy.PYTORCHDDP
         if self.torch_distributed is not None and self.torch_distributed.enabled:
-            return "torch_distributed"
+            return Strategy.TORCH_DISTRIBUTED
         if self.smddp_enabled:
-            return "smddp"
+            return Strategy.SMDDP
         if self.parameter_server is not None and self.parameter_server.enabled:
-            return "parameter_server"
+            return Strategy.PARAMETER_SERVER
         if self.multi_worker_mirrored_strategy is not None and self.multi_worker_mirrored_strategy.enabled:
-            return "multi_worker_mirrored_strategy"
-        return "none"
+            return Strategy.MULTI_WORKER_MIRRORED_STRATEGY
+        return Strategy.NONE
 
     def processes_per_host(self, instance: InstanceType, emulated: int | None = None) -> int | None:
         """Ranks per host, when fixed by the distribution or the instance type (else ``None``).
@@ -277,11 +273,11 @@ class Distribution(_Strict):
         per-GPU launchers (not an explicit ``mpi.processes_per_host``), as the local hosts do."""
         if self.mpi is not None and self.mpi.enabled and self.mpi.processes_per_host:
             return self.mpi.processes_per_host
-        if self.strategy in ("torch_distributed", "pytorchddp", "smddp", "modelparallel"):
+        if self.strategy in _PER_ACCELERATOR:
             if emulated is not None:
                 return emulated
             return instance.accelerator_ranks
-        if self.strategy in ("none", "parameter_server", "multi_worker_mirrored_strategy"):
+        if self.strategy in _ONE_PER_HOST:
             return 1
         return None
 
@@ -311,7 +307,7 @@ class Distribution(_Strict):
                     f"{instance.name} has {instance.gpus} GPU(s); one process per GPU at most",
                     f"use processes_per_host <= {instance.gpus}",
                 )
-        if instance.is_neuron and self.strategy not in ("none", "torch_distributed"):
+        if instance.is_neuron and self.strategy not in (Strategy.NONE, Strategy.TORCH_DISTRIBUTED):
             # fw_utils.validate_distribution_for_instance_type: Trainium runs torch_distributed only.
             raise ConfigurationError(
                 _FIELD,

@@ -26,11 +26,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from estimator.distribution import DISTRIBUTION_KEYS
-from estimator.errors import ConfigurationError
-from estimator.naming import HYPERPARAMETER_PATTERN
-from runtime import contract
-from runtime.hyperparameters import truthy
+from smlaunch import contract
+from smlaunch.contract.hyperparameters import truthy
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.distribution import DISTRIBUTION_KEYS
+from smlaunch.sdk.request.naming import HYPERPARAMETER_PATTERN
 
 
 def encode_value(key: str, value: Any, field: str = "hyperparameters") -> str:

@@ -1,11 +1,11 @@
 """AWS Deep Learning Container URIs for PyTorch and TensorFlow training, from committed data tables.
 
-``estimator/data/<framework>_training_images.json`` holds, for every training version that
+``smlaunch/sdk/request/data/<framework>_training_images.json`` holds, for every training version that
 SageMaker SDK 2.257.7 knows (its ``image_uri_config/pytorch.json`` / ``tensorflow.json``,
 ``training`` scope): the Python
 versions, the ECR repository, the registry account per region, the version aliases (``1.8`` ->
 ``1.8.0``), and the ECR hostname per region. It was generated once with
-``python -m estimator.image_uris --regenerate`` (which reads the installed ``sagemaker`` package);
+``python -m smlaunch.sdk.request.image_uris --regenerate`` (which reads the installed ``sagemaker`` package);
 at run time smlaunch never imports ``sagemaker``. A unit test checks the committed table against
 the installed SDK when it is present.
 
@@ -29,8 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from estimator.catalog import InstanceType
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.catalog import InstanceType
 
 DATA_DIR = Path(__file__).parent / "data"
 FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
@@ -246,5 +246,5 @@ if __name__ == "__main__":  # pragma: no cover
     if sys.argv[1:] == ["--regenerate"]:
         _regenerate()
     else:
-        print("usage: python -m estimator.image_uris --regenerate", file=sys.stderr)
+        print("usage: python -m smlaunch.sdk.request.image_uris --regenerate", file=sys.stderr)
         sys.exit(2)

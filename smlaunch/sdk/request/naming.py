@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
 
 MAX_JOB_NAME_CHARS = 63
 JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # TrainingJobName
@@ -65,13 +65,25 @@ def base_from_name(name: str) -> str:
 
 def validate_job_name(name: object, field: str = "job_name") -> str:
     """Return ``name`` when SageMaker would accept it, else :class:`ConfigurationError`."""
-    if not isinstance(name, str) or not JOB_NAME_PATTERN.fullmatch(name):
+    return check_name(
+        name,
+        field,
+        JOB_NAME_PATTERN,
+        f"job names must be 1 to {MAX_JOB_NAME_CHARS} characters",
+        "use e.g. 'bert-finetune-1', or set base_job_name and let smlaunch add the timestamp",
+    )
+
+
+def check_name(name: object, field: str, pattern: re.Pattern[str], what: str, fix: str) -> str:
+    """Return ``name`` when it matches SageMaker's ``pattern`` for the name (letters, digits and
+    ``-``, starting and ending with a letter or digit), else :class:`ConfigurationError`; ``what``
+    says which names and how long they may be."""
+    if not isinstance(name, str) or not pattern.fullmatch(name):
         raise ConfigurationError(
             field,
             name,
-            f"job names must be 1 to {MAX_JOB_NAME_CHARS} characters of letters, digits and '-', "
-            "starting and ending with a letter or digit",
-            "use e.g. 'bert-finetune-1', or set base_job_name and let smlaunch add the timestamp",
+            f"{what} of letters, digits and '-', starting and ending with a letter or digit",
+            fix,
         )
     return name
 

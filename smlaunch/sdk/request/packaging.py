@@ -5,7 +5,7 @@ archive root (no ``src/`` prefix), plus each ``dependencies`` path at the root u
 without ``source_dir`` the archive holds only the entry point's file.
 
 Which entries of ``source_dir`` (and of a dependency directory) are packed is
-:mod:`runtime.artifact_tree`'s rule, the one for model directories: regular files; a link whose
+:mod:`smlaunch.contract.artifact_tree`'s rule, the one for model directories: regular files; a link whose
 target is a file or directory *inside* the directory, as what it points to under the link's name;
 left out, each named in one ``UserWarning``: links out of the directory, dangling links, loops
 (``latest -> .``), FIFOs, sockets and devices. Packing never follows a loop and never opens a FIFO.
@@ -22,9 +22,10 @@ smlaunch extensions:
 - ``.smlaunchignore`` at the root of ``source_dir`` (and of a dependency directory) keeps files out,
   with gitignore syntax (``pathspec``); an ignored directory is not even listed, and an ignored odd
   entry is not named. The ignore file itself is packed like any other file.
-- The bytes are deterministic (``runtime.archive.create_tarball``: sorted entries, fixed mtimes and
+- The bytes are deterministic (``smlaunch.contract.archive.create_tarball``: sorted entries, fixed mtimes and
   owners), so the SHA-256 identifies the code and an unchanged tarball is not uploaded twice (an
-  entry left out changes nothing): staging goes through ``runtime.transfer.TransferEngine``, which
+  entry left out changes nothing): staging goes through
+  ``smlaunch.contract.transfer.engine.TransferEngine``, which
   stores the SHA-256 in the object's metadata and skips an upload whose object already has the same
   size and hash.
 - Every file is checked readable before the archive is written: an unreadable ``source_dir`` or
@@ -49,12 +50,13 @@ from typing import Any
 
 import pathspec
 
-from estimator.errors import ConfigurationError
-from runtime import artifact_tree, contract
-from runtime.archive import create_tarball
-from runtime.artifact_tree import Skipped
-from runtime.progress import PROGRESS_MIN_BYTES, ProgressBar, interactive_output
-from runtime.transfer import TransferEngine, TransferSummary
+from smlaunch import contract
+from smlaunch.contract import artifact_tree
+from smlaunch.contract.archive import create_tarball
+from smlaunch.contract.artifact_tree import Skipped
+from smlaunch.contract.progress import PROGRESS_MIN_BYTES, ProgressBar, interactive_output
+from smlaunch.contract.transfer.engine import TransferEngine, TransferSummary
+from smlaunch.sdk.errors import ConfigurationError
 
 LARGE_CODE_BYTES = 100 * 1024**2
 """Above this many bytes of files, packaging warns that data should go in a channel."""
@@ -106,7 +108,7 @@ def _ignore_spec(directory: Path) -> pathspec.GitIgnoreSpec | None:
 
 def _walk(directory: Path, arc_prefix: str, field: str, skipped: list[Skipped]) -> list[tuple[Path, str]]:
     """The files under ``directory`` to pack, not ignored, as (real path, archive name), by
-    :func:`runtime.artifact_tree.walk`'s rule; what it leaves out is added to ``skipped``."""
+    :func:`smlaunch.contract.artifact_tree.walk`'s rule; what it leaves out is added to ``skipped``."""
     spec = _ignore_spec(directory)
     listing = artifact_tree.walk(directory, ignore=spec.match_file if spec is not None else None)
     skipped += [Skipped(arc_prefix + entry.name, entry.why) for entry in listing.skipped]

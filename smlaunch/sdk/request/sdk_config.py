@@ -53,8 +53,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
-from estimator import naming
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request import naming
 
 ADMIN_OVERRIDE_ENV = "SAGEMAKER_ADMIN_CONFIG_OVERRIDE"
 USER_OVERRIDE_ENV = "SAGEMAKER_USER_CONFIG_OVERRIDE"

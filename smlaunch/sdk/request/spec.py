@@ -4,15 +4,19 @@ Plain data, no behaviour and no I/O (TorchX's ``AppDef`` split). Field names are
 PascalCase names, so ``spec.to_request()`` is exactly the keyword arguments of
 ``sagemaker_client.create_training_job(**request)``, and a dry run can print what would be sent.
 Every backend consumes this one model: the SageMaker backend sends it, the local and Docker
-backends emulate it.
+backends emulate it. It reaches them in a :class:`JobRequest`, beside what the estimator knew
+that the wire carries only encoded (the distribution's strategy), so no backend decodes it back.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from smlaunch.contract.strategy import Strategy
 
 InputMode = Literal["File", "FastFile", "Pipe"]
 S3DataType = Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"]
@@ -41,6 +45,9 @@ class AlgorithmSpecification(_Wire):
     AlgorithmName: str | None = None
     MetricDefinitions: list[MetricDefinition] | None = None
     EnableSageMakerMetricsTimeSeries: bool | None = None
+    ContainerEntrypoint: list[str] | None = None
+    """Set by ModelTrainer (SDK v3) jobs: ``/bin/bash`` running their drivers' ``sm_train.sh``."""
+    ContainerArguments: list[str] | None = None
 
 
 class S3DataSource(_Wire):
@@ -102,6 +109,7 @@ class ResourceConfig(_Wire):
 class StoppingCondition(_Wire):
     MaxRuntimeInSeconds: int = Field(default=86400, ge=1)
     MaxWaitTimeInSeconds: int | None = Field(default=None, ge=1)
+    MaxPendingTimeInSeconds: int | None = Field(default=None, ge=1)
 
 
 _StoppingCondition = StoppingCondition
@@ -172,7 +180,24 @@ class ExperimentConfig(_Wire):
 _ExperimentConfig = ExperimentConfig
 
 
-class TrainingJobSpec(_Wire):
+class WireRequest(_Wire):
+    """A whole API request (``create_training_job``, ``create_hyper_parameter_tuning_job``): what a
+    ``plan()`` returns, printed as the JSON that would be sent."""
+
+    def to_request(self) -> dict[str, Any]:
+        """The operation's keyword arguments: unset (None) fields are left out."""
+        return self.model_dump(exclude_none=True)
+
+    def __str__(self) -> str:
+        """The request as indented JSON, so ``print(est.plan())`` shows what would be sent."""
+        return json.dumps(self.to_request(), indent=2)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython and Jupyter show a ``plan()`` as that JSON too."""
+        printer.text(str(self))
+
+
+class TrainingJobSpec(WireRequest):
     """CreateTrainingJob, field for field. ``HyperParameters`` values are already wire strings."""
 
     TrainingJobName: str
@@ -196,21 +221,36 @@ class TrainingJobSpec(_Wire):
     TensorBoardOutputConfig: _TensorBoardOutputConfig | None = None
     ExperimentConfig: _ExperimentConfig | None = None
 
-    def to_request(self) -> dict[str, Any]:
-        """The keyword arguments of ``create_training_job``: unset (None) fields are left out."""
-        return self.model_dump(exclude_none=True)
-
-    def __str__(self) -> str:
-        """The request as indented JSON, so ``print(est.plan())`` shows what would be sent."""
-        return json.dumps(self.to_request(), indent=2)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        """IPython and Jupyter show ``est.plan()`` as that JSON too."""
-        printer.text(str(self))
-
     def channel(self, name: str) -> Channel | None:
         """The input channel called ``name``, or None."""
         for channel in self.InputDataConfig or []:
             if channel.ChannelName == name:
                 return channel
         return None
+
+    def data_uris(self) -> list[tuple[str, str]]:
+        """Every place the job reads or writes data, each with the estimator argument that names it:
+        ``output_path``, ``inputs['<channel>']`` (S3 data sources), ``checkpoint_s3_uri`` and
+        ``tensorboard_output_config.s3_output_path``. For checks that a platform can reach them."""
+        uris = [("output_path", self.OutputDataConfig.S3OutputPath)]
+        uris += [
+            (f"inputs[{c.ChannelName!r}]", c.DataSource.S3DataSource.S3Uri)
+            for c in self.InputDataConfig or []
+            if c.DataSource.S3DataSource is not None
+        ]
+        if self.CheckpointConfig is not None:
+            uris.append(("checkpoint_s3_uri", self.CheckpointConfig.S3Uri))
+        if self.TensorBoardOutputConfig is not None:
+            tensorboard = self.TensorBoardOutputConfig.S3OutputPath
+            uris.append(("tensorboard_output_config.s3_output_path", tensorboard))
+        return uris
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One job as the notebook hands it to a backend's ``check`` and ``submit``: the wire request,
+    and the strategy the estimator's ``distribution`` selects (``spec.HyperParameters`` carries it
+    encoded, for the hosts)."""
+
+    spec: TrainingJobSpec
+    strategy: Strategy

@@ -1,6 +1,6 @@
 """The estimator's argument checks: each names the argument, the value and the fix.
 
-:class:`~estimator.estimator.Estimator` calls them at construction (``experiment_config`` at
+:class:`~smlaunch.sdk.estimator.Estimator` calls them at construction (``experiment_config`` at
 ``fit()``/``plan()``), so a bad argument fails before anything is planned, staged or started. Pure
 functions of their arguments (plus, for paths, the file system they name); they keep nothing.
 """
@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from estimator import inputs as channel_inputs
-from estimator import naming
-from estimator.debugger import TensorBoardOutputConfig
-from estimator.errors import ConfigurationError, require_type
-from estimator.metrics import MetricParser
-from estimator.packaging import check_readable_dir
-from estimator.spec import ExperimentConfig
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk import inputs as channel_inputs
+from smlaunch.sdk.debugger import TensorBoardOutputConfig
+from smlaunch.sdk.errors import ConfigurationError, require_type
+from smlaunch.sdk.jobs.metrics import MetricParser
+from smlaunch.sdk.request import naming
+from smlaunch.sdk.request.packaging import check_readable_dir
+from smlaunch.sdk.request.spec import ExperimentConfig
 
 INPUT_MODES = ("File", "FastFile", "Pipe")
 DEFAULT_INSTANCES_PER_TRAINING_JOB = 20
@@ -401,11 +401,11 @@ def check_environment(environment: Mapping[str, str] | None) -> dict[str, str] |
                 f"pass str(value), e.g. {{{key!r}: '1'}}",
             )
     # Checked here, not when a host starts: a typo fails before staging.
-    from runtime.archive import ArchiveLimits
-    from runtime.errors import FieldError
+    from smlaunch.contract.archive import ArchiveLimits
+    from smlaunch.contract.errors import FieldError
 
     if contract.SMLAUNCH_FAULTS in environment:
-        from runtime.faults import parse_faults
+        from smlaunch.contract.faults import parse_faults
 
         try:
             parse_faults(environment[contract.SMLAUNCH_FAULTS])

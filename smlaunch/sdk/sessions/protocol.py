@@ -1,6 +1,6 @@
 """What an estimator needs from a session: :class:`TrainingSession`, a ``typing.Protocol``.
 
-``LocalSession``, ``SlurmSession`` and ``Session`` (:mod:`estimator.session`) provide it, and so
+``LocalSession``, ``SlurmSession`` and ``Session`` (:mod:`smlaunch.sdk.sessions.sagemaker`) provide it, and so
 can a test's fake: the estimator uses these members and nothing else of a session, never probing
 for optional ones.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from estimator.backends.base import Backend
+    from smlaunch.sdk.backends.base import Backend
 
 
 class TrainingSession(Protocol):
@@ -35,7 +35,8 @@ class TrainingSession(Protocol):
 
     @property
     def sagemaker_config(self) -> dict[str, Any]:
-        """The SageMaker SDK's ``config.yaml`` defaults (:mod:`estimator.sdk_config`; ``{}``: none)."""
+        """The SageMaker SDK's ``config.yaml`` defaults (:mod:`smlaunch.sdk.request.sdk_config`; ``{}``:
+        none)."""
         ...
 
     @property

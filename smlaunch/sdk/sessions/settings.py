@@ -26,22 +26,37 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from estimator.errors import ConfigurationError
-from runtime import contract
-from runtime.archive import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
+from smlaunch import contract
+from smlaunch.contract.archive import DEFAULT_MAX_BYTES, DEFAULT_MAX_MEMBERS
+from smlaunch.sdk.errors import ConfigurationError
 
 CONFIG_ENV = "SMLAUNCH_CONFIG"
 HOME_ENV = "SMLAUNCH_HOME"
 SMLAUNCH_PREFIX = "SMLAUNCH_"
 DEFAULT_RETENTION = "30d"
+_AGE_RE = re.compile(r"^(?P<count>\d+(?:\.\d+)?)(?P<unit>[smhdw])$")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m``, ``2w``, ``90s`` as a timedelta: the ``retention`` setting, and
+    ``smlaunch gc --older-than`` (whose flag a bad value names)."""
+    match = _AGE_RE.match(text.strip())
+    if match is None:
+        raise ConfigurationError(
+            "--older-than", text, "not an age", "pass a number and a unit: 7d, 12h, 30m, 2w"
+        )
+    return timedelta(seconds=float(match.group("count")) * _AGE_UNITS[match.group("unit")])
 
 
 def default_root(environ: Mapping[str, str] | None = None) -> Path:
@@ -106,7 +121,7 @@ class Settings(BaseModel):
         "auto", description="How a stalled job's stacks are dumped (`auto`: py-spy when installed)."
     )
     faults: list[dict[str, Any]] | None = Field(
-        None, description="Faults to inject into local jobs (a list; see `runtime/faults.py`)."
+        None, description="Faults to inject into local jobs (a list; see `smlaunch/contract/faults.py`)."
     )
     archive_max_bytes: int = Field(
         DEFAULT_MAX_BYTES, ge=1, description="Most bytes the code archive may expand to on a host."
@@ -145,8 +160,8 @@ class Settings(BaseModel):
     @field_validator("faults", mode="after")
     @classmethod
     def _parse_faults(cls, faults: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        from runtime.errors import FieldError
-        from runtime.faults import parse_faults
+        from smlaunch.contract.errors import FieldError
+        from smlaunch.contract.faults import parse_faults
 
         if faults is not None:
             try:
@@ -158,8 +173,6 @@ class Settings(BaseModel):
     @field_validator("retention", mode="after")
     @classmethod
     def _parse_retention(cls, retention: str) -> str:
-        from estimator.cli_jobs import parse_age
-
         try:
             parse_age(retention)
         except ConfigurationError:

@@ -1,8 +1,10 @@
 """``SlurmSession``: run jobs on a Slurm cluster, with the same contract as a local run.
 
-A :class:`~estimator.local_session.LocalSession` whose jobs live on a directory every node mounts and whose
-hosts are ``srun`` tasks of one ``sbatch`` allocation (:mod:`estimator.backends.slurm`). This module
-holds the session's arguments and their checks; the commands are :mod:`estimator.backends.slurm_client`.
+A :class:`~smlaunch.sdk.sessions.local.LocalSession` whose jobs live on a directory every node mounts and
+whose
+hosts are ``srun`` tasks of one ``sbatch`` allocation (:mod:`smlaunch.sdk.backends.slurm.backend`). This
+module
+holds the session's arguments and their checks; the commands are :mod:`smlaunch.sdk.backends.slurm.client`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from estimator.errors import ConfigurationError, require_type
-from estimator.local_session import LocalSession
+from smlaunch.sdk.errors import ConfigurationError, require_type
+from smlaunch.sdk.sessions.local import LocalSession
 
 if TYPE_CHECKING:
-    from estimator.backends.base import Backend
+    from smlaunch.sdk.backends.base import Backend
 
 
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
@@ -53,9 +55,9 @@ def _slurm_name(field: str, value: object, example: str) -> str | None:
 
 class SlurmSession(LocalSession):
     """Run jobs on a Slurm cluster (as SageMaker HyperPod does): one ``sbatch`` per job, one
-    ``srun`` task per allocated node running ``python -m runtime``, the same ``/opt/ml`` contract,
+    ``srun`` task per allocated node running ``python -m smlaunch.runtime``, the same ``/opt/ml`` contract,
     ``SM_*`` variables, launchers, artifacts, statuses, logs and failure policy as locally
-    (:mod:`estimator.backends.slurm`).
+    (:mod:`smlaunch.sdk.backends.slurm.backend`).
 
     ``shared_dir`` (required): a directory every node mounts at the same path (NFS, Lustre); job
     trees live under ``<shared_dir>/jobs/<job>/`` and ``file://`` code, data and outputs must be
@@ -68,7 +70,7 @@ class SlurmSession(LocalSession):
     the instance type's GPUs, on partitions with ``gpu`` generic resources; 0 asks for none).
     ``container_image``: run each host in this image through pyxis/enroot (``srun
     --container-image``, with ``shared_dir`` mounted at the same path). ``slurm_client``: a
-    :class:`~estimator.backends.slurm_client.SlurmClient` (tests inject one). The other arguments
+    :class:`~smlaunch.sdk.backends.slurm.client.SlurmClient` (tests inject one). The other arguments
     are :class:`LocalSession`'s (``processes_per_host``, ``stop_grace_seconds``,
     ``artifact_conflicts``, ``install_requirements``, ``s3_client``, ``mlflow``; CUDA is never
     emulated unless ``emulate_cuda=True``).
@@ -150,9 +152,9 @@ class SlurmSession(LocalSession):
         return f"SlurmSession(shared_dir={str(self.shared_dir)!r}, partition={self.partition!r})"
 
     def slurm_client(self) -> Any:
-        """The :class:`~estimator.backends.slurm_client.SlurmClient` (created on first use)."""
+        """The :class:`~smlaunch.sdk.backends.slurm.client.SlurmClient` (created on first use)."""
         if self._slurm_client is None:
-            from estimator.backends.slurm_client import SlurmClient
+            from smlaunch.sdk.backends.slurm.client import SlurmClient
 
             self._slurm_client = SlurmClient()
         return self._slurm_client
@@ -160,7 +162,7 @@ class SlurmSession(LocalSession):
     def backend(self) -> Backend:
         """The Slurm backend that submits this session's jobs with ``sbatch`` (created once)."""
         if self._backend is None:
-            from estimator.backends.slurm import SlurmBackend
+            from smlaunch.sdk.backends.slurm.backend import SlurmBackend
 
             self._backend = SlurmBackend(session=self)
         return self._backend

@@ -1,6 +1,6 @@
-"""smlaunch's stand-in for AWS's ``smdistributed`` package (see ``runtime/compat``).
+"""smlaunch's stand-in for AWS's ``smdistributed`` package (see :mod:`smlaunch.rank.compat`).
 
-Only importable when ``runtime/compat`` is on ``PYTHONPATH``, which the runtime arranges when the real
+Only importable when ``smlaunch/rank/compat`` is on ``PYTHONPATH``, which the runtime arranges when the real
 library is absent. ``smdistributed.dataparallel`` maps to torch.distributed (gloo on CPU, NCCL on GPU);
 ``smdistributed.modelparallel`` maps to smlaunch's model-parallel engine.
 """

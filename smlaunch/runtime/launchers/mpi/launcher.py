@@ -7,16 +7,16 @@ serve it. The command (reference §4.5, minus the toolkit's faults) is an argv l
       -mca orte_abort_on_non_zero_status 1 -bind-to none -map-by slot -mca pml ob1 -mca btl ^openib
       [-mca btl_tcp_if_include eth0 -mca oob_tcp_if_include eth0 -mca plm_rsh_no_tree_spawn 1]
       -x SM_... (every SM_* variable) -x PATH -x LD_LIBRARY_PATH -x PYTHONPATH ... <custom options>
-      python -m runtime.mpi_rank python train.py <args>
+      python -m smlaunch.runtime.launchers.mpi.rank python train.py <args>
 
 - ``custom_mpi_options`` is split with :func:`shlex.split` (quotes are honoured, nothing is
   evaluated); ``--NCCL_DEBUG X`` becomes ``-x NCCL_DEBUG=X`` as in the toolkit, the rest is appended.
 - ``sagemaker_mpi_num_processes`` overrides ``-np``.
-- Each rank runs :mod:`runtime.mpi_rank`, which maps OpenMPI's rank variables to ``RANK``,
+- Each rank runs :mod:`smlaunch.runtime.launchers.mpi.rank`, which maps OpenMPI's rank variables to ``RANK``,
   ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK``... and the rank's own host, then execs the script.
 - ``--tag-output`` lines (``[1,3]<stderr>:text``) are split back into ``[algo-2/rank 3] text``; the
   failure reason names the first failing rank, its host, its exit code and its own stderr tail
-  (parsed from mpirun's report), not mpirun's (:mod:`runtime.launchers.mpi_output`).
+  (parsed from mpirun's report), not mpirun's (:mod:`smlaunch.runtime.launchers.mpi.output`).
 
 **Local emulation** (every host maps to a loopback address, as the local backend arranges): one
 ``mpirun`` on the master host serves all emulated hosts (``--host localhost:<all ranks>
@@ -31,27 +31,29 @@ environment (the master's, which every host shares), not through a file. A non-m
 once ``done.json`` appears, or fails if the master's runtime dies without writing it; so for the
 local backend a non-master host is an ordinary host process that ends with the job, and any failure
 is reported by the master (whose ``failure.json`` names the rank and its emulated host). The meeting
-place is :class:`runtime.launchers.mpi_local.LocalRendezvous`.
+place is :class:`smlaunch.runtime.launchers.mpi.local.LocalRendezvous`.
 
 **Slurm** (``SMLAUNCH_MPI_SLURM`` set by the Slurm executor; chosen by that variable, never from
 the addresses): the hosts meet in ``SMLAUNCH_MPI_DIR`` (on the shared directory) as in the local
 emulation, but the master's ``mpirun`` starts each host's ranks on that host's node, through Slurm:
-OpenMPI's ``rsh`` launcher with :mod:`runtime.mpi_slurm` as its agent has the job's agent start one
+OpenMPI's ``rsh`` launcher with :mod:`smlaunch.contract.mpi_slurm` as its agent has the job's agent start one
 ``orted`` per host as a step of the job (``srun --overlap --nodes=1 --nodelist=<node>``, in the
 host's tree at ``/opt/ml``, with the environment the host started with), and each rank takes its
 host's published environment from the rank map (the master's too)::
 
     mpirun --host algo-1:N,algo-2:N -np <N*hosts> ... -mca plm rsh -mca ras ^slurm
-      -mca plm_rsh_agent "<python> -m runtime.mpi_slurm" -mca plm_rsh_no_tree_spawn 1
+      -mca plm_rsh_agent "<python> -m smlaunch.contract.mpi_slurm" -mca plm_rsh_no_tree_spawn 1
 
 (``ras ^slurm``: the master's own step is a one-node allocation, which must not replace
 ``--host``; no ``btl`` choice: the cluster's OpenMPI picks its fabric, or ``custom_mpi_options``
 does). The hosts are on different nodes, so no process id is compared across them: a non-master
 host ends when ``done.json`` appears, and the agent ends the job's steps if the master dies first.
 
-**Real multi-node** (SageMaker, Docker): the roles of :mod:`runtime.mpi_roles` (workers run sshd and
-wait for the master's job to end; the master waits, bounded, for every worker's sshd, then runs
-``mpirun``, then tells the workers it is done).
+**Real multi-node** (SageMaker, Docker, Kubernetes): the roles of
+:mod:`smlaunch.runtime.launchers.mpi.roles` (workers run sshd and wait for the master's job to end;
+the master waits, bounded, for every worker's sshd, then runs ``mpirun``, then tells the workers it
+is done). With ``SMLAUNCH_SSH_CONFIG`` (Kubernetes pods) ``mpirun``'s remote agent is
+``ssh -F <that config>`` (``-mca plm_rsh_agent``).
 """
 
 from __future__ import annotations
@@ -62,17 +64,18 @@ import shlex
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from runtime import contract
-from runtime.errors import HostConfigurationError
-from runtime.launchers.base import Launcher, LaunchPlan, ProcessSpec
-from runtime.launchers.mpi_local import LocalRendezvous, wait_seconds
-from runtime.launchers.mpi_output import MpiOutput
-from runtime.supervisor import RunResult
-
-if TYPE_CHECKING:
-    from runtime.supervisor import Supervisor
+from smlaunch import contract
+from smlaunch.contract.errors import HostConfigurationError
+from smlaunch.contract.mpi_slurm import wait_seconds
+from smlaunch.runtime.env_vars import process_env
+from smlaunch.runtime.launchers.base import LaunchPlan, ProcessSpec, RunResult
+from smlaunch.runtime.launchers.launcher import Launcher
+from smlaunch.runtime.launchers.mpi.local import LocalRendezvous
+from smlaunch.runtime.launchers.mpi.output import MpiOutput
+from smlaunch.runtime.launchers.mpi.roles import ssh_argv
+from smlaunch.runtime.supervision.supervisor import Supervisor
 
 EXPORTED = (
     "PATH",
@@ -195,13 +198,13 @@ class MpiLauncher(Launcher):
         this host's ``SAGEMAKER_BASE_DIR``. Inherited secrets are identical on every host, so they
         are never in it, and never written to the rendezvous directory."""
         inherited = self.env.environ
-        env = {k: v for k, v in self.env.process_env().items() if inherited.get(k) != v}
+        env = {k: v for k, v in process_env(self.env).items() if inherited.get(k) != v}
         if contract.BASE_DIR_ENV in inherited:
             env[contract.BASE_DIR_ENV] = inherited[contract.BASE_DIR_ENV]
         return env
 
     def rank_map(self) -> dict[str, Any]:
-        """What :mod:`runtime.mpi_rank` needs, without the emulated hosts' environments."""
+        """What :mod:`smlaunch.runtime.launchers.mpi.rank` needs, without the emulated hosts' environments."""
         return {
             "hosts": self.hosts,
             "ppn": self.ppn,
@@ -217,7 +220,7 @@ class MpiLauncher(Launcher):
         return json.dumps(self.rank_map(), separators=(",", ":"))
 
     def base_env(self) -> dict[str, str]:
-        env = self.env.process_env()
+        env = process_env(self.env)
         env[contract.SMLAUNCH_MPI_RANK_MAP] = self.rank_map_value()
         if self.ppn > 1 and "OMP_NUM_THREADS" not in self.env.environ:
             env["OMP_NUM_THREADS"] = "1"
@@ -225,7 +228,7 @@ class MpiLauncher(Launcher):
 
     def command(self, env: Mapping[str, str]) -> list[str]:
         """The ``mpirun`` argv."""
-        from runtime.code import entry_point_command
+        from smlaunch.runtime.env_vars import program_argv
 
         total = self.num_processes
         hosts = self.hosts if self.ppn == 1 else [f"{h}:{self.ppn}" for h in self.hosts]
@@ -240,7 +243,7 @@ class MpiLauncher(Launcher):
                 "^slurm",
                 "-mca",
                 "plm_rsh_agent",
-                f"{self.python} -m runtime.mpi_slurm",
+                f"{self.python} -m smlaunch.contract.mpi_slurm",
                 "-mca",
                 "plm_rsh_no_tree_spawn",
                 "1",
@@ -275,6 +278,8 @@ class MpiLauncher(Launcher):
                 "btl",
                 "^openib",
             ]
+            if self.env.environ.get(contract.SMLAUNCH_SSH_CONFIG):  # the job's own ssh client config
+                network += ["-mca", "plm_rsh_agent", " ".join(ssh_argv(self.env.environ))]
         argv += [
             "--allow-run-as-root",
             "--tag-output",
@@ -296,8 +301,13 @@ class MpiLauncher(Launcher):
         for name in exported:
             argv += ["-x", name]
         argv += split_custom_options(str(self.env.framework_params.get(self.options_key) or ""))
-        entry = entry_point_command(self.env.code_dir, self.env.user_entry_point, self.python)
-        return [*argv, self.python, "-m", "runtime.mpi_rank", *entry, *self.env.user_args()]
+        return [
+            *argv,
+            self.python,
+            "-m",
+            "smlaunch.runtime.launchers.mpi.rank",
+            *program_argv(self.env, self.python),
+        ]
 
     def plan(self) -> LaunchPlan:
         """The master's ``mpirun`` (a non-master host starts nothing; see :meth:`run`)."""
@@ -349,7 +359,7 @@ class MpiLauncher(Launcher):
             )
         if self.meets_in_directory:
             return self._run_rendezvous(supervisor)
-        from runtime.mpi_roles import MasterRole, WorkerRole
+        from smlaunch.runtime.launchers.mpi.roles import MasterRole, WorkerRole
 
         workers = [h for h in self.hosts if h != self.env.master_hostname]
         timeout = wait_seconds(self.env.environ)

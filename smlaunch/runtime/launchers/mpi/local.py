@@ -1,11 +1,12 @@
 """Local emulation of a multi-host MPI job: the hosts meet in a private directory.
 
-One ``mpirun`` on the master host serves every emulated host (see :mod:`runtime.launchers.mpi`, "Local
-emulation"). :class:`LocalRendezvous` is that meeting place: non-master hosts publish what their ranks
-need and wait for ``done.json``; the master gathers them, writes the rank map, runs ``mpirun`` and
-writes the exit code. Files are 0600; every wait is bounded by ``SMLAUNCH_MPI_WAIT_SECONDS``
-(:func:`wait_seconds`). On Slurm the hosts meet the same way in a directory on the shared
-filesystem, from different nodes (``same_machine=False``): no process id is compared across them;
+One ``mpirun`` on the master host serves every emulated host (see
+:mod:`smlaunch.runtime.launchers.mpi.launcher`, "Local emulation"). :class:`LocalRendezvous` is that
+meeting place: non-master hosts publish what their ranks need and wait for ``done.json``; the master
+gathers them, writes the rank map, runs ``mpirun`` and writes the exit code. Files are 0600; every
+wait is bounded by ``SMLAUNCH_MPI_WAIT_SECONDS`` (:func:`smlaunch.contract.mpi_slurm.wait_seconds`).
+On Slurm the hosts meet the same way in a directory on the shared filesystem, from different nodes
+(``same_machine=False``): no process id is compared across them;
 a host that has read ``done.json`` says so by removing its ``env-<host>.json``.
 """
 
@@ -20,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime import contract
-from runtime.errors import HostConfigurationError
-from runtime.mpi_slurm import write_private_json
-from runtime.processes import pid_alive
+from smlaunch import contract
+from smlaunch.contract.mpi_slurm import write_private_json
+from smlaunch.contract.processes import pid_alive
 
 
 @dataclass
@@ -131,18 +131,3 @@ class LocalRendezvous:
             return pid_alive(int(json.loads(self.master_file.read_text(encoding="utf-8"))["pid"]))
         except (OSError, ValueError, KeyError):
             return False
-
-
-def wait_seconds(environ: Mapping[str, str]) -> float:
-    raw = environ.get(contract.SMLAUNCH_MPI_WAIT_SECONDS, "").strip()
-    if not raw:
-        return contract.DEFAULT_MPI_WAIT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise HostConfigurationError(
-            contract.SMLAUNCH_MPI_WAIT_SECONDS, raw, "must be seconds > 0", "e.g. 600"
-        )
-    return value

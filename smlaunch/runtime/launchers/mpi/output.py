@@ -2,14 +2,16 @@
 
 ``[1,3]<stderr>:text`` becomes ``[algo-2/rank 3] text``; each rank's stderr tail is kept, and the root
 cause of a failed ``mpirun`` is the first failing rank as mpirun's own report names it (its host, exit
-code and stderr tail), not ``mpirun`` itself. Used by :class:`runtime.launchers.mpi.MpiLauncher`.
+code and stderr tail), not ``mpirun`` itself. Used by
+:class:`smlaunch.runtime.launchers.mpi.launcher.MpiLauncher`.
 """
 
 from __future__ import annotations
 
 import re
 
-from runtime.supervisor import RankFailure, _StderrTail
+from smlaunch.runtime.launchers.base import RankFailure
+from smlaunch.runtime.supervision.supervisor import _StderrTail
 
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr|stddiag)>:")
 _FIRST_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")

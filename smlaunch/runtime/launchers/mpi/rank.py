@@ -1,11 +1,11 @@
-"""``python -m runtime.mpi_rank <entry argv...>``: what ``mpirun`` starts for each rank.
+"""``python -m smlaunch.runtime.launchers.mpi.rank <entry argv...>``: what ``mpirun`` starts for each rank.
 
 ``mpirun`` gives a rank only OpenMPI's variables (``OMPI_COMM_WORLD_RANK``, ``..._SIZE``, ...).
 This wrapper turns them into what torch, Lightning and SageMaker scripts read, then ``exec``\\s the
 entry point in the same process (same pid, so the supervisor's registry and stack dumps still
 reach it; the script runs exactly as ``python train.py args`` would):
 
-- the torch / framework variables of :func:`runtime.framework_env.framework_env`
+- the torch / framework variables of :func:`smlaunch.contract.framework_env.framework_env`
   (``RANK = OMPI_COMM_WORLD_RANK``, ``LOCAL_RANK = rank % ppn``, ``NODE_RANK = rank // ppn``, ...);
 - the rank's host: ranks are placed host-major (``--map-by slot``), so rank ``R`` runs on
   ``hosts[R // ppn]``; its ``SM_CURRENT_HOST`` / ``CURRENT_HOST`` / ``SM_CURRENT_HOST_RANK`` say so;
@@ -28,9 +28,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from runtime import contract
-from runtime.framework_env import framework_env
-from runtime.rankboot import BOOT_DIR, RANK_DIR_ENV
+from smlaunch import contract
+from smlaunch.contract.framework_env import framework_env
+from smlaunch.rank.boot import BOOT_DIR, RANK_DIR_ENV
 
 
 def load_rank_map(value: str) -> dict[str, Any]:
@@ -81,12 +81,14 @@ def rank_environment(
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m runtime.mpi_rank <program> [args...]", file=sys.stderr)
+        print("usage: python -m smlaunch.runtime.launchers.mpi.rank <program> [args...]", file=sys.stderr)
         return 2
     value = os.environ.get(contract.SMLAUNCH_MPI_RANK_MAP)
     if not value or "OMPI_COMM_WORLD_RANK" not in os.environ:
         print(
-            f"runtime.mpi_rank: run under mpirun with {contract.SMLAUNCH_MPI_RANK_MAP} set", file=sys.stderr
+            f"smlaunch.runtime.launchers.mpi.rank: run under mpirun with "
+            f"{contract.SMLAUNCH_MPI_RANK_MAP} set",
+            file=sys.stderr,
         )
         return 2
     env, cwd = rank_environment(load_rank_map(value), os.environ)

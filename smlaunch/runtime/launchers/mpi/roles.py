@@ -1,4 +1,5 @@
-"""The host roles of a multi-node MPI job (SageMaker, Docker): workers serve sshd, the master runs mpirun.
+"""The host roles of a multi-node MPI job (SageMaker, Docker, Kubernetes): workers serve sshd, the
+master runs mpirun.
 
 ``mpirun`` on the master reaches the other hosts over ssh and starts OpenMPI's ``orted`` there, which
 starts the ranks. So a worker host has nothing to launch: it starts ``sshd`` and waits for the
@@ -39,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime import contract
+from smlaunch import contract
 
 SSH_PORT = 22
 SSHD = "/usr/sbin/sshd"
@@ -70,7 +71,8 @@ def orted_running() -> bool:
 
 
 def ssh_ports(environ: Mapping[str, str] | None = None) -> dict[str, int]:
-    """``SMLAUNCH_SSH_PORTS`` (host -> sshd port; set by the Docker executor), else empty (port 22)."""
+    """``SMLAUNCH_SSH_PORTS`` (host -> sshd port; set by the Docker and Kubernetes executors), else
+    empty (port 22)."""
     raw = (os.environ if environ is None else environ).get(contract.SMLAUNCH_SSH_PORTS, "")
     return {str(host): int(port) for host, port in json.loads(raw).items()} if raw.strip() else {}
 
@@ -81,6 +83,13 @@ def sshd_argv(environ: Mapping[str, str] | None = None) -> list[str]:
     return [SSHD, "-D", *(["-f", config] if config else [])]
 
 
+def ssh_argv(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``ssh``, with ``-F $SMLAUNCH_SSH_CONFIG`` when set: the job's client config (each host's
+    address, port and key) where it cannot be put in ``/etc/ssh/ssh_config.d`` (Kubernetes pods)."""
+    config = (os.environ if environ is None else environ).get(contract.SMLAUNCH_SSH_CONFIG)
+    return ["ssh", *(["-F", config] if config else [])]
+
+
 def done_marker(job: str) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job)
     return f"/tmp/smlaunch-mpi-done-{safe}"
@@ -89,7 +98,7 @@ def done_marker(job: str) -> str:
 def _ssh_touch(host: str, path: str) -> bool:
     try:
         done = subprocess.run(
-            ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "ConnectTimeout=5", host, "touch", path],
+            [*ssh_argv(), "-o", "StrictHostKeyChecking=no", "-o", "ConnectTimeout=5", host, "touch", path],
             capture_output=True,
             timeout=15,
             check=False,

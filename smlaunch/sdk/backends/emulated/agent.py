@@ -1,39 +1,44 @@
-"""The per-job supervisor of the local backend: ``python -m estimator.backends.local.agent <job dir>``.
+"""The per-job supervisor of the local backend: ``python -m smlaunch.sdk.backends.emulated.agent <job dir>``.
 
 Started detached (own session) by :meth:`LocalBackend.submit`, so the notebook returns at once and
 the job survives the notebook; every handle talks to it through the files of the job directory
-(:mod:`estimator.backends.local.state`). It is the only writer of ``state.json``.
+(:mod:`smlaunch.sdk.backends.emulated.state`). It is the only writer of ``state.json``.
 
 One concept, kept in one module although it is over 500 lines: the job's state machine and its
-failure policy, which must be read together to be trusted. What varies by where hosts run lives in
-the executors; data, checkpoints, spot attempts, metrics and artifacts live in their own modules.
+failure policy, which must be read together to be trusted. Which condition ends an attempt, in
+which order, is the trigger table of :mod:`smlaunch.sdk.backends.emulated.outcome`. What varies by
+where hosts run lives in the executors; data, checkpoints, spot attempts, metrics and artifacts
+live in their own modules.
 
 What it does, in order: write every host's ``/opt/ml`` tree and channel views (SecondaryStatus
-``Downloading``); have the job's executor start every host (``Training``): one ``python -m
-runtime`` per host as a local process (:mod:`estimator.backends.local.executors.process`, the
-default) or one container per host (:mod:`estimator.backends.local.executors.docker`), chosen by
-``settings.json``'s ``"executor"``; copy every line the hosts print to ``logs/<host>.log`` and the
+``Downloading``); have the job's executor start every host (``Training``; where a scheduler
+places them, once it placed them all, ``Starting`` with its reason meanwhile: pods): one ``python -m
+runtime`` per host as a local process (:mod:`smlaunch.sdk.backends.emulated.executors.process.executor`, the
+default) or one container per host (:mod:`smlaunch.sdk.backends.emulated.executors.docker.executor`), chosen
+by
+``settings.json``'s ``executor.name``; copy every line the hosts print to ``logs/<host>.log`` and the
 merged ``logs/job.log`` (prefixed ``[algo-N] `` unless the runtime already prefixed it); when the
 hosts have ended, merge their model and output directories into ``model.tar.gz`` /
-``output.tar.gz`` (``Uploading``; :mod:`estimator.backends.local.artifacts`); write the terminal
-state (:class:`estimator.backends.local.state.JobState` documents the transitions). The agent owns
+``output.tar.gz`` (``Uploading``; :mod:`smlaunch.sdk.backends.emulated.artifacts`); write the terminal
+state (:class:`smlaunch.sdk.backends.emulated.state.JobState` documents the transitions). The agent owns
 the job's state machine and policy; the executor only starts, signals and cleans up hosts
-(:class:`estimator.backends.local.executors.base.Executor`). A process job that stages nothing has
-its first attempt's trees written at submit and its hosts started before this module is even
-loaded (:mod:`estimator.backends.local.early_start`); the agent then adopts them and does the rest
-in the same order, under the same policy.
+(:class:`smlaunch.sdk.backends.emulated.executors.base.Executor`). An executor may hand over the
+first attempt's hosts already started, their trees already written
+(:meth:`~smlaunch.sdk.backends.emulated.executors.base.Executor.adopt`: the process executor's early
+start); the agent then does the rest in the same order, under the same policy.
 
 Failure policy across hosts (one policy for every fault; times are bounds, not sleeps)
 -------------------------------------------------------------------------------------
 - **A host fails** (its runtime exits non-zero, or writes ``output/failure.json``): every other
   host runtime gets SIGTERM (the runtime forwards it to its ranks); after a short grace
-  (``FAILURE_GRACE_SECONDS``, at most the stop grace) every process left in the job's process trees
-  gets SIGKILL, so the whole job ends within 5 seconds. Status ``Failed``. ``FailureReason`` is the
-  FIRST failure across hosts: the earliest ``time`` among the hosts' ``output/failure.json``
-  (falling back to the first runtime that exited non-zero and the tail of its log), naming host,
-  rank, exit code and that rank's complete last traceback (else the tail of its stderr), never
-  cut: the 1024-character limit applies to the wire form the host writes to ``output/failure``
-  for the platform, not to this description; ``ExitCode`` is that rank's exit code.
+  (:data:`.outcome.FAILURE_GRACE_SECONDS`, at most the stop grace) every process left in the job's
+  process trees gets SIGKILL, so the whole job ends within 5 seconds. Status ``Failed``.
+  ``FailureReason`` is the FIRST failure across hosts: the earliest ``time`` among the hosts'
+  ``output/failure.json`` (falling back to the first runtime that exited non-zero and the tail of
+  its log), naming host, rank, exit code and that rank's complete last traceback (else the tail of
+  its stderr), never cut: the 1024-character limit applies to the wire form the host writes to
+  ``output/failure`` for the platform, not to this description; ``ExitCode`` is that rank's exit
+  code.
 - **stop()** (and Ctrl-C in ``TrainingJob.wait``, which calls it; or SIGTERM/SIGINT to the agent):
   status ``Stopping``; SIGTERM to every host (user code may checkpoint), SIGKILL of what remains
   after ``stop_grace_seconds`` (default 120); status ``Stopped``.
@@ -56,7 +61,8 @@ Failure policy across hosts (one policy for every fault; times are bounds, not s
 - **The agent itself dies** (even SIGKILL; Linux; process executor: with Docker, the reaper that
   ``DockerExecutor.submitted`` started removes the containers): every host runtime was started with
   ``PR_SET_PDEATHSIG=SIGHUP`` against the agent: it SIGKILLs its ranks at once and sweeps what they
-  left (daemons included: :mod:`runtime.containment`) before it exits; its ranks also have
+  left (daemons included: :mod:`smlaunch.runtime.supervision.containment`) before it exits; its ranks also
+  have
   ``PR_SET_PDEATHSIG=SIGKILL`` against it. The agent is also a child subreaper, so ranks orphaned
   by a dying runtime are reparented to it and killed before it exits. Readers see the job
   ``Failed`` (the agent's pid is gone).
@@ -80,32 +86,34 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from estimator.backends.local import layout
-from estimator.backends.local.artifacts import package_artifacts
-from estimator.backends.local.checkpoints import DirectorySync, host_syncs
-from estimator.backends.local.data import JobData
-from estimator.backends.local.executors import executor_class
-from estimator.backends.local.executors.base import Executor, Host, LaunchContext
-from estimator.backends.local.executors.spawn import DrainedOutput
-from estimator.backends.local.metrics import METRICS_FILE, MetricRecorder
-from estimator.backends.local.spot import INTERRUPT_FILE, INTERRUPTED, Attempts, SpotFaults, spot_faults
-from estimator.backends.local.state import STORE_FULL_FIX, JobDir, JobState, host_report
-from estimator.backends.status import transition_line
-from estimator.errors import NoSpaceLeftError, is_no_space
-from estimator.spec import TrainingJobSpec
-from runtime import contract
-from runtime.processes import become_subreaper, exit_code_of, line_chunks, pipe_reader
-from runtime.transfer import TransferEngine
+from smlaunch import contract
+from smlaunch.contract.processes import become_subreaper, exit_code_of, line_chunks, pipe_reader
+from smlaunch.contract.transfer.engine import TransferEngine
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.backends.emulated.artifacts import package_artifacts
+from smlaunch.sdk.backends.emulated.checkpoints import DirectorySync, host_syncs
+from smlaunch.sdk.backends.emulated.data import JobData
+from smlaunch.sdk.backends.emulated.executors import executor_class
+from smlaunch.sdk.backends.emulated.executors.base import Executor, Host, LaunchContext, StartedHosts
+from smlaunch.sdk.backends.emulated.job_settings import JobSettings
+from smlaunch.sdk.backends.emulated.metrics import METRICS_FILE, MetricRecorder
+from smlaunch.sdk.backends.emulated.outcome import (
+    Fired,
+    Outcome,
+    Poll,
+    Result,
+    ended_on_their_own,
+    first_trigger,
+    preempted_after_end,
+)
+from smlaunch.sdk.backends.emulated.spot import INTERRUPT_FILE, Attempts, SpotFaults, spot_faults
+from smlaunch.sdk.backends.emulated.state import STORE_FULL_FIX, JobDir, JobState, host_report
+from smlaunch.sdk.backends.status import transition_line
+from smlaunch.sdk.errors import NoSpaceLeftError, is_no_space
+from smlaunch.sdk.request.spec import TrainingJobSpec
 
-if TYPE_CHECKING:
-    from estimator.backends.local.early_start import EarlyHosts
-
-FAILURE_GRACE_SECONDS = 2.0
-"""SIGTERM -> SIGKILL grace for the surviving hosts once one host failed (their work is lost anyway)."""
-DATA_FAILURE_PREFIX = "ClientError: Data download failed: "
-"""FailureReason prefix when a FastFile or Pipe channel fails while the hosts run."""
 POLL_SECONDS = 0.05
 """How often the agent looks at stop requests, deadlines and failure files; a host's exit wakes it at once."""
 PREEMPTION_HOLD_SECONDS = 5.0
@@ -129,26 +137,24 @@ _MESSAGES = {
 class Agent:
     """Runs one local job to a terminal state. See the module docstring for the policy."""
 
-    def __init__(
-        self, job: JobDir, executor: Executor | None = None, early: EarlyHosts | None = None
-    ) -> None:
+    def __init__(self, job: JobDir, executor: Executor | None = None) -> None:
         self.job = job
-        self._early = early
-        """The first attempt's hosts when :mod:`estimator.backends.local.early_start` started them
-        (``executor`` adopts them); None once that attempt is launched."""
-        # Read before any host of the job ran (by early_start, or here), and never again: what the
-        # agent runs the job from is what submit wrote, whatever a rank may write later.
-        record = early.record if early is not None else {}
+        self._adopted: StartedHosts | None = executor.adopt() if executor is not None else None
+        """The first attempt's hosts when ``executor`` started them before the agent ran
+        (:meth:`Executor.adopt`); None once that attempt is launched."""
+        # Read before any host of the job ran (by whoever started them, or here), and never again:
+        # what the agent runs the job from is what submit wrote, whatever a rank may write later.
+        record = self._adopted.record if self._adopted is not None else {}
         self.spec = TrainingJobSpec.model_validate(record.get("spec") or job.read_json(job.spec_file))
-        self.settings = record.get("settings") or job.read_json(job.settings_file)
-        self.state = record.get("state") or job.read_state()
-        self.executor = executor or executor_class(str(self.settings.get("executor", "process"))).for_agent(
-            self.settings
+        self.settings = JobSettings.model_validate_json(
+            record.get("settings") or job.settings_file.read_bytes()
         )
-        """Starts, signals and cleans up the hosts (:mod:`estimator.backends.local.executors`)."""
+        self.state = record.get("state") or job.read_state()
+        self.executor = executor or executor_class(self.settings.executor.name).for_agent(self.settings)
+        """Starts, signals and cleans up the hosts (:mod:`smlaunch.sdk.backends.emulated.executors`)."""
         names = layout.host_names(self.spec.ResourceConfig.InstanceCount)
         self.hosts = [Host(name, i, job.host_base(name)) for i, name in enumerate(names)]
-        self.grace = float(self.settings["stop_grace_seconds"])
+        self.grace = self.settings.stop_grace_seconds
         self._log_lock = threading.Lock()
         self._host_ended = threading.Event()
         """Set when a host's process ends, so that the supervision loop reacts without a poll's delay."""
@@ -160,13 +166,17 @@ class Agent:
         self._syncs: list[DirectorySync] = []
         self._attempts = Attempts()
         self._spot = SpotFaults(
-            spot_faults(layout.job_environment(self.spec, self.settings)), job.path, self.say
+            spot_faults(layout.job_environment(self.spec, self.settings.knobs)), job.path, self.say
         )
         self._transfer: TransferEngine | None = None
         definitions = [d.model_dump() for d in self.spec.AlgorithmSpecification.MetricDefinitions or []]
         self._metrics = MetricRecorder(definitions, job.logs_dir / METRICS_FILE)
         self._no_space: str | None = None
         """The FailureReason once a write of the agent found the job store full."""
+        self._placing = False
+        """Between launching an attempt's hosts and recording ``Training`` (:meth:`_placed`)."""
+        self._waiting_for = ""
+        """The scheduler's reason last recorded while the hosts wait to be placed."""
 
     # --- logging and state --------------------------------------------------------------------
 
@@ -213,12 +223,15 @@ class Agent:
         except OSError as error:
             self._write_failed(error, self.job.space_reserve)
 
-    def transition(self, secondary: str, status: str | None = None, **fields: Any) -> None:
+    def transition(
+        self, secondary: str, status: str | None = None, message: str | None = None, **fields: Any
+    ) -> None:
         """Record a new SecondaryStatus (and TrainingJobStatus, a :class:`JobState` value) in
-        ``state.json``, with ``fields`` (FailureReason, ...).
+        ``state.json``, with ``fields`` (FailureReason, ...); ``message``: its StatusMessage
+        (default: SageMaker's words for it).
 
         Its status line goes into the job log first, so that a follower prints it in order with the
-        hosts' lines (:mod:`estimator.backends.status`); before a terminal state the job log is
+        hosts' lines (:mod:`smlaunch.sdk.backends.status`); before a terminal state the job log is
         closed: what a follower drains once it sees that state is all there is."""
         at = time.time()
         terminal = status is not None and JobState(status).is_terminal
@@ -228,7 +241,7 @@ class Agent:
         entry: dict[str, Any] = {
             "Status": secondary,
             "StartTime": at,
-            "StatusMessage": _MESSAGES.get(secondary, ""),
+            "StatusMessage": _MESSAGES.get(secondary, "") if message is None else message,
         }
         if terminal:
             entry["EndTime"] = at
@@ -264,32 +277,32 @@ class Agent:
         become_subreaper()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        if self._early is not None and self._early.signals:
+        if self._adopted is not None and self._adopted.signals:
             self._signalled = True
         self._set_space_aside()
         try:
-            outcome = self._run()
+            result = self._run()
         except Exception as exc:  # the agent's own bug or an I/O error: never leave InProgress behind
             self.say(traceback.format_exc())
             self.executor.kill_everything(self.context())
             reason = self._no_space_reason(exc, self.job.path) or (
                 f"InternalServerError: {type(exc).__name__}: {exc}"
             )
-            outcome = (contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason})
+            result = Result(Outcome.FAILED, {"FailureReason": reason})
         if self._data is not None:
             self._data.close()  # whatever the path: no FastFile mount outlives the job
         self.executor.close(self.context())
-        if self.settings.get("requirements_cache"):  # a killed host left the job's own environment
-            from runtime.requirements import remove_job_environment
+        if self.settings.requirements_cache:  # a killed host left the job's own environment
+            from smlaunch.runtime.requirements_cache import remove_job_environment
 
-            remove_job_environment(Path(self.settings["requirements_cache"]), self.spec.TrainingJobName)
-        status, secondary, fields = outcome
+            remove_job_environment(self.settings.requirements_cache, self.spec.TrainingJobName)
         ended = time.time()
         start = self.state.get("TrainingStartTime", ended)
         seconds = max(0, round(ended - start))
         times: dict[str, Any] = {"TrainingTimeInSeconds": seconds, "BillableTimeInSeconds": seconds}
         times.update(self._attempts.describe_fields(ended, spot=bool(self.spec.EnableManagedSpotTraining)))
-        if status == INTERRUPTED:  # preempted: the scheduler runs the agent again, which goes on
+        secondary = result.outcome.secondary
+        if result.outcome is Outcome.INTERRUPTED:  # preempted: the scheduler runs the agent again
             self.say(f"Job {self.spec.TrainingJobName} preempted, {seconds} s in; requeued")
             self.state["Attempts"] = times["Attempts"]
             if self.state.get("SecondaryStatus") == secondary:
@@ -299,8 +312,8 @@ class Agent:
             with contextlib.suppress(OSError):
                 self._job_log.close()
             return 0
-        # The follower's closing line says how it ended (estimator.backends.status.closing_line).
-        self.transition(secondary, status, TrainingEndTime=ended, **times, **fields)
+        # The follower's closing line says how it ended (smlaunch.sdk.backends.status.closing_line).
+        self.transition(secondary, result.outcome.status, TrainingEndTime=ended, **times, **result.fields)
         return 0
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -342,9 +355,9 @@ class Agent:
         self._fresh_hosts()
         return True
 
-    def _run(self) -> tuple[str, str, dict[str, Any]]:
+    def _run(self) -> Result:
         if not self._resume():
-            started = self._early.started if self._early is not None else time.time()
+            started = self._adopted.started if self._adopted is not None else time.time()
             self.state["TrainingStartTime"] = self._attempts.started = started
             self.transition(contract.SECONDARY_DOWNLOADING)
         while True:  # one pass per attempt; a spot interruption starts another on fresh hosts
@@ -352,36 +365,36 @@ class Agent:
                 self._prepare()
             except Exception as exc:
                 self.say(f"ERROR preparing the hosts: {type(exc).__name__}: {exc}")
-                if self._early is not None:  # started early: they must not outlive the job
+                if self._adopted is not None:  # started before: they must not outlive the job
                     self.executor.kill_everything(self.context())
                 reason = self._no_space_reason(exc, self.job.hosts_dir) or (
                     f"ClientError: preparing the hosts failed: {type(exc).__name__}: {exc}"
                 )
-                return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
-            # Hosts started early already run: a stop or preemption now is for _supervise to apply.
-            if self._early is None and self._stop_requested():
-                return contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {}
-            if self._early is None and self._preempted():
-                return INTERRUPTED, contract.SECONDARY_INTERRUPTED, {}
+                return Result(Outcome.FAILED, {"FailureReason": reason})
+            # Adopted hosts already run: a stop or preemption now is for _supervise to apply.
+            if self._adopted is None and self._stop_requested():
+                return Result(Outcome.STOPPED)
+            if self._adopted is None and self._preempted():
+                return Result(Outcome.INTERRUPTED)
             self._attempts.begin()
             self.state["Attempts"] = self._attempts.records  # a requeued run finds it if this one is killed
             self._launch()
-            self._early = None
+            self._adopted = None
             self._spot.arm(len(self._attempts.records))
             for sync in self._syncs:
                 sync.start()
-            outcome = self._supervise()
+            result = self._supervise()
             self._spot.disarm()
             if self._data is not None:
                 self._data.close()
             for sync in self._syncs:
                 sync.stop()
-            self._attempts.end(outcome[1])
-            if outcome[0] != INTERRUPTED or self._preempted():
+            self._attempts.end(result.outcome.secondary)
+            if result.outcome is not Outcome.INTERRUPTED or self._preempted():
                 break
             self._fresh_hosts()
-        if outcome[0] == INTERRUPTED:
-            return outcome
+        if result.outcome is Outcome.INTERRUPTED:
+            return result
         self._check_originals()
         self.transition(contract.SECONDARY_UPLOADING)
         try:
@@ -393,19 +406,20 @@ class Agent:
                 self._s3_client,
                 self.say,
                 compress=self.spec.OutputDataConfig.CompressionType != "NONE",
-                conflicts=str(self.settings.get("artifact_conflicts", "warn")),
+                conflicts=self.settings.artifact_conflicts,
             )
         except Exception as exc:
             self.say(f"ERROR packaging artifacts: {type(exc).__name__}: {exc}")
-            if outcome[0] == contract.STATUS_COMPLETED:
+            if result.outcome is Outcome.COMPLETED:
                 reason = self._no_space_reason(exc, self.job.artifacts_dir) or (
                     f"ClientError: packaging the model artifacts failed: {exc}"
                 )
-                return contract.STATUS_FAILED, contract.SECONDARY_FAILED, {"FailureReason": reason}
-            return outcome
-        outcome[2]["ModelArtifacts"] = {"S3ModelArtifacts": uris["model"]}
-        outcome[2]["OutputArtifacts"] = {"S3OutputArtifacts": uris["output"]}
-        return outcome
+                return Result(Outcome.FAILED, {"FailureReason": reason})
+            return result
+        return result.with_fields(
+            ModelArtifacts={"S3ModelArtifacts": uris["model"]},
+            OutputArtifacts={"S3OutputArtifacts": uris["output"]},
+        )
 
     def _no_space_reason(self, error: BaseException, path: Path) -> str | None:
         """The FailureReason when ``error`` (or what it wraps, or an earlier write) found the job
@@ -432,17 +446,17 @@ class Agent:
 
             self._s3 = boto3.client(
                 "s3",
-                endpoint_url=self.settings.get("s3_endpoint_url"),
-                region_name=self.settings.get("s3_region_name"),
+                endpoint_url=self.settings.s3_endpoint_url,
+                region_name=self.settings.s3_region_name,
             )
         return self._s3
 
     def _prepare(self) -> None:
         names = [h.name for h in self.hosts]
         for host in self.hosts:
-            if self._early is None:  # else submit wrote them (ProcessExecutor.plan_early_start)
+            if self._adopted is None:  # else they were written before the hosts started
                 layout.write_host_tree(self.spec, host.base, host.name, names)
-        # Channels (File / FastFile / Pipe, sharding, manifests): estimator.backends.local.data.
+        # Channels (File / FastFile / Pipe, sharding, manifests): smlaunch.sdk.backends.emulated.data.
         # FastFile channels are FUSE mounts in the host trees, made here, before any host starts:
         # a host's processes see them (a private mount namespace made later copies them).
         self._data = JobData(
@@ -451,11 +465,12 @@ class Agent:
             self.job.s3_cache_dir,
             self._engine(),
             self.say,
+            hand_off=self.executor.hosts_deliver_streams,
         )
         self._data.stage()
         self._fingerprints = layout.fingerprint_files(set(self._data.originals))
         # Checkpoints restored (and, with intermediate output, synced while training):
-        # estimator.backends.local.checkpoints.
+        # smlaunch.sdk.backends.emulated.checkpoints.
         self._syncs = host_syncs(self.spec, {h.name: h.paths for h in self.hosts}, self._engine(), self.say)
         self.executor.prepare(self.context())
 
@@ -484,15 +499,36 @@ class Agent:
         return LaunchContext(self.spec, self.settings, self.job, self.hosts, self.grace, self.say)
 
     def _launch(self) -> None:
-        self.executor.launch(self.context())
-        # Before a host's output is read: its first line comes after the one saying training began.
-        self.transition(contract.SECONDARY_TRAINING)
+        context = self.context()
+        self.executor.launch(context)
+        self._placing, self._waiting_for = True, ""
+        # Before a host's output is read: its first line comes after the one saying training began
+        # (unless a scheduler still holds a host back: then that one, once it is placed).
+        self._placed(context)
         for host in self.hosts:
             host.pump = threading.Thread(
                 target=self._pump, args=(host,), name=f"log-{host.name}", daemon=True
             )
             host.pump.start()
             threading.Thread(target=self._await_host, args=(host,), daemon=True).start()
+
+    def _placed(self, context: LaunchContext) -> None:
+        """``Training`` once the executor placed every host of the attempt (:meth:`Executor.waiting`);
+        until then ``Starting`` with its scheduler's reason, kept current in that one transition."""
+        if not self._placing:
+            return
+        waiting = self.executor.waiting(context)
+        if waiting is None:
+            self._placing = False
+            self.transition(contract.SECONDARY_TRAINING)
+        elif waiting and waiting != self._waiting_for:
+            self._waiting_for = waiting
+            transitions = self.state.get("SecondaryStatusTransitions") or []
+            if self.state.get("SecondaryStatus") == contract.SECONDARY_STARTING and transitions:
+                transitions[-1]["StatusMessage"] = waiting  # another reason, the same wait
+                self.job.write_state(self.state)
+            else:
+                self.transition(contract.SECONDARY_STARTING, message=waiting)
 
     def _await_host(self, host: Host) -> None:
         """Wake the supervision loop the moment ``host`` ends (it still reads the exit code itself)."""
@@ -507,12 +543,14 @@ class Agent:
         own = (f"[{host.name}]", *(f"[{h.name}/" for h in self.hosts))
         ranks = f"[{host.name}/".encode()
         source = host.proc.stdout
-        # A pipe is read in large chunks; a container's log stream (executors.containers) by line;
-        # what early_start read from a host it started, as it came.
-        if isinstance(source, DrainedOutput):
-            read = source.read
+        # A pipe is read in large chunks; a container's log stream (a LineSource) by line; output
+        # already read for the agent (a ChunkSource: hosts started before it ran) as it came.
+        if hasattr(source, "fileno"):
+            read = pipe_reader(source.fileno())
+        elif hasattr(source, "readline"):
+            read = source.readline
         else:
-            read = pipe_reader(source.fileno()) if hasattr(source, "fileno") else source.readline
+            read = source.read
         path = self.job.host_log(host.name)
         try:
             host_log: IO[bytes] | None = self.job.open_log(path)
@@ -542,7 +580,7 @@ class Agent:
         except OSError as error:  # keep draining the host's output whatever happens
             self._write_failed(error, self.job.logs_dir / METRICS_FILE)
 
-    def _supervise(self) -> tuple[str, str, dict[str, Any]]:
+    def _supervise(self) -> Result:
         """Poll the hosts until all ended, applying the failure policy (module docstring)."""
         context = self.context()
         try:
@@ -550,7 +588,8 @@ class Agent:
         finally:
             self.executor.attempt_ended(context)
 
-    def _supervise_hosts(self, context: LaunchContext) -> tuple[str, str, dict[str, Any]]:
+    def _supervise_hosts(self, context: LaunchContext) -> Result:
+        """Poll -> first trigger (:data:`.outcome.TRIGGERS`) -> terminate(grace) -> wait."""
         max_run = self.spec.StoppingCondition.MaxRuntimeInSeconds
         # max_run counts training time over every attempt; max_wait (spot) counts from the job's start.
         deadline = time.monotonic() + max_run - self._attempts.running_seconds
@@ -558,104 +597,49 @@ class Agent:
         wait_deadline = (
             time.monotonic() + max_wait - (time.time() - self._attempts.started) if max_wait else float("inf")
         )
-        outcome: tuple[str, str, dict[str, Any]] | None = None
+        fired: Fired | None = None
         kill_at: float | None = None
         hold_until: float | None = None
         while True:
             self._host_ended.clear()  # before polling: an exit after this wakes the wait below
             now = time.monotonic()
-            running = []
-            for host in self.hosts:
-                assert host.proc is not None
-                if host.exit_code is None:
-                    code = host.proc.poll()
-                    if code is None:
-                        running.append(host)
-                    else:
-                        host.exit_code, host.exited_at = exit_code_of(code), time.time()
+            running = self._poll_hosts()
             self.executor.watch(context)
+            if fired is None:
+                self._placed(context)
             failed = [h for h in self.hosts if (h.exit_code or 0) != 0 or h.failure_details.exists()]
-            if outcome is None and failed and self._may_be_preempted(failed):
+            if fired is None and failed and self._may_be_preempted(failed):
                 hold_until = hold_until or now + PREEMPTION_HOLD_SECONDS
                 if now < hold_until:  # the scheduler's signal to the agent may still be on its way
                     time.sleep(POLL_SECONDS)
                     continue
             if not running:
-                if outcome is None and failed and self._preempted():
-                    outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
-                    self.say("Preempted: every host has ended")
-                    self.transition(contract.SECONDARY_INTERRUPTED)
+                if fired is None:
+                    fired = preempted_after_end(tuple(h.name for h in failed), self._preempted)
+                    if fired is not None:
+                        self._announce(fired)
                 break
-            if outcome is None:
-                if self._preempted():  # before failures: the scheduler signalled the hosts too
-                    outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
-                    self.say(f"Preempted: SIGTERM to every host, SIGKILL after {self.grace:g} s")
-                    self.transition(contract.SECONDARY_INTERRUPTED)
-                    kill_at = now + self._terminate(context, running, self.grace)
-                elif failed:
-                    outcome = ("failed", "", {})
-                    names = ", ".join(h.name for h in failed)
-                    if any(h not in failed for h in running):  # else no host is left to end
-                        self.say(
-                            f"Host {names} failed: ending every host (SIGTERM, SIGKILL after "
-                            f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
-                        )
-                    kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
-                elif self._data is not None and self._data.errors:
-                    outcome = (
-                        contract.STATUS_FAILED,
-                        contract.SECONDARY_FAILED,
-                        {"FailureReason": f"{DATA_FAILURE_PREFIX}{self._data.errors[0]}"},
+            if fired is None:
+                fired = first_trigger(
+                    Poll(
+                        now=now,
+                        running=tuple(h.name for h in running),
+                        failed=tuple(h.name for h in failed),
+                        data_error=self._data.errors[0] if self._data and self._data.errors else None,
+                        no_space=self._no_space,
+                        grace=self.grace,
+                        run_deadline=deadline,
+                        max_run=max_run,
+                        wait_deadline=wait_deadline,
+                        max_wait=max_wait,
+                        preempted=self._preempted,
+                        stop_requested=self._stop_requested,
+                        interrupt_requested=self._interrupt_requested,
                     )
-                    self.say(
-                        f"Data download failed: ending every host (SIGTERM, SIGKILL after "
-                        f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
-                    )
-                    kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
-                elif self._no_space is not None:
-                    outcome = ("failed", "", {})
-                    self.say(
-                        f"{self._no_space}: ending every host (SIGTERM, SIGKILL after "
-                        f"{min(self.grace, FAILURE_GRACE_SECONDS):g} s)"
-                    )
-                    kill_at = now + self._terminate(context, running, min(self.grace, FAILURE_GRACE_SECONDS))
-                elif self._stop_requested():
-                    outcome = (contract.STATUS_STOPPED, contract.SECONDARY_STOPPED, {})
-                    self.say(f"Stop requested: SIGTERM to every host, SIGKILL after {self.grace:g} s")
-                    self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
-                    kill_at = now + self._terminate(context, running, self.grace)
-                elif self._interrupt_requested():
-                    outcome = (INTERRUPTED, contract.SECONDARY_INTERRUPTED, {})
-                    self.say(f"Spot interruption: SIGTERM to every host, SIGKILL after {self.grace:g} s")
-                    self.transition(contract.SECONDARY_INTERRUPTED)
-                    kill_at = now + self._terminate(context, running, self.grace)
-                elif now >= wait_deadline:
-                    outcome = (
-                        contract.STATUS_STOPPED,
-                        contract.SECONDARY_MAX_WAIT_TIME_EXCEEDED,
-                        {
-                            "FailureReason": "MaxWaitTimeExceeded: Training job exceeded "
-                            f"MaxWaitTimeInSeconds provided ({max_wait} s) and was stopped"
-                        },
-                    )
-                    self.say(f"MaxWaitTimeInSeconds={max_wait} exceeded: SIGTERM to every host")
-                    self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
-                    kill_at = now + self._terminate(context, running, self.grace)
-                elif now >= deadline:
-                    outcome = (
-                        contract.STATUS_STOPPED,
-                        contract.SECONDARY_MAX_RUNTIME_EXCEEDED,
-                        {
-                            "FailureReason": f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds "
-                            f"provided ({max_run} s) and was stopped",
-                        },
-                    )
-                    self.say(
-                        f"MaxRuntimeInSeconds={max_run} exceeded: SIGTERM to every host, "
-                        f"SIGKILL after {self.grace:g} s"
-                    )
-                    self.transition(contract.SECONDARY_STOPPING, contract.STATUS_STOPPING)
-                    kill_at = now + self._terminate(context, running, self.grace)
+                )
+                if fired is not None:
+                    self._announce(fired)
+                    kill_at = now + self._terminate(context, running, fired.grace)
             if kill_at is not None and now >= kill_at:
                 self.say("Grace period over: SIGKILL to every remaining process of the job")
                 self.executor.kill_everything(context)
@@ -666,20 +650,34 @@ class Agent:
         for host in self.hosts:
             if host.pump is not None:
                 host.pump.join(timeout=10)
-        if outcome is None:
-            failed = [h for h in self.hosts if h.exit_code != 0]
-            outcome = (
-                ("failed", "", {})
-                if failed
-                else (contract.STATUS_COMPLETED, contract.SECONDARY_COMPLETED, {})
-            )
-        if outcome[0] == "failed":
+        result = fired.result if fired is not None else ended_on_their_own([h.exit_code for h in self.hosts])
+        if result.needs_cause:
             cause = self.executor.root_cause(context) or self._root_cause()
             self._probe_space()  # a rank may have died of a full disk the agent's own writes missed
             if self._no_space is not None:  # then the disk is the cause; the rank's words follow
                 cause["FailureReason"] = f"{self._no_space}\n{cause['FailureReason']}"
-            return contract.STATUS_FAILED, contract.SECONDARY_FAILED, cause
-        return outcome
+            return Result(Outcome.FAILED, cause)
+        return result
+
+    def _poll_hosts(self) -> list[Host]:
+        """The hosts still running; each that ended since the last poll gets its exit code."""
+        running = []
+        for host in self.hosts:
+            assert host.proc is not None
+            if host.exit_code is None:
+                code = host.proc.poll()
+                if code is None:
+                    running.append(host)
+                else:
+                    host.exit_code, host.exited_at = exit_code_of(code), time.time()
+        return running
+
+    def _announce(self, fired: Fired) -> None:
+        """Say what a trigger decided and record the status it takes while the hosts end."""
+        if fired.message is not None:
+            self.say(fired.message)
+        if fired.outcome.announced is not None:
+            self.transition(*fired.outcome.announced)
 
     def _terminate(self, context: LaunchContext, running: list[Host], grace: float) -> float:
         self.executor.signal(context, running, signal.SIGTERM)
@@ -743,7 +741,7 @@ def _tail(path: Path, lines: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m estimator.backends.local.agent <job dir>", file=sys.stderr)
+        print("usage: python -m smlaunch.sdk.backends.emulated.agent <job dir>", file=sys.stderr)
         return 2
     return Agent(JobDir(Path(args[0]))).run()
 

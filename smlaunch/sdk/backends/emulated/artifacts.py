@@ -12,7 +12,7 @@ overwrite (SageMaker's local mode silently lets the last host win). With ``confl
 (``LocalSession(artifact_conflicts="error")``) a clash raises :class:`ArtifactConflictError` instead,
 before anything is delivered, and the job ends Failed naming every clashing path.
 
-What is delivered of each host's directory is :mod:`runtime.artifact_tree`'s rule: regular files,
+What is delivered of each host's directory is :mod:`smlaunch.contract.artifact_tree`'s rule: regular files,
 and links to them inside the directory (dereferenced); links out of it, dangling links, loops,
 FIFOs, sockets and devices are skipped, each named in the job log, and the rest is delivered.
 Nothing but a regular file is ever opened, to pack it or to compare two hosts' copies.
@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from estimator.backends.base import output_prefix
-from estimator.backends.local.layout import file_uri_path
-from runtime import artifact_tree, contract
-from runtime.archive import pack_files
-from runtime.artifact_tree import ArtifactFile, NotARegularFile, Skipped
-from runtime.transfer import TransferEngine
+from smlaunch import contract
+from smlaunch.contract import artifact_tree
+from smlaunch.contract.archive import pack_files
+from smlaunch.contract.artifact_tree import ArtifactFile, NotARegularFile, Skipped
+from smlaunch.contract.transfer.engine import TransferEngine
+from smlaunch.sdk.backends.base import output_prefix
+from smlaunch.sdk.backends.emulated.layout import file_uri_path
 
 
 class ArtifactConflictError(RuntimeError):
@@ -68,7 +69,7 @@ class Conflict:
 class Merge:
     """The union of several hosts' directories: the files to deliver (one per name, sorted), the
     names written with different bytes, and each host's skipped entries (see
-    :mod:`runtime.artifact_tree`)."""
+    :mod:`smlaunch.contract.artifact_tree`)."""
 
     files: list[ArtifactFile]
     conflicts: list[Conflict]
@@ -85,7 +86,7 @@ def _sha256(item: ArtifactFile) -> str:
 
 def merge_entries(trees: Mapping[str, Path], seen_at: str | None = None) -> Merge:
     """Union of the regular files of ``trees`` (host -> directory), walked by
-    :func:`runtime.artifact_tree.walk`: links out, loops, FIFOs, sockets and devices are skipped.
+    :func:`smlaunch.contract.artifact_tree.walk`: links out, loops, FIFOs, sockets and devices are skipped.
     ``seen_at``: where the hosts' code saw its directory (``/opt/ml/model``), for absolute links.
 
     Hosts are visited in the mapping's order; the first host to write a path wins. Only regular

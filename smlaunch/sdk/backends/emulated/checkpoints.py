@@ -24,12 +24,12 @@ SageMaker platform handles them:
 - **Several hosts** sync to the same ``S3Uri``, as on SageMaker: if two hosts write the same file
   name, the later upload wins. Save checkpoints from one host (or use host-specific names).
 
-What each tick sends of a host's directory is :mod:`runtime.artifact_tree`'s rule: regular files,
+What each tick sends of a host's directory is :mod:`smlaunch.contract.artifact_tree`'s rule: regular files,
 and links to them inside the directory (as SageMaker uploads regular files); links out of it,
 dangling links, loops, FIFOs, sockets and devices are skipped, each named once in the job log. A
 file that stops being a regular file counts as deleted.
 
-Managed spot (attempts, interruptions) is :mod:`estimator.backends.local.spot`.
+Managed spot (attempts, interruptions) is :mod:`smlaunch.sdk.backends.emulated.spot`.
 """
 
 from __future__ import annotations
@@ -40,12 +40,13 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
-from estimator.backends.base import output_prefix
-from estimator.backends.local import layout
-from estimator.spec import TrainingJobSpec
-from runtime import artifact_tree, contract
-from runtime.artifact_tree import Skipped
-from runtime.transfer import TransferEngine, TransferSummary
+from smlaunch import contract
+from smlaunch.contract import artifact_tree
+from smlaunch.contract.artifact_tree import Skipped
+from smlaunch.contract.transfer.engine import TransferEngine, TransferSummary
+from smlaunch.sdk.backends.base import output_prefix
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.request.spec import TrainingJobSpec
 
 Log = Callable[[str], None]
 
@@ -106,7 +107,7 @@ class DirectorySync:
 
     def _report(self, host: str, skipped: list[Skipped]) -> None:
         """Name in the log each entry skipped on ``host`` not named before, up to
-        :data:`runtime.artifact_tree.MAX_REPORTED` for this sync (every tick walks again)."""
+        :data:`smlaunch.contract.artifact_tree.MAX_REPORTED` for this sync (every tick walks again)."""
         new = [entry for entry in skipped if (host, entry) not in self._reported]
         room = artifact_tree.MAX_REPORTED - len(self._reported)
         if not new or room <= 0:
@@ -208,8 +209,8 @@ def host_syncs(
     ``<output_path>/<job>/output/intermediate/`` while the job runs, as the platform does.
 
     TensorBoard output (``TensorBoardOutputConfig``): every host's ``LocalPath`` (see
-    :func:`estimator.backends.local.layout.tensorboard_dir`) is uploaded to ``S3OutputPath``
-    exactly as given (SageMaker appends no job name: see :mod:`estimator.debugger`), upload only,
+    :func:`smlaunch.sdk.backends.emulated.layout.tensorboard_dir`) is uploaded to ``S3OutputPath``
+    exactly as given (SageMaker appends no job name: see :mod:`smlaunch.sdk.debugger`), upload only,
     all hosts into the one prefix (TensorBoard writers put host and pid in their file names). No
     debounce: event files are append-only and TensorBoard reads a partly written last record as
     not yet written, so each tick sends what the hosts have flushed so far.

@@ -1,21 +1,24 @@
 """Channel delivery for backends that run hosts on this machine: File, FastFile and Pipe input modes.
 
-Used by the local agent (:mod:`estimator.backends.local.agent`) before it starts the host runtimes.
+Used by the local agent (:mod:`smlaunch.sdk.backends.emulated.agent`) before it starts the host runtimes.
 Which objects a host gets (ShardedByS3Key, ManifestFile expansion, Pipe order) is decided by
-:mod:`runtime.channels`; bytes move through :class:`runtime.transfer.TransferEngine` (parallel,
-verified). ``inputdataconfig.json`` records the mode actually delivered (``File``, ``FastFile`` or
-``Pipe``), unlike SageMaker's local mode, which always writes ``File``. One concept (getting each
+:mod:`smlaunch.contract.channels`; bytes move through
+:class:`smlaunch.contract.transfer.engine.TransferEngine` (parallel, verified).
+``inputdataconfig.json`` records the mode actually delivered (``File``, ``FastFile`` or ``Pipe``),
+unlike SageMaker's local mode, which always writes ``File``. One concept (getting each
 host its channels), kept whole past 500 lines because the three modes share staging, sharding and
-the failure path; what differs per mode lives in :mod:`runtime.channels` and :mod:`runtime.fastfile`.
+the failure path; what differs per mode lives in :mod:`smlaunch.contract.channels` and
+:mod:`smlaunch.sdk.backends.emulated.fastfile`.
 
 What each mode guarantees to the training script
 ------------------------------------------------
 - **File**: every object of the host's share is present under ``input/data/<channel>/`` at its
   relative path before the script starts. ``file://`` data is not copied: each file is a symlink
-  into the original (see :mod:`estimator.backends.local.layout`); ``s3://`` data is downloaded once
+  into the original (see :mod:`smlaunch.sdk.backends.emulated.layout`); ``s3://`` data is downloaded once
   per job into the job's cache and linked into every host's tree.
 - **FastFile** (``s3://`` sources): as SageMaker mounts it, a read-only FUSE file system at
-  ``input/data/<channel>/`` on each host (:mod:`runtime.fastfile`, one server process per host and
+  ``input/data/<channel>/`` on each host (:mod:`smlaunch.sdk.backends.emulated.fastfile`, one server process
+  per host and
   channel, mounted before the host starts): listing it shows the host's whole share at once
   (ShardedByS3Key included) with every size; an object's bytes are fetched on its first read (once
   per job: every host's mount shares the job's cache), so the script starts before the data arrive.
@@ -25,11 +28,16 @@ What each mode guarantees to the training script
 - **Pipe**: for each channel a FIFO ``input/data/<channel>_<epoch>`` per epoch, starting at
   ``<channel>_0``, streaming the host's share object after object (decompressed when
   ``CompressionType="Gzip"``, RecordIO-framed when ``RecordWrapperType="RecordIO"``; order per
-  :func:`runtime.channels.epoch_order`). Gzip in File or FastFile mode is refused before the job
+  :func:`smlaunch.contract.channels.epoch_order`). Gzip in File or FastFile mode is refused before the job
   starts (``Backend.check``), as SageMaker refuses it. When the writer
   has sent the last byte of epoch ``N`` it first creates ``<channel>_<N+1>``, then closes epoch ``N``
   (the reader sees EOF) and removes its FIFO: so when a reader sees EOF, the next epoch's FIFO exists.
   A reader that closes a FIFO early ends that epoch. Epochs continue until the job ends.
+
+Hosts on another machine (``hand_off=True``, the Kubernetes executor's pods): the agent decides
+each FastFile (``s3://``) and Pipe channel's shares here as always, then writes them into each
+host's tree (:mod:`smlaunch.sdk.backends.emulated.handoff`) instead of delivering them; the host
+delivers its own with :meth:`JobData.deliver_handed_off`, the same mounts and feeders as above.
 """
 
 from __future__ import annotations
@@ -49,11 +57,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from estimator.backends.local import layout
-from estimator.spec import Channel, TrainingJobSpec
-from runtime import channels as rules
-from runtime import contract, fastfile
-from runtime.transfer import ObjectInfo, TransferEngine, is_s3, local_path, split_s3_uri
+from smlaunch import contract
+from smlaunch.contract import channels as rules
+from smlaunch.contract.transfer.engine import ObjectInfo, TransferEngine
+from smlaunch.contract.transfer.uris import is_s3, local_path, split_s3_uri
+from smlaunch.sdk.backends.emulated import fastfile, handoff, layout
+from smlaunch.sdk.request.spec import Channel, TrainingJobSpec
 
 PIPE_CHUNK = 1 << 20
 _POLL = 0.05
@@ -83,7 +92,7 @@ def list_channel(engine: TransferEngine, channel: Channel) -> list[ObjectInfo]:
 
 
 def read_manifest(engine: TransferEngine, uri: str) -> list[rules.ManifestEntry]:
-    """The entries of the manifest at ``uri``. :class:`~runtime.channels.ChannelError` when it is
+    """The entries of the manifest at ``uri``. :class:`~smlaunch.contract.channels.ChannelError` when it is
     not a manifest (not UTF-8, not JSON, wrong shape); errors reading it (S3, OS) propagate."""
     try:
         text = _read_text(engine, uri)
@@ -95,7 +104,7 @@ def read_manifest(engine: TransferEngine, uri: str) -> list[rules.ManifestEntry]
 def expand_manifest(engine: TransferEngine, entries: list[rules.ManifestEntry], uri: str) -> list[ObjectInfo]:
     """The objects a manifest names, key order, with their sizes (one listing per prefix).
 
-    :class:`~runtime.channels.ChannelError` naming the missing objects when any does not exist.
+    :class:`~smlaunch.contract.channels.ChannelError` naming the missing objects when any does not exist.
     """
     prefixes = {e.uri[: len(e.uri) - len(e.rel)] for e in entries}
     listed: dict[str, ObjectInfo] = {}
@@ -135,15 +144,21 @@ class JobData:
     ``hosts``: ``(host index, host's Paths)`` in host order. ``cache_dir``: where ``s3://`` objects
     are downloaded once per job. ``stage()`` returns when each host can start (File data present,
     FastFile listing written, first Pipe FIFOs created); ``close()`` stops the feeders.
+    ``hand_off``: FastFile (``s3://``) and Pipe channels are left to the hosts (see the module
+    docstring). ``fuse_unavailable``: why FUSE must not be used here, when the caller knows better
+    than :func:`~smlaunch.sdk.backends.emulated.fastfile.unavailable` (a pod without ``/dev/fuse``
+    access asked for).
     """
 
     def __init__(
         self,
-        spec: TrainingJobSpec,
+        spec: TrainingJobSpec | None,
         hosts: Sequence[tuple[int, contract.Paths]],
         cache_dir: Path,
         engine: TransferEngine,
         log: Log,
+        hand_off: bool = False,
+        fuse_unavailable: str | None = None,
     ) -> None:
         self.spec = spec
         self.hosts = list(hosts)
@@ -156,10 +171,43 @@ class JobData:
         self._threads: list[threading.Thread] = []
         self._mounts: list[FastFileMount] = []
         self._config_dir = cache_dir / ".smlaunch-fastfile"
+        self.hand_off = hand_off
+        self.fuse_unavailable = fuse_unavailable
+        self._plans: dict[int, list[handoff.HandedOffChannel]] = {index: [] for index, _ in self.hosts}
+
+    @classmethod
+    def for_host(
+        cls,
+        index: int,
+        paths: contract.Paths,
+        cache_dir: Path,
+        engine: TransferEngine,
+        log: Log,
+        fuse_unavailable: str | None = None,
+    ) -> JobData:
+        """On a host whose agent handed channels off: delivers this host's (see
+        :meth:`deliver_handed_off`), never lists or shares anything itself."""
+        return cls(None, [(index, paths)], cache_dir, engine, log, fuse_unavailable=fuse_unavailable)
+
+    def deliver_handed_off(self) -> int:
+        """Deliver the channels the agent left to this host (its tree's plan), as :meth:`stage`
+        would have; the number of channels."""
+        [(index, paths)] = self.hosts
+        plan = handoff.read_plan(paths.base)
+        for item in plan.channels:
+            objects = item.infos()
+            name = item.channel.ChannelName
+            self.log(f"Channel {name!r}: {len(objects)} object(s) for this host, {item.mode} mode")
+            if item.mode == "Pipe":
+                self._stage_pipe(item.channel, {index: objects})
+            else:
+                self._stage_fastfile(item.channel, objects, {index: objects})
+        return len(plan.channels)
 
     # -- staging
 
     def stage(self) -> None:
+        assert self.spec is not None, "a host's JobData only delivers what was handed off"
         for channel in self.spec.InputDataConfig or []:
             mode = channel_mode(self.spec, channel)
             source = channel.DataSource.S3DataSource
@@ -184,7 +232,11 @@ class JobData:
                 f"Channel {channel.ChannelName!r}: {len(objects)} object(s), {mode} mode, "
                 f"{source.S3DataDistributionType} ({summary})"
             )
-            if mode == "Pipe":
+            remote = is_s3(source.S3Uri) or source.S3DataType == "ManifestFile"
+            if self.hand_off and (mode == "Pipe" or (mode == "FastFile" and remote)):
+                for index, _ in self.hosts:
+                    self._plans[index].append(handoff.handed_off(channel, mode, shares[index]))
+            elif mode == "Pipe":
                 self._stage_pipe(channel, shares)
             elif is_s3(source.S3Uri) or source.S3DataType == "ManifestFile":
                 if mode == "FastFile":
@@ -193,6 +245,9 @@ class JobData:
                     self._stage_downloaded(channel, objects, shares)
             else:
                 self._stage_linked(channel, shares)
+        for index, paths in self.hosts:
+            if self._plans[index]:
+                handoff.write_plan(paths.base, handoff.HandOffPlan(channels=tuple(self._plans[index])))
 
     def _stage_linked(self, channel: Channel, shares: dict[int, list[ObjectInfo]]) -> None:
         """file:// File/FastFile: symlink views of the original files (nothing copied)."""
@@ -229,7 +284,7 @@ class JobData:
     ) -> None:
         """s3:// FastFile: one FUSE mount per host (see the module docstring), else File semantics."""
         name = channel.ChannelName
-        reason = fastfile.unavailable()
+        reason = self.fuse_unavailable or fastfile.unavailable()
         mounts: list[FastFileMount] = []
         if reason is None:
             meta = getattr(self.engine.client, "meta", None)
@@ -287,14 +342,11 @@ class JobData:
             )
             pipe.create(0)
 
-            def feed(pipe: PipeFeeder = pipe) -> None:
+            def feed(pipe: PipeFeeder = pipe, host: str = contract.host_name(index)) -> None:
                 try:
                     pipe.run()
                 except Exception as exc:
-                    self._fail(
-                        f"Pipe channel {pipe.channel!r} on {pipe.paths.base.name}: "
-                        f"{type(exc).__name__}: {exc}"
-                    )
+                    self._fail(f"Pipe channel {pipe.channel!r} on {host}: {type(exc).__name__}: {exc}")
 
             self._start(feed, f"pipe-{channel.ChannelName}-{index}")
 
@@ -344,7 +396,8 @@ def _is_mount_point(path: Path) -> bool:
 
 
 class FastFileMount:
-    """One host's FastFile mount: a ``python -m runtime.fastfile`` server for ``objects`` at
+    """One host's FastFile mount: a ``python -m smlaunch.sdk.backends.emulated.fastfile`` server for
+    ``objects`` at
     ``mountpoint``. Lines the server prints starting with ``ERROR`` go to ``on_error``."""
 
     def __init__(
@@ -369,7 +422,7 @@ class FastFileMount:
         _write_atomic(config_file, json.dumps(config))
         self._output: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.fastfile", str(config_file)],
+            [sys.executable, "-m", "smlaunch.sdk.backends.emulated.fastfile", str(config_file)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

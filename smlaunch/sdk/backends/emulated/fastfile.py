@@ -2,14 +2,16 @@
 
 SageMaker mounts a FastFile channel at ``/opt/ml/input/data/<channel>`` before the script starts:
 listing it shows every object of the host's share at once (after ShardedByS3Key), with its size, and
-an object's bytes are fetched when the script reads it. ``python -m runtime.fastfile CONFIG`` serves
+an object's bytes are fetched when the script reads it. ``python -m smlaunch.sdk.backends.emulated.fastfile
+CONFIG`` serves
 one such mount in the foreground until it is unmounted or gets SIGTERM. ``CONFIG`` is a JSON file:
 
 ``mountpoint``
     the host's channel directory; the mount covers it.
 ``cache_dir``
     where objects land, at their relative path, shared by every mount of the channel: an object
-    is fetched once (under a lock file, through :class:`runtime.transfer.TransferEngine`, verified)
+    is fetched once (under a lock file, through
+    :class:`smlaunch.contract.transfer.engine.TransferEngine`, verified)
     and every later read, on any host, is served from the cached file.
 ``objects``
     the host's share: ``[{"uri", "rel", "size", "etag"}, ...]``; directories are implied by the
@@ -47,8 +49,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.processes import set_parent_death_signal
-from runtime.transfer import ObjectInfo, TransferEngine
+from smlaunch.contract.processes import set_parent_death_signal
+from smlaunch.contract.transfer.engine import ObjectInfo, TransferEngine
 
 FUSE_DEVICE = "/dev/fuse"
 FUSERMOUNT = "fusermount3"
@@ -259,7 +261,7 @@ def serve(config: dict[str, Any]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m runtime.fastfile CONFIG.json", file=sys.stderr)
+        print("usage: python -m smlaunch.sdk.backends.emulated.fastfile CONFIG.json", file=sys.stderr)
         return 2
     return serve(json.loads(Path(args[0]).read_text(encoding="utf-8")))
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from runtime import contract
-from runtime.framework_env import training_module_of_image
+from smlaunch import contract
+from smlaunch.contract.framework_env import training_module_of_image
 
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 KERAS_3_SINCE = (2, 16)

@@ -28,7 +28,7 @@ nothing to stage). Precisely:
   reports as a warning in the job log.
 
 Which files a host sees (``s3://`` downloads, ``ShardedByS3Key``, FastFile and Pipe modes) is
-decided by :mod:`estimator.backends.local.data`, which builds these views with :func:`link_view`.
+decided by :mod:`smlaunch.sdk.backends.emulated.data`, which builds these views with :func:`link_view`.
 """
 
 from __future__ import annotations
@@ -41,58 +41,20 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from estimator import hyperparameters as hp
-from estimator.backends.local.image_env import image_environment
-from estimator.spec import Channel, TrainingJobSpec
-from runtime import contract
-from runtime.framework_env import training_module_of_image
+from smlaunch import contract
+from smlaunch.contract.framework_env import training_module_of_image
+from smlaunch.sdk.backends.emulated.image_env import image_environment
+from smlaunch.sdk.request import hyperparameters as hp
+from smlaunch.sdk.request.spec import Channel, TrainingJobSpec
 
 if TYPE_CHECKING:
-    from estimator.backends.local.state import JobDir
+    from smlaunch.sdk.backends.emulated.job_settings import EmulatedGpus, JobSettings
+    from smlaunch.sdk.backends.emulated.state import JobDir
 
 
 def host_names(count: int) -> list[str]:
     """``algo-1..N`` sorted as the platform sorts them (lexicographically)."""
     return sorted((contract.host_name(i) for i in range(count)), key=str)
-
-
-def instance_gpu_count(instance_type: str) -> int:
-    """GPUs of ``instance_type`` per the instance catalog; ``local_gpu`` (or a GPU type whose count
-    the catalog lacks) means this machine's GPUs."""
-    from estimator import catalog
-
-    gpus = catalog.lookup(instance_type).gpus
-    return machine_gpu_count() if gpus is None else gpus
-
-
-def instance_ranks(instance_type: str) -> int:
-    """Ranks per emulated host of the one-rank-per-accelerator launchers: the type's GPUs, or on
-    Trainium its NeuronCores (as SageMaker's toolkit counts them), else 1; ``local_gpu``: this
-    machine's GPUs."""
-    from estimator import catalog
-
-    ranks = catalog.lookup(instance_type).accelerator_ranks
-    return max(1, machine_gpu_count() if ranks is None else ranks)
-
-
-def emulated_gpus(instance_type: str, emulate_cuda: bool | None) -> dict[str, Any] | None:
-    """The GPUs every rank emulates on the CPU (``{"gpus", "model", "memory_gib"}``), or None.
-
-    ``emulate_cuda`` None (the default): emulate when the instance type has more GPUs than this
-    machine; True: whenever it has GPUs; False: never. Read by ``runtime/cuda_emulation.py``.
-    """
-    from estimator import catalog
-
-    instance = catalog.lookup(instance_type)
-    if emulate_cuda is False or not instance.gpus:
-        return None
-    if emulate_cuda is None and machine_gpu_count() >= instance.gpus:
-        return None
-    return {
-        "gpus": instance.gpus,
-        "model": instance.accelerator_model or "GPU",
-        "memory_gib": instance.accelerator_memory_gib or 16.0,
-    }
 
 
 def resource_config(spec: TrainingJobSpec, host: str, hosts: list[str]) -> dict[str, Any]:
@@ -175,6 +137,24 @@ def tensorboard_dir(spec: TrainingJobSpec, paths: contract.Paths) -> Path | None
     return host_dir(tensorboard_local_path(spec), paths, paths.tensorboard_dir)
 
 
+def container_dirs(spec: TrainingJobSpec, paths: contract.Paths) -> dict[str, tuple[str, Path]]:
+    """Checkpoints' and TensorBoard's ``LocalPath`` outside ``/opt/ml`` (normalised), each with its
+    field and the host tree's directory an executor puts there (which the agent syncs); under
+    ``/opt/ml`` each is in the host's tree already."""
+    dirs: dict[str, tuple[str, Path]] = {}
+    for field, local_path, directory in (
+        ("checkpoint_local_path", checkpoint_local_path(spec), checkpoint_dir(spec, paths)),
+        (
+            "tensorboard_output_config.container_local_output_path",
+            tensorboard_local_path(spec),
+            tensorboard_dir(spec, paths),
+        ),
+    ):
+        if local_path is not None and directory is not None and below_opt_ml(local_path) is None:
+            dirs[posixpath.normpath(local_path)] = (field, directory)
+    return dirs
+
+
 def _distribution(channel: Channel) -> str:
     s3 = channel.DataSource.S3DataSource
     return s3.S3DataDistributionType if s3 is not None else "FullyReplicated"
@@ -247,16 +227,16 @@ def read_only_sources(spec: TrainingJobSpec, job: JobDir | None) -> list[Path]:
 
 
 def host_view(
-    spec: TrainingJobSpec, settings: Mapping[str, Any], job: JobDir, shared: Iterable[Path]
+    spec: TrainingJobSpec, settings: JobSettings, job: JobDir, shared: Iterable[Path]
 ) -> dict[str, Any]:
     """What of the job store the hosts of one attempt reach, as
-    :meth:`~estimator.backends.local.executors.spawn.PrivateOptMl.from_view` takes it.
+    :meth:`~smlaunch.sdk.backends.emulated.executors.process.spawn.PrivateOptMl.from_view` takes it.
 
     The store (the session's root: every job's record) is hidden from the hosts, who see at their
     own paths only: writable, the job's host trees (one ``mpirun`` on the master serves every
     emulated host), ``shared`` (the attempt's scratch directory) and the requirements cache (hosts
     build and copy environments there: created here, as the store hides where it would be made; the
-    ranks see it read-only but for their job's copy: :func:`runtime.requirements.seal_hook`);
+    ranks see it read-only but for their job's copy: :func:`smlaunch.runtime.requirements_cache.seal_hook`);
     read-only, the job's code, its ``file://`` channel originals and its ``s3://`` download cache
     (:func:`read_only_sources`). Never ``state.json``, ``spec.json``, the stop file or the logs, of
     this job or any other.
@@ -359,13 +339,13 @@ def host_environment(
     processes_per_host: int,
     stop_grace_seconds: float,
     num_gpus: int | None,
-    emulate_cuda: Mapping[str, Any] | None = None,
+    emulate_cuda: EmulatedGpus | None = None,
 ) -> dict[str, str]:
     """What a host runtime needs besides the inherited environment (``spec.Environment`` included).
 
-    ``emulate_cuda`` (from :func:`emulated_gpus`) becomes ``SMLAUNCH_EMULATE_CUDA``, which makes
+    ``emulate_cuda`` (``JobSettings.emulate_cuda``) becomes ``SMLAUNCH_EMULATE_CUDA``, which makes
     every rank emulate those GPUs on the CPU. A framework image's ``SAGEMAKER_TRAINING_MODULE``
-    (:func:`runtime.framework_env.training_module_of_image`) tells the runtime the job's framework,
+    (:func:`smlaunch.contract.framework_env.training_module_of_image`) tells the runtime the job's framework,
     as the image's own setting does on SageMaker; ``environment=`` may set it for another image. What
     else the image provides comes from :func:`.image_env.image_environment` (Keras 2 for TensorFlow
     images before 2.16), again below ``environment=``."""
@@ -389,27 +369,28 @@ def host_environment(
     if num_gpus is not None:
         env[contract.SMLAUNCH_NUM_GPUS] = str(num_gpus)
     if emulate_cuda:
-        env[contract.SMLAUNCH_EMULATE_CUDA] = json.dumps(dict(emulate_cuda), sort_keys=True)
+        env[contract.SMLAUNCH_EMULATE_CUDA] = json.dumps(emulate_cuda.model_dump(), sort_keys=True)
     return env
 
 
-def settings_environment(settings: Mapping[str, Any]) -> dict[str, str]:
+def settings_environment(settings: JobSettings) -> dict[str, str]:
     """A host runtime's variables that follow from the job's settings: the session's knobs the
-    runtime reads (``knobs``, from :meth:`estimator.settings.Settings.host_environment`, less those
-    the job's ``environment=`` sets) and how it treats ``requirements.txt``
-    (:mod:`runtime.requirements`): skipped, in the layered environments under
+    runtime reads (``knobs``, from :meth:`smlaunch.sdk.sessions.settings.Settings.host_environment`,
+    less those the job's ``environment=`` sets) and how it treats ``requirements.txt``
+    (:mod:`smlaunch.runtime.requirements`): skipped, in the layered environments under
     ``requirements_cache``, or (neither) as the toolkit does."""
-    env = {str(k): str(v) for k, v in (settings.get("knobs") or {}).items()}
-    if not settings.get("install_requirements", True):
+    env = dict(settings.knobs)
+    if not settings.install_requirements:
         env[contract.SMLAUNCH_INSTALL_REQUIREMENTS] = "0"
-    elif settings.get("requirements_cache"):
-        env[contract.SMLAUNCH_REQUIREMENTS_CACHE] = str(settings["requirements_cache"])
+    elif settings.requirements_cache:
+        env[contract.SMLAUNCH_REQUIREMENTS_CACHE] = str(settings.requirements_cache)
     return env
 
 
-def job_environment(spec: TrainingJobSpec, settings: Mapping[str, Any]) -> dict[str, str]:
-    """The job's ``environment=`` with the session's knobs it does not set: what its hosts see of both."""
-    return {**(settings.get("knobs") or {}), **(spec.Environment or {})}
+def job_environment(spec: TrainingJobSpec, knobs: Mapping[str, str]) -> dict[str, str]:
+    """The job's ``environment=`` with the session's ``knobs`` (``JobSettings.knobs``) it does not
+    set: what its hosts see of both."""
+    return {**knobs, **(spec.Environment or {})}
 
 
 def machine_gpu_count() -> int:

@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from estimator.backends.local.state import private_opener
-from estimator.metrics import MetricParser, MetricRecord
+from smlaunch.sdk.backends.emulated.state import private_opener
+from smlaunch.sdk.jobs.metrics import MetricParser, MetricRecord
 
 METRICS_FILE = "metrics.jsonl"
 """Name of the record file in a job's ``logs/`` directory."""

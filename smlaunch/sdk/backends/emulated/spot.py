@@ -2,7 +2,7 @@
 
 Managed spot (``EnableManagedSpotTraining``, ``MaxWaitTimeInSeconds``): SageMaker's local mode
 refuses it. Here an interruption (``estimator.stop(reason="spot")``, or a ``spot`` fault in
-``SMLAUNCH_FAULTS``, see :mod:`runtime.faults` and :class:`SpotFaults`) SIGTERMs every host
+``SMLAUNCH_FAULTS``, see :mod:`smlaunch.contract.faults` and :class:`SpotFaults`) SIGTERMs every host
 (the script may save a checkpoint within the stop grace), syncs the checkpoints, discards the hosts,
 and starts a new attempt on fresh hosts (new ``/opt/ml`` trees, data staged again, checkpoints
 restored). :class:`Attempts` keeps each attempt's timing for ``describe()``:
@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from estimator.errors import ConfigurationError
-from estimator.spec import TrainingJobSpec
-from runtime import contract
-from runtime.faults import Fault, parse_faults
+from smlaunch import contract
+from smlaunch.contract.faults import Fault, parse_faults
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.spec import TrainingJobSpec
 
 Log = Callable[[str], None]
 
-INTERRUPTED = "Interrupted"
 INTERRUPT_FILE = "interrupt"
 """Created in the job directory by ``LocalBackend.stop(job, reason="spot")``; consumed by the agent."""
 

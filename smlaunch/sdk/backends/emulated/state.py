@@ -5,7 +5,8 @@ talks to the job only through these files, so ``fit(wait=False)`` in one noteboo
 ``LocalSession(root).backend().describe(name)`` in another see the same job:
 
 - ``spec.json``      the CreateTrainingJob request (``TrainingJobSpec.to_request()``), written by submit;
-- ``settings.json``  how this machine runs it (ranks per host, grace, S3 endpoint), written by submit;
+- ``settings.json``  how this machine runs it (ranks per host, grace, S3 endpoint): a
+  :class:`~smlaunch.sdk.backends.emulated.job_settings.JobSettings`, written by submit;
 - ``agent.json``     ``{"pid", "create_time"}`` of the supervising agent, written by submit;
 - ``state.json``     the job's status, written ONLY by the agent, atomically (tmp + rename), so a
   reader never sees half a file;
@@ -17,13 +18,13 @@ talks to the job only through these files, so ``fit(wait=False)`` in one noteboo
 - ``hosts/<host>/``  each emulated host's ``/opt/ml`` tree.
 
 The directory is 0700 and its logs 0600, whatever the umask
-(:func:`estimator.backends.local.store.claim`, :func:`private_opener`): on a shared store (a Slurm
+(:func:`smlaunch.sdk.backends.emulated.store.claim`, :func:`private_opener`): on a shared store (a Slurm
 ``shared_dir``, a store under ``/srv``) other users see the job's name and nothing of it, neither
 its logs nor its models.
 
 The hosts never see this directory as it is: each process host runs in a mount namespace in which
 the whole store (the session's root) is an empty read-only directory on which only what the job's
-hosts need is mounted back (:func:`estimator.backends.local.layout.host_view`: the host trees, the
+hosts need is mounted back (:func:`smlaunch.sdk.backends.emulated.layout.host_view`: the host trees, the
 attempt's scratch, the job's code...), and a container sees only its mounts. ``state.json``,
 ``spec.json``, ``settings.json``, ``stop`` and the logs are the agent's and the submitter's alone.
 
@@ -35,12 +36,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from runtime import contract
+from smlaunch import contract
 
 SPACE_RESERVE_BYTES = 1 << 20
 """Set aside in the job directory while the agent runs, freed to write the terminal state."""
@@ -103,7 +105,7 @@ class JobDir:
     @property
     def early_start_file(self) -> Path:
         """The first attempt's hosts, for the agent to start before anything else, written by
-        submit for process jobs that stage nothing (:mod:`estimator.backends.local.early_start`)."""
+        submit for process jobs that stage nothing (:mod:`.executors.process.early`)."""
         return self.path / "early-start.json"
 
     @property
@@ -141,7 +143,7 @@ class JobDir:
 
     @property
     def progress_file(self) -> Path:
-        """The agent's transfer in progress (:class:`runtime.transfer.ProgressFile`), drawn by
+        """The agent's transfer in progress (:class:`smlaunch.contract.progress.ProgressFile`), drawn by
         whoever follows the job's log."""
         return self.logs_dir / "progress.json"
 
@@ -175,6 +177,21 @@ class JobDir:
 
     def write_state(self, state: dict[str, Any]) -> None:
         write_json_atomic(self.state_file, state)
+
+    def record_agent(self, proc: subprocess.Popen[bytes], **fields: Any) -> None:
+        """Record the detached agent ``proc`` (pid and start time, which :meth:`agent_alive` checks,
+        and ``fields``), or kill it: an agent no one could see or stop must not run."""
+        import psutil
+
+        try:
+            write_json_atomic(
+                self.agent_file,
+                {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), **fields},
+            )
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
 
     def agent_alive(self) -> bool | None:
         """True/False once submit recorded the agent; None before (the agent is starting)."""
@@ -237,9 +254,10 @@ class JobState(str, Enum):
                                               (``LocalBackend.describe``)
 
     ``SecondaryStatus`` refines ``InProgress`` (``Starting`` -> ``Downloading`` -> ``Training`` ->
-    ``Uploading``; a spot interruption goes ``Training`` -> ``Interrupted`` -> ``Starting`` and
-    again) and names the terminal cause (``MaxRuntimeExceeded``...); the constants are
-    :mod:`runtime.contract`'s ``SECONDARY_*``. Only the agent writes the state; a terminal state is
+    ``Uploading``; hosts a scheduler has not placed yet go ``Downloading`` -> ``Starting`` (its
+    reason the message) -> ``Training``; a spot interruption goes ``Training`` -> ``Interrupted``
+    -> ``Starting`` and again) and names the terminal cause (``MaxRuntimeExceeded``...); the constants are
+    :mod:`smlaunch.contract`'s ``SECONDARY_*``. Only the agent writes the state; a terminal state is
     never left.
     """
 

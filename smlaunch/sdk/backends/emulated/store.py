@@ -44,8 +44,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from estimator.backends.local.state import PRIVATE_DIR_MODE, JobDir, write_json_atomic
-from estimator.errors import ConfigurationError, SmlaunchError
+from smlaunch.sdk.backends.emulated.state import PRIVATE_DIR_MODE, JobDir, write_json_atomic
+from smlaunch.sdk.errors import ConfigurationError, SmlaunchError
 
 CLAIM_FILE = "claim.json"
 """In a job directory: who claimed the name (``{"pid", "create_time", "host", "pid_namespace",

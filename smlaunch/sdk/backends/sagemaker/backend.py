@@ -7,17 +7,18 @@ owns is talking to the service well:
 - ``describe`` retries throttling with exponential backoff and jitter (a notebook polling many jobs
   hits DescribeTrainingJob's rate limit), and turns an unknown job name into a
   :class:`ConfigurationError`;
-- ``log_lines`` merges every host's CloudWatch stream (:mod:`estimator.backends.cloudwatch`), prefixes each
+- ``log_lines`` merges every host's CloudWatch stream (:mod:`smlaunch.sdk.backends.sagemaker.cloudwatch`),
+prefixes each
   line with its host, interleaves each secondary-status transition once
   (``[sagemaker] 2026-11-22 02:27:58 Starting - Preparing the instances for training``), waits for a
   log group that does not exist yet, follows until the job is terminal, reads once more after a short
   delay so the last lines CloudWatch ingests late are not lost, and ends with training and billable
   seconds (and the spot saving) of a Completed job and one closing line
-  (:func:`estimator.backends.status.summary_lines`);
+  (:func:`smlaunch.sdk.backends.status.summary_lines`);
 - ``stop`` of a job that already ended is a no-op, not an error.
 
 Ctrl-C while waiting does not stop a SageMaker job (``interrupt_stops_job=False``): the job runs and
-bills in the cloud whether or not a notebook watches it; :class:`~estimator.job.TrainingJob` says
+bills in the cloud whether or not a notebook watches it; :class:`~smlaunch.sdk.jobs.job.TrainingJob` says
 how to re-attach. The clock (``sleep``) is injected so tests drive a job through its states without
 waiting.
 """
@@ -31,22 +32,19 @@ import random
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from estimator import hyperparameters as hp
-from estimator.backends.base import Backend, Capabilities, refuse_earlier_output
-from estimator.backends.cloudwatch import LogEvent, LogStreamMerger
-from estimator.backends.status import StatusTracker, instance_count, summary_lines
-from estimator.errors import ConfigurationError, JobNameTakenError
-from estimator.metrics import SERVICE_SOURCE, MetricParser, MetricRecord
-from estimator.session import aws_errors
-from estimator.spec import TrainingJobSpec
-from runtime import contract
-
-if TYPE_CHECKING:
-    from estimator.session import Session
+from smlaunch import contract
+from smlaunch.sdk.backends.base import Backend, Capabilities, refuse_earlier_output
+from smlaunch.sdk.backends.sagemaker.cloudwatch import LogEvent, LogStreamMerger
+from smlaunch.sdk.backends.sagemaker.credentials import aws_errors
+from smlaunch.sdk.backends.status import StatusTracker, instance_count, summary_lines
+from smlaunch.sdk.errors import ConfigurationError, JobNameTakenError
+from smlaunch.sdk.jobs.metrics import SERVICE_SOURCE, MetricParser, MetricRecord
+from smlaunch.sdk.request import hyperparameters as hp
+from smlaunch.sdk.request.spec import JobRequest, TrainingJobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +104,24 @@ def _error_message(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Message", ""))
 
 
+class SageMakerClients(Protocol):
+    """What the backend reads of its session (:class:`smlaunch.sdk.sessions.sagemaker.Session`):
+    the region and its boto3 clients, so that the backend never imports the session."""
+
+    @property
+    def region_name(self) -> str: ...
+
+    def sagemaker_client(self) -> Any: ...
+
+    def s3_client(self) -> Any: ...
+
+    def logs_client(self) -> Any: ...
+
+    def cloudwatch_client(self) -> Any: ...
+
+    def bucket_owner_args(self, bucket: str) -> dict[str, str]: ...
+
+
 class SageMakerBackend(Backend):
     """Jobs on Amazon SageMaker, through the session's boto3 clients.
 
@@ -130,7 +146,7 @@ class SageMakerBackend(Backend):
 
     def __init__(
         self,
-        session: Session,
+        session: SageMakerClients,
         poll_seconds: float = 5.0,
         max_poll_seconds: float = 30.0,
         final_flush_seconds: float = 5.0,
@@ -150,11 +166,11 @@ class SageMakerBackend(Backend):
 
     # -- the four operations
 
-    def check(self, spec: TrainingJobSpec) -> None:
+    def check(self, request: JobRequest) -> None:
         """Capabilities, and no earlier artifacts at ``<output_path>/<job>/output/``: job names are
         unique per account and region only, and SageMaker would overwrite them."""
-        super().check(spec)
-        refuse_earlier_output(spec, self.session.s3_client)
+        super().check(request)
+        refuse_earlier_output(request.spec, self.session.s3_client)
 
     def reserve(self, spec: TrainingJobSpec) -> None:
         """Claim the job's name before any code is staged.
@@ -213,13 +229,14 @@ class SageMakerBackend(Backend):
             with aws_errors(f"release the job name {spec.TrainingJobName}"):
                 self.session.s3_client().delete_object(Bucket=claim[0], Key=claim[1])
 
-    def submit(self, spec: TrainingJobSpec) -> None:
-        request = spec.to_request()
+    def submit(self, request: JobRequest) -> None:
+        spec = request.spec
+        wire = spec.to_request()
         logger.info("Creating training job %s", spec.TrainingJobName)
-        logger.debug("CreateTrainingJob request: %s", request)
+        logger.debug("CreateTrainingJob request: %s", wire)
         try:
             with aws_errors(f"create the training job {spec.TrainingJobName}"):
-                self.session.sagemaker_client().create_training_job(**request)
+                self.session.sagemaker_client().create_training_job(**wire)
         except ClientError as error:
             if _error_code(error) == "ResourceInUse":
                 raise JobNameTakenError(

@@ -1,11 +1,11 @@
 """The Slurm backend: the local backend's job directory and agent, on a Slurm cluster.
 
-``submit(spec)`` checks the spec (capabilities, the partition exists and has the nodes), fills the
+``submit(request)`` checks the job (capabilities, the partition exists and has the nodes), fills the
 job directory ``<shared_dir>/jobs/<job>/`` as the local backend does, and submits ONE ``sbatch``
-whose batch script runs the job's agent (:mod:`estimator.backends.local.agent`) on the
+whose batch script runs the job's agent (:mod:`smlaunch.sdk.backends.emulated.agent`) on the
 allocation's first node. The agent owns everything but where hosts run: staging, the state
 machine, logs, failure / stop / ``max_run`` policy, artifacts; its executor
-(:mod:`estimator.backends.local.executors.slurm`) starts each host as one ``srun`` step per
+(:mod:`smlaunch.sdk.backends.emulated.executors.slurm.executor`) starts each host as one ``srun`` step per
 allocated node. The job directory is on the shared directory, so any process that sees it
 (``attach`` from another notebook, ``smlaunch describe``) reads the same files.
 
@@ -24,12 +24,14 @@ Status comes from the agent's ``state.json``; Slurm's own state fills in what th
 say (:meth:`SlurmBackend.describe`): PENDING is InProgress/Starting with "Pending in queue:
 <reason>"; a job that ended without its agent writing an outcome is TIMEOUT -> Stopped /
 MaxRuntimeExceeded, CANCELLED -> Stopped, anything else -> Failed naming Slurm's state.
-``stop()`` cancels a job still in the queue, else sends SIGTERM to the agent (``scancel --batch
---signal=TERM``), which stops the hosts (SIGTERM, SIGKILL after the grace).
+``stop()`` cancels a job still in the queue, or whose agent has not started it yet (no
+``TrainingStartTime``: SIGTERM would kill the agent before it handles SIGTERM), else sends SIGTERM
+to the agent (``scancel --batch --signal=TERM``), which stops the hosts (SIGTERM, SIGKILL after the
+grace).
 
 Every distribution runs: torch_distributed, smddp and smp model parallel start their ranks from
 each host's runtime; MPI's ``mpirun`` on the master starts each host's ranks as a step on that
-host's node (:mod:`estimator.backends.local.executors.slurm`), so it is refused only together
+host's node (:mod:`smlaunch.sdk.backends.emulated.executors.slurm.executor`), so it is refused only together
 with ``container_image``.
 """
 
@@ -39,24 +41,55 @@ import math
 import shlex
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, get_args
+from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from estimator import catalog
-from estimator import hyperparameters as hp
-from estimator.backends.base import Capabilities
-from estimator.backends.local.backend import LocalBackend, _agent_environment
-from estimator.backends.local.executors.slurm import SlurmExecutor
-from estimator.backends.local.layout import file_uri_path
-from estimator.backends.local.state import JobDir, JobState, write_json_atomic
-from estimator.backends.slurm_client import PENDING, Partition, SlurmClient, SlurmCommandError, SlurmJob
-from estimator.distribution import Distribution, Strategy
-from estimator.errors import ConfigurationError, UnsupportedByBackendError
-from estimator.spec import TrainingJobSpec
-from runtime import contract
+from smlaunch import contract
+from smlaunch.contract.strategy import Strategy
+from smlaunch.sdk.backends.base import Capabilities
+from smlaunch.sdk.backends.emulated.backend import JobStore, LocalBackend, _agent_environment
+from smlaunch.sdk.backends.emulated.executors.slurm.executor import SlurmExecutor
+from smlaunch.sdk.backends.emulated.job_settings import JobSettings
+from smlaunch.sdk.backends.emulated.layout import file_uri_path
+from smlaunch.sdk.backends.emulated.state import JobDir, JobState, write_json_atomic
+from smlaunch.sdk.backends.slurm.client import PENDING, Partition, SlurmClient, SlurmCommandError, SlurmJob
+from smlaunch.sdk.errors import ConfigurationError, UnsupportedByBackendError
+from smlaunch.sdk.request import catalog
+from smlaunch.sdk.request import hyperparameters as hp
+from smlaunch.sdk.request.spec import JobRequest, TrainingJobSpec
 
-if TYPE_CHECKING:
-    from estimator.slurm_session import SlurmSession
+
+class SlurmJobStore(JobStore, Protocol):
+    """What the backend reads of its session (:class:`~smlaunch.sdk.sessions.slurm.SlurmSession`),
+    so that the backend never imports the session: the local backend's, and the cluster's."""
+
+    @property
+    def shared_dir(self) -> Path: ...
+
+    @property
+    def python(self) -> str: ...
+
+    @property
+    def container_image(self) -> str | None: ...
+
+    @property
+    def partition(self) -> str | None: ...
+
+    @property
+    def account(self) -> str | None: ...
+
+    @property
+    def qos(self) -> str | None: ...
+
+    @property
+    def extra_sbatch_args(self) -> tuple[str, ...]: ...
+
+    @property
+    def gpus_per_node(self) -> int | None: ...
+
+    def slurm_client(self) -> Any: ...
+
 
 TIME_MARGIN_SECONDS = 600
 """Added to ``max_run`` and the stop grace in ``--time``: staging before the hosts start and
@@ -67,12 +100,12 @@ SECRET_ENVIRONMENT = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION
 """Never handed to ``sbatch`` (Slurm stores a job's environment in its state files)."""
 STATE_CACHE_SECONDS = 1.0
 """``squeue`` is asked at most this often per job by one backend (log followers poll often)."""
-_CONTAINER_REFUSED = frozenset({"mpi"})
+_CONTAINER_REFUSED = frozenset({Strategy.MPI})
 """Strategies not run with ``container_image``: ``mpirun``'s ``orted`` steps start outside the image."""
 
 
 def sbatch_arguments(
-    spec: TrainingJobSpec, session: SlurmSession, partition: Partition | None, job: JobDir, grace: float
+    spec: TrainingJobSpec, session: SlurmJobStore, partition: Partition | None, job: JobDir, grace: float
 ) -> list[str]:
     """The ``sbatch`` options of ``spec``'s job (see the module docstring). Pure."""
     seconds = spec.StoppingCondition.MaxRuntimeInSeconds + grace + TIME_MARGIN_SECONDS
@@ -97,7 +130,7 @@ def sbatch_arguments(
     return [*args, *session.extra_sbatch_args]
 
 
-def gpus_per_node(spec: TrainingJobSpec, session: SlurmSession, partition: Partition | None) -> int | None:
+def gpus_per_node(spec: TrainingJobSpec, session: SlurmJobStore, partition: Partition | None) -> int | None:
     """``SlurmSession(gpus_per_node=...)``, else the instance type's GPUs on a GPU partition."""
     if session.gpus_per_node is not None:
         return session.gpus_per_node
@@ -122,14 +155,14 @@ class SlurmBackend(LocalBackend):
         name="slurm",
         uri_schemes=frozenset({"file", "s3"}),
         input_modes=frozenset({"File"}),
-        distributions=frozenset(get_args(Strategy)),
+        distributions=frozenset(Strategy),
         spot=True,
         checkpoints=True,
         retry_strategy=True,  # as the local backend's (same agent): see its module docstring
         interrupt_stops_job=True,
     )
 
-    def __init__(self, session: SlurmSession) -> None:
+    def __init__(self, session: SlurmJobStore) -> None:
         executor = SlurmExecutor(
             client=session.slurm_client(),
             python=session.python,
@@ -138,7 +171,7 @@ class SlurmBackend(LocalBackend):
         )
         super().__init__(session, executor=executor)
         self.capabilities = SlurmBackend.capabilities  # not the local ones the base narrows by executor
-        self.session: SlurmSession = session
+        self.session: SlurmJobStore = session
         self._states: dict[str, tuple[float, SlurmJob | None]] = {}
 
     @property
@@ -161,10 +194,17 @@ class SlurmBackend(LocalBackend):
             )
         return partition
 
-    def check(self, spec: TrainingJobSpec) -> None:
+    def check(self, request: JobRequest) -> None:
         """The local backend's checks, plus: the partition exists, is up and has the nodes; a
         warning for each ``file://`` path outside ``shared_dir``."""
-        super().check(spec)
+        super().check(request)
+        self.check_cluster(request)
+        self._warn_about_unshared_paths(request.spec)
+
+    def check_cluster(self, request: JobRequest) -> None:
+        """What the cluster must offer ``request`` (Slurm answers, the partition is up and has the
+        nodes, MPI without ``container_image``); a tuning job checks its trials so before it starts."""
+        spec = request.spec
         partition = self.partition()
         if partition.available != "up":
             raise ConfigurationError(
@@ -181,17 +221,15 @@ class SlurmBackend(LocalBackend):
                 f"partition {partition.name} has {partition.nodes} node(s)",
                 f"use instance_count <= {partition.nodes} or a larger partition",
             )
-        self._check_mpi_container(spec)
-        self._warn_about_unshared_paths(spec)
+        self._check_mpi_container(request.strategy)
 
-    def _check_mpi_container(self, spec: TrainingJobSpec) -> None:
+    def _check_mpi_container(self, strategy: Strategy) -> None:
         """``mpi`` with ``container_image``: refused (each host's ``orted`` is a step of its own,
         started outside the image)."""
-        strategy = Distribution.from_hyperparameters(hp.decode(spec.HyperParameters)).strategy
         if self.session.container_image and strategy in _CONTAINER_REFUSED:
             raise UnsupportedByBackendError(
                 "distribution",
-                strategy,
+                strategy.value,
                 f"MPI ranks on Slurm start outside containers, and container_image="
                 f"{self.session.container_image!r} is set",
                 "drop container_image (run on the nodes' Python) or use torch_distributed",
@@ -201,17 +239,10 @@ class SlurmBackend(LocalBackend):
         """Warn for each ``file://`` path (code, channels, output, checkpoints) outside
         ``shared_dir``: the nodes must see it at the same path, which only a shared filesystem
         gives (it may be one: ``/home`` on NFS)."""
-        uris = [("output_path", spec.OutputDataConfig.S3OutputPath)]
+        uris = spec.data_uris()
         submit = (spec.HyperParameters or {}).get(contract.HP_SUBMIT_DIRECTORY)
         if submit:
             uris.append(("source_dir", str(hp.decode_value(submit))))
-        uris += [
-            (f"inputs[{c.ChannelName!r}]", c.DataSource.S3DataSource.S3Uri)
-            for c in spec.InputDataConfig or []
-            if c.DataSource.S3DataSource is not None
-        ]
-        if spec.CheckpointConfig is not None:
-            uris.append(("checkpoint_s3_uri", spec.CheckpointConfig.S3Uri))
         for field, uri in uris:
             if urlparse(uri).scheme != "file":
                 continue
@@ -224,18 +255,15 @@ class SlurmBackend(LocalBackend):
                     stacklevel=4,
                 )
 
-    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
-        """The local settings (the executor's included), with GPUs counted on the nodes, not here."""
-        settings = super().settings(spec)
-        emulated = settings.get("emulate_cuda")
-        requested = gpus_per_node(spec, self.session, None)
-        settings["num_gpus"] = emulated["gpus"] if emulated else requested  # None: the node counts them
-        return settings
+    def _host_gpus(self, machine_gpus: int) -> int | None:
+        """The GPUs are counted on the nodes, not here: ``SlurmSession(gpus_per_node=...)``, else
+        None (each node's runtime counts its own)."""
+        return self.session.gpus_per_node
 
     def _start_agent(self, job: JobDir) -> None:
         """``sbatch`` the job's agent; record the Slurm job id in ``slurm.json``."""
         spec = TrainingJobSpec.model_validate(job.read_json(job.spec_file))
-        grace = float(job.read_json(job.settings_file)["stop_grace_seconds"])
+        grace = JobSettings.model_validate_json(job.settings_file.read_bytes()).stop_grace_seconds
         arguments = sbatch_arguments(spec, self.session, self.partition(), job, grace)
         env = {k: v for k, v in _agent_environment().items() if k not in SECRET_ENVIRONMENT}
         job_id = self.client.submit(batch_script(self.session.python, job, self.agent_module), arguments, env)
@@ -319,8 +347,9 @@ class SlurmBackend(LocalBackend):
         return description
 
     def stop(self, job_name: str, reason: str | None = None) -> None:
-        """Cancel a job still queued; else SIGTERM to its agent, which stops the hosts (SIGTERM,
-        SIGKILL after the grace) and ends the job Stopped."""
+        """Cancel a job still queued, or whose agent has not started the job yet; else SIGTERM to
+        its agent, which stops the hosts (SIGTERM, SIGKILL after the grace) and ends the job
+        Stopped."""
         if reason is not None:
             raise ConfigurationError(
                 "reason",
@@ -330,7 +359,8 @@ class SlurmBackend(LocalBackend):
                 "call stop() without a reason",
             )
         job = self._existing(job_name)
-        if JobState.of(job.read_state()).is_terminal:
+        state = job.read_state()
+        if JobState.of(state).is_terminal:
             return
         job.stop_file.touch()  # an agent about to start sees it
         job_id = self.slurm_job_id(job)
@@ -339,7 +369,10 @@ class SlurmBackend(LocalBackend):
         self._states.pop(job_id, None)
         record = self._slurm_state(job_id)
         try:
-            if record is not None and record.state == PENDING:
+            # An agent that has not set TrainingStartTime has not yet taken SIGTERM over (it does
+            # first) and started nothing: SIGTERM would kill it (FAILED, JobLaunchFailure), so its
+            # Slurm job is cancelled whole (CANCELLED: Stopped), as a queued one is.
+            if (record is not None and record.state == PENDING) or "TrainingStartTime" not in state:
                 self.client.cancel(job_id)
             else:
                 self.client.cancel(job_id, signal="TERM", batch=True)

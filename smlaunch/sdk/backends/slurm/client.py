@@ -5,7 +5,7 @@
 injected ``runner`` (tests pass recorded outputs; the default runs the real commands), and parses
 their output strictly: a line it does not understand raises :class:`SlurmCommandError` naming the
 command and the line, never a guess. A command missing from ``PATH`` raises a
-:class:`~estimator.errors.ConfigurationError` saying which package provides it; a command that
+:class:`~smlaunch.sdk.errors.ConfigurationError` saying which package provides it; a command that
 refuses (non-zero exit) raises :class:`SlurmCommandError` with its ``stderr``.
 
 Formats are requested explicitly (``--format``, ``-P`` for ``sacct``), with ``|`` as separator:
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from estimator.errors import ConfigurationError, SmlaunchError
+from smlaunch.sdk.errors import ConfigurationError, SmlaunchError
 
 Runner = Callable[
     [Sequence[str], "str | None", "Mapping[str, str] | None"], "subprocess.CompletedProcess[str]"

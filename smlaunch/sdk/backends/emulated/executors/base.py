@@ -1,34 +1,41 @@
 """The executor interface: how the hosts of one job start somewhere, are signalled, end and are cleaned up.
 
-The local backend has one agent per job (:mod:`estimator.backends.local.agent`) that owns everything
+The local backend has one agent per job (:mod:`smlaunch.sdk.backends.emulated.agent`) that owns everything
 that does not depend on *where* a host runs: the job directory, each host's ``/opt/ml`` tree and
 channels, log streaming, the failure / stop / ``max_run`` / spot policy, artifacts and the job's
-state machine (:class:`estimator.backends.local.state.JobState`). An :class:`Executor` owns only the
+state machine (:class:`smlaunch.sdk.backends.emulated.state.JobState`). An :class:`Executor` owns only the
 part that does: starting the hosts of one attempt and making them go away. Today's executors:
 
-- :class:`estimator.backends.local.executors.process.ProcessExecutor`: one ``python -m runtime``
+- :class:`smlaunch.sdk.backends.emulated.executors.process.executor.ProcessExecutor`: one ``python -m
+smlaunch.runtime``
   process per host on this machine (a private mount namespace per host, containment, the
   parent-death signal); the default;
-- :class:`estimator.backends.local.executors.docker.DockerExecutor`: one container per host;
-- :class:`estimator.backends.local.executors.slurm.SlurmExecutor`: one ``srun`` step per host on
-  the nodes of the Slurm allocation the agent runs in (:mod:`estimator.backends.slurm`).
+- :class:`smlaunch.sdk.backends.emulated.executors.docker.executor.DockerExecutor`: one container per host;
+- :class:`smlaunch.sdk.backends.emulated.executors.slurm.executor.SlurmExecutor`: one ``srun`` step per host
+on
+  the nodes of the Slurm allocation the agent runs in (:mod:`smlaunch.sdk.backends.slurm.backend`).
 
 A new executor subclasses :class:`Executor`, registers its
-:attr:`Executor.name` in :data:`estimator.backends.local.executors.EXECUTORS`, and needs nothing
-else from the agent.
+:attr:`Executor.name` in :data:`smlaunch.sdk.backends.emulated.executors.EXECUTORS`, adds the model of
+its own fields to :data:`smlaunch.sdk.backends.emulated.job_settings.ExecutorSettings`, and needs
+nothing else from the agent.
 
 An executor lives on both sides of the job, with one class for both:
 
 - **in the notebook** (the session's backend, at submit): :meth:`Executor.check` refuses what it
-  cannot run before anything starts; :meth:`Executor.settings` adds what the agent will need to
-  ``settings.json`` (``"executor"`` names the class); :meth:`Executor.plan_early_start` may plan
+  cannot run before anything starts; :meth:`Executor.settings` gives its own fields of the job's
+  ``settings.json`` (:class:`~smlaunch.sdk.backends.emulated.job_settings.JobSettings`, whose
+  ``executor.name`` names the class); :meth:`Executor.plan_early_start` may plan
   the first attempt's hosts so the agent starts them at once (processes);
   :meth:`Executor.submitted` may start a safety net once the agent runs (Docker: a reaper of the
   job's containers);
 - **in the agent** (a detached process, built again from ``settings.json`` by
-  :meth:`Executor.for_agent`): :meth:`Executor.prepare` adjusts the host trees the agent wrote,
+  :meth:`Executor.for_agent`): :meth:`Executor.adopt` hands over the first attempt's hosts when
+  they were started before the agent ran (processes: early start), :meth:`Executor.prepare`
+  adjusts the host trees the agent wrote,
   :meth:`Executor.launch` starts every host of one attempt and returns one :class:`HostProcess`
-  each, :meth:`Executor.kill_everything` SIGKILLs whatever of the job is left,
+  each, :meth:`Executor.waiting` says why they are not all placed yet (a scheduler's reason),
+  :meth:`Executor.kill_everything` SIGKILLs whatever of the job is left,
   :meth:`Executor.root_cause` names a failure only the executor can see (a container that could
   not start), and :meth:`Executor.close` releases what it holds once the job is terminal.
 
@@ -44,11 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from runtime import contract
+from smlaunch import contract
+from smlaunch.sdk.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from estimator.backends.local.state import JobDir
-    from estimator.spec import TrainingJobSpec
+    from smlaunch.sdk.backends.emulated.job_settings import ExecutorSettings, JobSettings
+    from smlaunch.sdk.backends.emulated.state import JobDir
+    from smlaunch.sdk.request.spec import TrainingJobSpec
 
 
 class LineSource(Protocol):
@@ -56,6 +65,15 @@ class LineSource(Protocol):
 
     def readline(self) -> bytes:
         """The next line with its ``\\n``; ``b""`` at the end."""
+        ...
+
+
+class ChunkSource(Protocol):
+    """A host's output that is already being read for the agent (hosts started before it ran:
+    :class:`~smlaunch.sdk.backends.emulated.executors.process.spawn.DrainedOutput`)."""
+
+    def read(self) -> bytes:
+        """The host's next bytes, as they came (whole lines or not; waits for some); ``b""`` at the end."""
         ...
 
 
@@ -71,8 +89,9 @@ class HostProcess(Protocol):
     (a container, a remote step): the agent's process-tree sweep then skips it."""
 
     @property
-    def stdout(self) -> LineSource | Any:
-        """Every line the host prints, ``[algo-N/rank R]``-prefixed by the runtime where it can."""
+    def stdout(self) -> LineSource | ChunkSource | Any:
+        """Every line the host prints, ``[algo-N/rank R]``-prefixed by the runtime where it can: a
+        pipe (read through its ``fileno``), a :class:`LineSource` or a :class:`ChunkSource`."""
         ...
 
     def poll(self) -> int | None:
@@ -89,6 +108,29 @@ class HostProcess(Protocol):
 
     def kill(self) -> None:
         """SIGKILL the host's runtime."""
+        ...
+
+
+class StartedHosts(Protocol):
+    """The first attempt's hosts, already started when the agent runs (:meth:`Executor.adopt`):
+    the agent skips writing their trees and the stop check before launching, and
+    :meth:`Executor.launch` takes them over instead of starting new ones."""
+
+    @property
+    def started(self) -> float:
+        """``time.time()`` when the first host was started: the job's ``TrainingStartTime``."""
+        ...
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The job's ``spec`` and ``state`` (JSON objects) and ``settings`` (the text of
+        ``settings.json``) as read before any host started: what the agent runs the job from (a
+        rank could write the files later); empty: the agent reads them."""
+        ...
+
+    @property
+    def signals(self) -> Sequence[int]:
+        """SIGTERM / SIGINT received before the agent installed its own handlers (read when it does)."""
         ...
 
 
@@ -128,7 +170,7 @@ class LaunchContext:
 
     spec: TrainingJobSpec
     """The job's CreateTrainingJob request."""
-    settings: dict[str, Any]
+    settings: JobSettings
     """``settings.json``: how this machine runs the job (ranks per host, grace, S3 endpoint, the
     executor's own fields)."""
     job: JobDir
@@ -149,11 +191,11 @@ class Executor(ABC):
     """
 
     name: ClassVar[str]
-    """What ``LocalSession(executor=...)`` and ``settings.json`` call this executor."""
+    """What ``LocalSession(executor=...)`` and ``settings.json`` (``executor.name``) call this executor."""
     layered_requirements: ClassVar[bool] = True
     """``requirements.txt`` goes into a cached environment layered over the user's interpreter, of
-    which each job gets a copy its hosts share (:mod:`runtime.requirements`); False where hosts have
-    interpreters of their own (containers)."""
+    which each job gets a copy its hosts share (:mod:`smlaunch.runtime.requirements_cache`); False
+    where hosts have interpreters of their own (containers)."""
     mounts_container_paths: ClassVar[bool] = False
     """Hosts see paths outside ``/opt/ml`` that the executor provides (containers: bind mounts);
     False when hosts see this machine's file system, where only ``/opt/ml`` is theirs."""
@@ -161,19 +203,31 @@ class Executor(ABC):
     """A scheduler may signal the agent to preempt a managed-spot job and run it again later
     (Slurm's ``--requeue``): a signal that no ``stop()`` asked for then ends the attempt as
     ``Interrupted`` and the agent's next run continues the job (:meth:`requeued`)."""
+    hosts_deliver_streams: ClassVar[bool] = False
+    """Hosts run on another machine than the agent (pods), so FastFile (``s3://``) and Pipe
+    channels, which must be on the host itself, are handed off: the agent decides each host's share
+    and the host delivers it (:mod:`smlaunch.sdk.backends.emulated.handoff`)."""
 
     # --- in the notebook ------------------------------------------------------------------------
 
     def check(self, spec: TrainingJobSpec) -> None:
-        """Raise :class:`~estimator.errors.ConfigurationError` if this executor cannot run ``spec``
+        """Raise :class:`~smlaunch.sdk.errors.ConfigurationError` if this executor cannot run ``spec``
         here (no engine, no image...), before anything is staged or started."""
         return None
 
-    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
-        """Fields this executor adds to ``settings.json`` (always ``"executor": name``)."""
-        return {"executor": self.name}
+    def check_container_dir(self, field: str, value: str, default: str, store: Path) -> None:
+        """Raise :class:`~smlaunch.sdk.errors.ConfigurationError` unless each host can have its own
+        directory at ``value``, a checkpoints' or TensorBoard ``LocalPath`` outside ``/opt/ml``
+        (``default`` is the field's default; ``store`` the job store). The default accepts it
+        only with :attr:`mounts_container_paths`."""
+        if not self.mounts_container_paths:
+            raise shared_container_dir(field, value, default)
 
-    def plan_early_start(self, spec: TrainingJobSpec, settings: dict[str, Any], job: JobDir) -> bool:
+    @abstractmethod
+    def settings(self, spec: TrainingJobSpec) -> ExecutorSettings:
+        """This executor's own fields of the job's ``settings.json`` (``executor``)."""
+
+    def plan_early_start(self, spec: TrainingJobSpec, settings: JobSettings, job: JobDir) -> bool:
         """Write what lets the agent start the first attempt's hosts before it loads its own
         machinery (``job.early_start_file``); True if it did. The default plans nothing."""
         return False
@@ -185,9 +239,14 @@ class Executor(ABC):
     # --- in the agent -----------------------------------------------------------------------------
 
     @classmethod
-    def for_agent(cls, settings: dict[str, Any]) -> Executor:
+    def for_agent(cls, settings: JobSettings) -> Executor:
         """The executor the agent uses, from the job's ``settings.json`` (clients made on first use)."""
         return cls()
+
+    def adopt(self) -> StartedHosts | None:
+        """The first attempt's hosts if they were started before the agent ran (the agent asks
+        once, before it reads the job), else None. The default starts every host in :meth:`launch`."""
+        return None
 
     def prepare(self, context: LaunchContext) -> None:
         """Adjust the host trees the agent has just written for this attempt (e.g. the network
@@ -203,6 +262,16 @@ class Executor(ABC):
         started from the calling (main) thread: the parent-death signal is tied to it. Log the
         resolved topology (hosts, master, ranks per host) with ``context.say`` once.
         """
+
+    def waiting(self, context: LaunchContext) -> str | None:
+        """Asked at every poll of the agent after :meth:`launch` until it answers None: why the
+        attempt's hosts are not all placed yet, where a scheduler places them (pods). ``""`` while
+        the scheduler has not answered; its reason once it did (``algo-2: Pending: 0/1 nodes are
+        available: 1 Insufficient cpu.``); None once every host was placed (running or ended). The
+        agent records ``Training`` only then, and ``Starting`` with the reason meanwhile, as
+        SageMaker does before its instances are up. Must be cheap. The default: None (hosts start
+        where :meth:`launch` starts them)."""
+        return None
 
     def watch(self, context: LaunchContext) -> None:
         """Called at every poll of the agent while hosts run (every few tens of milliseconds): keep
@@ -236,3 +305,19 @@ class Executor(ABC):
         """In the agent: why this run continues a job its scheduler requeued (said in the job
         log), or None when this is the job's first run (:attr:`requeues`)."""
         return None
+
+
+def shared_container_dir(field: str, value: str, default: str, why: str | None = None) -> ConfigurationError:
+    """The refusal of a ``LocalPath`` outside ``/opt/ml`` that the hosts would share (``why``:
+    why the executor cannot give each host its own directory there)."""
+    reason = (
+        "hosts run as processes on this machine, each with its own emulated /opt/ml tree; a "
+        "path outside /opt/ml would be one directory shared by every host (and outside the job)"
+    )
+    return ConfigurationError(
+        field,
+        value,
+        reason if why is None else f"{reason}, and each host cannot have its own directory there ({why})",
+        f"use a path under /opt/ml (e.g. {default!r}), or "
+        "LocalSession(executor='docker'), which mounts each host's directory at that path",
+    )

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime import cuda_emulation
+from smlaunch.rank import cuda_emulation
 
 BACKEND_NAME = "smddp"
 
 
 def _uses_nccl() -> bool:
-    """Real CUDA devices and NCCL (GPUs emulated on the CPU by runtime.cuda_emulation use gloo)."""
+    """Real CUDA devices and NCCL (GPUs emulated on the CPU by smlaunch.rank.cuda_emulation use gloo)."""
     return cuda_emulation.active() is None and torch.cuda.is_available() and dist.is_nccl_available()
 
 

@@ -1,6 +1,6 @@
 """``smdistributed.modelparallel.torch`` (smp v1) on torch.distributed.pipelining.
 
-A thin namespace over :mod:`runtime.parallel.api`; see that package for the engine and
+A thin namespace over :mod:`smlaunch.rank.smp.api`; see that package for the engine and
 ``docs/smp.md`` for how it maps the API it reproduces.
 
 Auto-init, as smp does it: when ``SM_HP_MP_PARAMETERS`` and ``OMPI_COMM_WORLD_RANK`` are both set
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os as _os
 
-from runtime.parallel.api import *  # noqa: F403
-from runtime.parallel.api import __all__ as _api_all
-from runtime.parallel.api import init as _init
-from runtime.parallel.config import MANUAL_INIT_ENV as _MANUAL_INIT_ENV
-from runtime.parallel.config import MP_PARAMETERS_ENV as _MP_PARAMETERS_ENV
+from smlaunch.rank.smp.api import *  # noqa: F403
+from smlaunch.rank.smp.api import __all__ as _api_all
+from smlaunch.rank.smp.api import init as _init
+from smlaunch.rank.smp.config import MANUAL_INIT_ENV as _MANUAL_INIT_ENV
+from smlaunch.rank.smp.config import MP_PARAMETERS_ENV as _MP_PARAMETERS_ENV
 
 from . import amp, nn  # smp.amp.GradScaler, smp.nn.DistributedLinear, ...
 
@@ -27,7 +27,7 @@ __all__ = [*_api_all, "amp", "nn"]
 
 
 def __getattr__(name: str) -> object:
-    from runtime.parallel.api import unknown_name
+    from smlaunch.rank.smp.api import unknown_name
 
     raise unknown_name(__name__, name)
 

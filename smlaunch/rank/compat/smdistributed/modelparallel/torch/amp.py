@@ -1,5 +1,5 @@
-"""``smdistributed.modelparallel.torch.amp``: smp's ``GradScaler`` (see :mod:`runtime.parallel.amp`)."""
+"""``smdistributed.modelparallel.torch.amp``: smp's ``GradScaler`` (see :mod:`smlaunch.rank.smp.amp`)."""
 
-from runtime.parallel.amp import GradScaler
+from smlaunch.rank.smp.amp import GradScaler
 
 __all__ = ["GradScaler"]

@@ -1,10 +1,10 @@
 """Docker containers as the hosts the local agent supervises, and the engine they run on.
 
 :class:`ContainerProcess` makes a started container look like the ``subprocess.Popen`` the agent
-polls and signals (:class:`~estimator.backends.local.executors.base.HostProcess`);
+polls and signals (:class:`~smlaunch.sdk.backends.emulated.executors.base.HostProcess`);
 :class:`FailedStart` is a host whose container could not start. :func:`docker_client` finds an
 engine that answers (or says how to start one); :func:`sweep` and :func:`reap` remove a job's
-containers by label. Used by :mod:`estimator.backends.local.executors.docker`.
+containers by label. Used by :mod:`smlaunch.sdk.backends.emulated.executors.docker.executor`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from estimator.backends.local.state import JobDir
-from estimator.errors import ConfigurationError
+from smlaunch.sdk.backends.emulated.state import JobDir
+from smlaunch.sdk.errors import ConfigurationError
 
 LABEL_JOB = "smlaunch.job"
 LABEL_HOST = "smlaunch.host"

@@ -2,18 +2,22 @@
 
 Chosen explicitly (``LocalSession(executor="docker")`` or ``SMLAUNCH_EXECUTOR=docker``); processes
 stay the default. Everything but *how a host starts* is the local backend's: the job directory and
-its files (:mod:`estimator.backends.local.state`), the per-host ``/opt/ml`` trees and channel views
-(:mod:`estimator.backends.local.layout`, :mod:`estimator.backends.local.data`), the agent's log
+its files (:mod:`smlaunch.sdk.backends.emulated.state`), the per-host ``/opt/ml`` trees and channel views
+(:mod:`smlaunch.sdk.backends.emulated.layout`, :mod:`smlaunch.sdk.backends.emulated.data`), the agent's log
 streaming, failure / stop / ``max_run`` policy and artifact packaging
-(:mod:`estimator.backends.local.agent`). :class:`DockerExecutor` only replaces the host processes by
+(:mod:`smlaunch.sdk.backends.emulated.agent`). :class:`DockerExecutor` only replaces the host processes by
 containers, which it makes look like the ``subprocess.Popen`` objects the agent supervises
-(:class:`~estimator.backends.local.executors.containers.ContainerProcess`).
+(:class:`~smlaunch.sdk.backends.emulated.executors.docker.containers.ContainerProcess`).
 
 Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
 
 - image: the spec's ``TrainingImage`` (``image_uri``), else ``$SMLAUNCH_DOCKER_IMAGE``; it must be
   present in the local engine (smlaunch never pulls) and provide ``train`` (SageMaker's contract:
-  ``docker run IMAGE train``); ``container/build.sh cpu`` builds one;
+  ``docker run IMAGE train``); ``container/build.sh cpu`` builds one. A request with a
+  ``ContainerEntrypoint`` (a ModelTrainer job's ``sm_train.sh``) in an image without smlaunch's
+  runtime runs that entry point instead, as SageMaker does, so any image with bash and Python runs
+  it (:mod:`.images`; the drivers channel is copied into each host's tree: ``sm_train.sh``
+  runs ``chmod +x`` on itself);
 - hostname ``algo-N``, host networking, ``algo-i`` resolving to its own loopback address
   ``127.0.0.<i>`` (``extra_hosts``; see :func:`host_address`), so ranks meet over loopback on the free
   ports the agent picks (nothing is published, no bridge); ``network_interface_name`` is ``lo``;
@@ -28,13 +32,14 @@ Each host ``algo-N`` of job ``<job>`` runs as the container ``<job>-algo-N``:
 - an environment of the host's own variables, smlaunch's ``SMLAUNCH_*`` knobs and the caller's
   non-secret AWS configuration, never a credential: AWS credentials reach the container through a
   per-job credentials endpoint the agent serves on loopback
-  (:mod:`estimator.backends.local.executors.credentials`);
+  (:mod:`smlaunch.sdk.backends.emulated.executors.docker.credentials`);
 - labels ``smlaunch.job=<job>`` and ``smlaunch.host=algo-N``: every exit path removes the job's
   containers by label; if the agent itself is killed, a small reaper process (started by
   :meth:`DockerExecutor.submitted`) removes them.
 
-MPI jobs use the runtime's real multi-node roles (:mod:`runtime.mpi_roles`): workers serve sshd, the
-master runs ``mpirun`` over ssh. Containers share the host's network, so each host's sshd listens
+MPI jobs use the runtime's real multi-node roles (:mod:`smlaunch.runtime.launchers.mpi.roles`): workers serve
+sshd, the master runs ``mpirun`` over ssh (:mod:`smlaunch.sdk.backends.emulated.executors.ssh`, shared
+with the Kubernetes executor). Containers share the host's network, so each host's sshd listens
 on its own loopback port: the agent writes per-job keys, one ``sshd_config`` per host and an
 ``ssh_config`` mapping ``algo-N`` to its port, mounts them read-only at ``/etc/smlaunch-ssh`` and
 ``/etc/ssh/ssh_config.d/``, and tells the runtime through ``SMLAUNCH_SSHD_CONFIG`` and
@@ -51,18 +56,11 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from estimator.backends.local import layout
-from estimator.backends.local.executors.base import Executor, LaunchContext
-from estimator.backends.local.executors.container_ssh import (
-    CONTAINER_SSH_CLIENT_CONFIG,
-    CONTAINER_SSH_DIR,
-    SSH_DIR_NAME,
-    host_address,
-    host_addresses,
-    uses_mpi,
-    write_ssh_material,
-)
-from estimator.backends.local.executors.containers import (
+from smlaunch import contract
+from smlaunch.contract.processes import environment_importing_smlaunch, free_port
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.backends.emulated.executors.base import Executor, LaunchContext
+from smlaunch.sdk.backends.emulated.executors.docker.containers import (
     LABEL_HOST,
     LABEL_JOB,
     NO_ENGINE_FIX,
@@ -74,69 +72,39 @@ from estimator.backends.local.executors.containers import (
     reap,
     sweep,
 )
-from estimator.backends.local.executors.credentials import CredentialServer, container_aws_configuration
-from estimator.backends.local.state import JobDir
-from estimator.errors import ConfigurationError
-from estimator.spec import TrainingJobSpec
-from runtime import contract
-from runtime.processes import free_port
+from smlaunch.sdk.backends.emulated.executors.docker.credentials import (
+    CredentialServer,
+    container_aws_configuration,
+)
+from smlaunch.sdk.backends.emulated.executors.docker.images import (
+    has_runtime,
+    own_drivers_copy,
+    require_train,
+)
+from smlaunch.sdk.backends.emulated.executors.ssh import (
+    CONTAINER_SSH_CLIENT_CONFIG,
+    CONTAINER_SSH_DIR,
+    SSH_DIR_NAME,
+    host_address,
+    host_addresses,
+    ssh_environment,
+    uses_mpi,
+    write_ssh_material,
+)
+from smlaunch.sdk.backends.emulated.job_settings import DockerSettings
+from smlaunch.sdk.backends.emulated.state import JobDir
+from smlaunch.sdk.errors import ConfigurationError
+from smlaunch.sdk.request.spec import TrainingJobSpec
 
 DOCKER_IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
-LABEL_OURS = "smlaunch.image"
-"""Set by container/Dockerfile.* on smlaunch's images: they are known to provide ``train``."""
 CONTAINER_BASE_DIR = "/opt/ml"
 
 
 # Variables of the caller's environment a container inherits besides its non-secret AWS
-# configuration (estimator.backends.local.executors.credentials): smlaunch's knobs such as fault injection.
+# configuration (smlaunch.sdk.backends.emulated.executors.docker.credentials): smlaunch's knobs such as fault
+# injection.
 # Everything else of this machine, credentials included, stays out of the container's definition.
 INHERITED_PREFIXES = ("SMLAUNCH_",)
-_TRAIN_CHECKED: dict[str, bool] = {}
-
-
-def _child_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[4])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def _require_train(client: Any, image: str, found: Any) -> None:
-    """Fail unless ``image`` runs ``train``. smlaunch's images (labelled by build.sh) are trusted;
-    others are probed once per image id with ``sh -c 'command -v train'``."""
-    labels = getattr(found, "labels", None) or {}
-    if LABEL_OURS in labels:
-        return
-    image_id = str(getattr(found, "id", image))
-    if image_id not in _TRAIN_CHECKED:
-        errors = docker_errors()
-        try:
-            client.containers.run(
-                image,
-                entrypoint=["/bin/sh", "-c"],
-                command=["command -v train"],
-                remove=True,
-                network_mode="none",
-                stdout=True,
-                stderr=True,
-            )
-            _TRAIN_CHECKED[image_id] = True
-        except errors.ContainerError:
-            _TRAIN_CHECKED[image_id] = False
-        except errors.APIError as exc:
-            raise ConfigurationError(
-                "image_uri",
-                image,
-                f"could not check that it provides `train` ({exc})",
-                "use an image with /bin/sh and a `train` command, e.g. one built by container/build.sh",
-            ) from None
-    if not _TRAIN_CHECKED[image_id]:
-        raise ConfigurationError(
-            "image_uri",
-            image,
-            "has no `train` command on its PATH (SageMaker runs `docker run IMAGE train`)",
-            "install smlaunch in the image (container/Dockerfile.cpu does) or the SageMaker training toolkit",
-        )
 
 
 class DockerExecutor(Executor):
@@ -215,22 +183,29 @@ class DockerExecutor(Executor):
                 "is not present in the local Docker engine (smlaunch never pulls images)",
                 "build it (container/build.sh cpu --tag <name>), or `docker pull` / `docker load` it first",
             ) from None
-        _require_train(client, image, found)
+        if spec.AlgorithmSpecification.ContainerEntrypoint and not has_runtime(client, image, found):
+            return  # SageMaker's way: the request's entry point (a ModelTrainer job's sm_train.sh)
+        require_train(client, image, found)
 
-    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
-        """The image, the caller's uid/gid and whether the containers get GPUs."""
-        return {
-            "executor": self.name,
-            "image": self.image(spec),
-            "uid": os.getuid(),
-            "gid": os.getgid(),
-            "gpus": layout.instance_gpu_count(spec.ResourceConfig.InstanceType) > 0
-            and layout.machine_gpu_count() > 0,
-        }
+    def settings(self, spec: TrainingJobSpec) -> DockerSettings:
+        """The image, the caller's uid/gid (whether the containers get GPUs is
+        ``JobSettings.gpu_devices``), and the request's entry point where the image has no smlaunch
+        runtime to run instead (module docstring)."""
+        image = self.image(spec)
+        algorithm = spec.AlgorithmSpecification
+        entrypoint = arguments = None
+        if algorithm.ContainerEntrypoint:
+            client = self.client()
+            if not has_runtime(client, image, client.images.get(image)):
+                entrypoint = list(algorithm.ContainerEntrypoint)
+                arguments = list(algorithm.ContainerArguments or [])
+        return DockerSettings(
+            image=image, uid=os.getuid(), gid=os.getgid(), entrypoint=entrypoint, arguments=arguments
+        )
 
     def submitted(self, job: JobDir) -> None:
         """A reaper that removes the job's containers should the agent die without doing it (e.g.
-        SIGKILL): ``python -m estimator.backends.local.executors.docker --reap <job dir>``."""
+        SIGKILL): ``python -m smlaunch.sdk.backends.emulated.executors.docker.executor --reap <job dir>``."""
         with job.open_log(job.logs_dir / "reaper.log") as log:
             subprocess.Popen(
                 [sys.executable, "-m", __name__, "--reap", str(job.path)],
@@ -239,7 +214,7 @@ class DockerExecutor(Executor):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                env=_child_environment(),
+                env=environment_importing_smlaunch(),
             )
 
     # --- in the agent -----------------------------------------------------------------------------
@@ -257,7 +232,10 @@ class DockerExecutor(Executor):
         return self._stream_client
 
     def prepare(self, context: LaunchContext) -> None:
+        own = context.settings.executor_fields(DockerSettings)
         for host in context.hosts:
+            if own.entrypoint:
+                own_drivers_copy(host.paths.input_data_dir)
             # Containers share this machine's network: the hosts' traffic goes over loopback.
             config = json.loads(host.paths.resource_config_file.read_text())
             config["network_interface_name"] = "lo"
@@ -276,7 +254,7 @@ class DockerExecutor(Executor):
         spec, settings, hosts = context.spec, context.settings, context.hosts
         port = free_port()
         names = [h.name for h in hosts]
-        ranks = int(settings["processes_per_host"])
+        image = settings.executor_fields(DockerSettings).image
         mounts = self._mounts(context)
         env_common = self._inherited_env()
         if self._credentials_env is None:  # one endpoint for every attempt of the job
@@ -285,10 +263,10 @@ class DockerExecutor(Executor):
         ssh_ports: dict[str, int] = {}
         if uses_mpi(spec) and len(hosts) > 1:
             ssh_ports = {name: free_port() for name in names}
-            write_ssh_material(context.job.path / SSH_DIR_NAME, ssh_ports)
+            write_ssh_material(context.job.path / SSH_DIR_NAME, ssh_ports, addresses=host_addresses(names))
         context.say(
             f"Job {spec.TrainingJobName}: {len(hosts)} container(s) {names} from image "
-            f"{settings['image']}, emulating {spec.ResourceConfig.InstanceType}, "
+            f"{image}, emulating {spec.ResourceConfig.InstanceType}, "
             f"master {names[0]}={host_address(names[0], names)}:{port} "
             f"(host network, hosts {host_addresses(names)}), "
             f"stop grace {context.grace:g} s, max run {spec.StoppingCondition.MaxRuntimeInSeconds} s"
@@ -307,16 +285,16 @@ class DockerExecutor(Executor):
                     Path(CONTAINER_BASE_DIR),
                     {},
                     port,
-                    ranks,
+                    settings.processes_per_host,
                     context.grace,
-                    settings.get("num_gpus"),
-                    settings.get("emulate_cuda"),
+                    settings.num_gpus,
+                    settings.emulate_cuda,
                 )
             )
             env.update(layout.settings_environment(settings))
             # Names resolve through the containers' /etc/hosts: the runtime sees real hosts.
             env.pop(contract.SMLAUNCH_HOST_ADDRESSES, None)
-            env["HOME"] = "/home/smlaunch" if int(settings.get("uid", 0)) != 0 else "/root"
+            env["HOME"] = "/home/smlaunch" if settings.executor_fields(DockerSettings).uid != 0 else "/root"
             host_mounts = dict(mounts)
             host_mounts[str(host.base.resolve())] = {"bind": CONTAINER_BASE_DIR, "mode": "rw"}
             host_mounts.update(self._container_dir_mounts(context, host.paths))
@@ -327,8 +305,7 @@ class DockerExecutor(Executor):
                     "bind": CONTAINER_SSH_CLIENT_CONFIG,
                     "mode": "ro",
                 }
-                env[contract.SMLAUNCH_SSHD_CONFIG] = f"{CONTAINER_SSH_DIR}/sshd_config-{host.name}"
-                env[contract.SMLAUNCH_SSH_PORTS] = json.dumps(ssh_ports, sort_keys=True)
+                env.update(ssh_environment(host.name, ssh_ports, CONTAINER_SSH_DIR, client_config=False))
             host.proc = self._start(context, host.name, env, host_mounts, names)
             if isinstance(host.proc, FailedStart):
                 failed = host.name
@@ -351,13 +328,7 @@ class DockerExecutor(Executor):
         directory (which the agent syncs) bind-mounted there. Under ``/opt/ml`` each is in the
         tree's mount already."""
         mounts: dict[str, dict[str, str]] = {}
-        spec = context.spec
-        for local_path, directory in (
-            (layout.checkpoint_local_path(spec), layout.checkpoint_dir(spec, paths)),
-            (layout.tensorboard_local_path(spec), layout.tensorboard_dir(spec, paths)),
-        ):
-            if local_path is None or directory is None or layout.below_opt_ml(local_path) is not None:
-                continue
+        for local_path, (_, directory) in layout.container_dirs(context.spec, paths).items():
             directory.mkdir(parents=True, exist_ok=True)
             mounts[str(directory.resolve())] = {"bind": local_path, "mode": "rw"}
         return mounts
@@ -371,11 +342,11 @@ class DockerExecutor(Executor):
         names: list[str],
     ) -> dict[str, Any]:
         """The ``containers.run`` arguments for one host (module docstring)."""
-        settings = context.settings
-        uid, gid = int(settings.get("uid", os.getuid())), int(settings.get("gid", os.getgid()))
+        own = context.settings.executor_fields(DockerSettings)
+        uid, gid = own.uid, own.gid
         kwargs: dict[str, Any] = {
-            "image": str(settings["image"]),
-            "command": ["train"],
+            "image": own.image,
+            "command": own.arguments if own.entrypoint else ["train"],
             "name": f"{context.spec.TrainingJobName}-{host}",
             "hostname": host,
             "network_mode": "host",
@@ -389,9 +360,11 @@ class DockerExecutor(Executor):
             "stdin_open": False,
             "tty": False,
         }
+        if own.entrypoint:
+            kwargs["entrypoint"] = own.entrypoint
         if uid != 0:
             kwargs["group_add"] = ["0"]
-        if settings.get("gpus"):
+        if context.settings.gpu_devices:
             import docker.types
 
             kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -467,7 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     """``--reap <job dir>``: the safety net :meth:`DockerExecutor.submitted` starts."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "--reap":
-        print("usage: python -m estimator.backends.local.executors.docker --reap <job dir>", file=sys.stderr)
+        print(
+            "usage: python -m smlaunch.sdk.backends.emulated.executors.docker.executor --reap <job dir>",
+            file=sys.stderr,
+        )
         return 2
     removed = reap(JobDir(Path(args[1])))
     if removed:

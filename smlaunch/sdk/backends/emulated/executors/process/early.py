@@ -1,22 +1,20 @@
-"""``python -m estimator.backends.local.early_start <job dir>``: the local agent, hosts first.
+"""The process executor's early start: a job's first hosts started before the agent loads its machinery.
 
 A process job whose hosts need nothing staged (no input channels, no checkpoints to restore) is
-planned at submit (:meth:`~estimator.backends.local.executors.process.ProcessExecutor.plan_early_start`):
-each host's ``/opt/ml`` tree is written and ``early-start.json`` holds what starts its runtime (the
-interpreter, the master port, the attempt's scratch directory, each host's own variables). This
-entry starts those hosts first, as the agent would (:func:`.executors.spawn.start_host`: private
-``/opt/ml``, parent-death signal, as a child subreaper), loading only the standard library to do
-so; where the host runs this very interpreter, each host runtime is a fork of this process instead
-of a new interpreter (:mod:`.executors.forked`: ~40 ms sooner), and its output is read from then
-on (:class:`.executors.spawn.DrainedOutput`). It then loads and runs the agent
-(:mod:`estimator.backends.local.agent`), which adopts them: the agent's own start-up (the job spec,
-pydantic, its policy modules) runs while the hosts start instead of before; it even waits
-(briefly, see :func:`give_head_start`) until each host has printed its first line. The agent then
-applies its whole policy to them, unchanged. A job without a plan (or a second run of its agent)
-goes straight to the agent.
+planned at submit (:meth:`.executor.ProcessExecutor.plan_early_start`): each host's ``/opt/ml`` tree
+is written and ``early-start.json`` holds what starts its runtime (the interpreter, the master port,
+the attempt's scratch directory, the S3 variables, each host's own variables). :func:`start_hosts`
+starts those hosts as the executor would (:func:`.spawn.start_host`: private ``/opt/ml``,
+parent-death signal, as a child subreaper), loading only the standard library to do so; where the
+host runs this very interpreter, each host runtime is a fork of this process instead of a new
+interpreter (:mod:`.forked`: ~40 ms sooner), and its output is read from then on
+(:class:`.spawn.DrainedOutput`).
+The started hosts, an :class:`EarlyHosts`, go to a :class:`.executor.ProcessExecutor`, which hands
+them to the agent (:meth:`.base.Executor.adopt`) and launches them as the first attempt. The entry
+that does this is :mod:`smlaunch.sdk.backends.emulated.early_start`.
 
-A SIGTERM or SIGINT that arrives before the agent has installed its handlers is remembered and
-handed to the agent, which then stops the job as it would have.
+A SIGTERM or SIGINT that arrives before the agent has installed its handlers is remembered
+(:attr:`EarlyHosts.signals`) and handed to the agent, which then stops the job as it would have.
 """
 
 from __future__ import annotations
@@ -26,16 +24,20 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from estimator.backends.local.executors.forked import ForkedHost, can_fork, fork_host
-from estimator.backends.local.executors.spawn import DrainedOutput, PrivateOptMl, base_environment, start_host
-from estimator.backends.local.state import JobDir
-from runtime.processes import become_subreaper
+from smlaunch.contract.processes import become_subreaper
+from smlaunch.sdk.backends.emulated.executors.process.forked import ForkedHost, can_fork, fork_host
+from smlaunch.sdk.backends.emulated.executors.process.spawn import (
+    DrainedOutput,
+    PrivateOptMl,
+    base_environment,
+    start_host,
+)
+from smlaunch.sdk.backends.emulated.state import JobDir
 
 HEAD_START_SECONDS = 1.0
 """At most this long, the agent lets its hosts start before it loads its own machinery."""
@@ -47,10 +49,10 @@ class EarlyHosts:
     dataclasses loads inspect, which this entry would pay before it starts the hosts.)"""
 
     def __init__(
-        self, port: int, scratch: Path, started: float, record: dict[str, dict[str, Any]] | None = None
+        self, port: int, scratch: Path, started: float, record: dict[str, Any] | None = None
     ) -> None:
         self.procs: dict[str, subprocess.Popen[bytes] | ForkedHost] = {}
-        """Host name -> its ``python -m runtime``: a fork of this process where it can be
+        """Host name -> its ``python -m smlaunch.runtime``: a fork of this process where it can be
         (:mod:`.executors.forked`), else a new interpreter."""
         self.outputs: dict[str, DrainedOutput] = {}
         """Host name -> its output, drained (:func:`drain_outputs`); also its ``stdout`` from then on."""
@@ -67,8 +69,9 @@ class EarlyHosts:
         self.signals: list[int] = []
         """SIGTERM / SIGINT received before the agent installed its own handlers."""
         self.record = record or {}
-        """The job's ``spec``, ``settings`` and ``state`` as read before any host started: what the
-        agent runs the job from (the hosts were not there yet to write it); empty: the agent reads it."""
+        """The job's ``spec`` and ``state`` (JSON objects) and ``settings`` (the text of
+        ``settings.json``) as read before any host started: what the agent runs the job from (the
+        hosts were not there yet to write it); empty: the agent reads it."""
 
 
 def start_hosts(job: JobDir) -> EarlyHosts | None:
@@ -80,8 +83,11 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
     except FileNotFoundError:
         return None
     job.early_start_file.unlink()
-    record = {"spec": job.read_json(job.spec_file), "settings": job.read_json(job.settings_file)}
-    record["state"] = job.read_state()
+    record = {
+        "spec": job.read_json(job.spec_file),
+        "settings": job.settings_file.read_text(encoding="utf-8"),  # typed by the agent
+        "state": job.read_state(),
+    }
     hosts = EarlyHosts(int(plan["port"]), Path(plan["scratch"]), time.time(), record)
 
     def remember(signum: int, _frame: FrameType | None) -> None:
@@ -95,7 +101,7 @@ def start_hosts(job: JobDir) -> EarlyHosts | None:
     mounts = PrivateOptMl.from_view(plan.get("view"))
     hosts.no_opt_ml = mounts.unavailable(Path(plan["hosts"][0]["tree"]))
     hosts.opt_ml = mounts if hosts.no_opt_ml is None else None
-    base = base_environment(record["settings"], hosts.scratch)
+    base = base_environment(plan["s3_environment"], hosts.scratch)
     fork = can_fork(plan["python"])
     try:
         for host in plan["hosts"]:
@@ -139,25 +145,3 @@ def give_head_start(job: JobDir, hosts: EarlyHosts, limit: float = HEAD_START_SE
             return
         waiting[0].printed.wait(min(left, _SLICE_SECONDS))
         waiting = [output for output in waiting if not output.printed.is_set()]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Start the planned hosts, then run the job's agent with them."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m estimator.backends.local.early_start <job dir>", file=sys.stderr)
-        return 2
-    job = JobDir(Path(args[0]))
-    hosts = start_hosts(job)
-    if hosts is not None:
-        give_head_start(job, hosts)
-    from estimator.backends.local.agent import Agent  # after the hosts started: the slow part
-    from estimator.backends.local.executors.process import ProcessExecutor
-
-    if hosts is None:
-        return Agent(job).run()
-    return Agent(job, ProcessExecutor(started=hosts), early=hosts).run()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,20 +1,20 @@
-"""The process executor: every host of the job is one ``python -m runtime`` process on this machine.
+"""The process executor: every host of the job is one ``python -m smlaunch.runtime`` process on this machine.
 
 :class:`ProcessExecutor` (the default executor) starts each host runtime with the host->address map
 (all ``127.0.0.1``) and a free master port, so concurrent jobs never collide; its own
 ``SAGEMAKER_BASE_DIR``; a private scratch directory the emulated MPI hosts share
 (``SMLAUNCH_MPI_DIR``); and two pre-exec hooks, in this order: a private mount namespace in which its
 tree is ``/opt/ml`` (:class:`~.spawn.PrivateOptMl`, described below), then
-``PR_SET_PDEATHSIG=SIGHUP`` against the agent (:func:`runtime.processes.die_with_parent`): if the
+``PR_SET_PDEATHSIG=SIGHUP`` against the agent (:func:`smlaunch.contract.processes.die_with_parent`): if the
 agent dies, even of SIGKILL, each host runtime kills and reaps its ranks before it exits.
 Containment: every process the job ever started is remembered (a ``/proc`` scan at most every
 ``DESCENDANT_SCAN_SECONDS``) and SIGKILLed by :meth:`ProcessExecutor.kill_everything` if it still
 carries the job's name, daemons included.
 
 A job whose hosts need nothing staged (no input channels, no checkpoints to restore) is planned at
-submit (:meth:`ProcessExecutor.plan_early_start`) and its agent starts the first attempt's hosts
-before it loads its own machinery (:mod:`estimator.backends.local.early_start`); the executor then
-adopts them.
+submit (:meth:`ProcessExecutor.plan_early_start`) and its first attempt's hosts are started before
+the agent loads its own machinery (:mod:`.early`); the executor hands them to the agent
+(:meth:`ProcessExecutor.adopt`) and launches them as that attempt.
 
 Each emulated host of a process job sees its own tree at ``/opt/ml`` (Linux mount namespaces).
 
@@ -35,7 +35,12 @@ before the runtime is executed (:meth:`.spawn.PrivateOptMl.hook`):
   read-only: no rank reaches a job's record (``state.json``, ``spec.json``, the stop file, the
   logs), its own or another's, nor another job's host trees. The requirements cache is writable
   there for the host runtime only: each rank gets a nested namespace in which it is read-only but
-  for the job's own environment (:func:`runtime.requirements.seal_hook`).
+  for the job's own environment (:func:`smlaunch.runtime.requirements_cache.seal_hook`);
+- checkpoints' and TensorBoard's ``LocalPath`` outside ``/opt/ml`` get the host tree's directory
+  (which the agent syncs) bind-mounted there, so each host has its own; the agent creates a missing
+  mount point (empty) on the machine first and says so, and a job that needs such a path on a
+  machine without namespaces fails at start (:meth:`ProcessExecutor.check_container_dir` refuses
+  it at submit).
 
 The ``SM_*`` variables keep naming the host tree's own path, which stays valid inside the
 namespace. Where namespaces cannot be had (not Linux, user namespaces disabled, no ``/opt``),
@@ -58,21 +63,29 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import psutil
 
-from estimator.backends.local import layout
-from estimator.backends.local.executors.base import Executor, Host, LaunchContext
-from estimator.backends.local.executors.spawn import (
+from smlaunch import contract
+from smlaunch.contract.processes import free_port, has_children
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.backends.emulated.executors.base import (
+    Executor,
+    Host,
+    LaunchContext,
+    shared_container_dir,
+)
+from smlaunch.sdk.backends.emulated.executors.docker.containers import FailedStart
+from smlaunch.sdk.backends.emulated.executors.process.spawn import (
     PrivateOptMl,
     base_environment,
     no_private_opt_ml,
     start_host,
 )
-from estimator.backends.local.state import JobDir, write_json_atomic
-from runtime import contract
-from runtime.processes import free_port, has_children
+from smlaunch.sdk.backends.emulated.job_settings import JobSettings, ProcessSettings
+from smlaunch.sdk.backends.emulated.state import JobDir, write_json_atomic
+from smlaunch.sdk.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from estimator.backends.local.early_start import EarlyHosts
-    from estimator.spec import TrainingJobSpec
+    from smlaunch.sdk.backends.emulated.executors.process.early import EarlyHosts
+    from smlaunch.sdk.request.spec import TrainingJobSpec
 
 DESCENDANT_SCAN_SECONDS = 1.0
 """How often the process trees of the job are scanned for processes to remember (a /proc walk)."""
@@ -90,17 +103,27 @@ class ProcessExecutor(Executor):
         self._known_pids: set[int] = set()
         self._descendants_seen_at = 0.0
         self._started = started
-        """The first attempt's hosts, already started by :mod:`estimator.backends.local.early_start`."""
+        """The first attempt's hosts, already started early (:mod:`.early`); None once launched."""
 
-    def plan_early_start(self, spec: TrainingJobSpec, settings: dict[str, Any], job: JobDir) -> bool:
+    def adopt(self) -> EarlyHosts | None:
+        """The hosts started early (:mod:`.early`), which :meth:`launch` takes over."""
+        return self._started
+
+    def settings(self, spec: TrainingJobSpec) -> ProcessSettings:
+        """The hosts run this interpreter (the submitter's)."""
+        return ProcessSettings(python=sys.executable)
+
+    def plan_early_start(self, spec: TrainingJobSpec, settings: JobSettings, job: JobDir) -> bool:
         """A job whose hosts need nothing staged (no input channels, no checkpoints to restore):
         write each host's tree and what starts its runtime (master port, scratch directory, each
         host's variables) to ``early-start.json``, so its agent starts the hosts before it loads
-        its own machinery (:mod:`estimator.backends.local.early_start`)."""
+        its own machinery (:mod:`.early`)."""
         if spec.InputDataConfig or spec.CheckpointConfig is not None:
             return False
         names = layout.host_names(spec.ResourceConfig.InstanceCount)
-        port, grace = free_port(), float(settings["stop_grace_seconds"])
+        if layout.container_dirs(spec, contract.Paths(job.host_base(names[0]))):
+            return False  # the agent makes their mount points, and says so
+        port, grace = free_port(), settings.stop_grace_seconds
         hosts = []
         for name in names:
             tree = job.host_base(name)
@@ -109,8 +132,9 @@ class ProcessExecutor(Executor):
             hosts.append({"name": name, "tree": str(tree), "env": variables})
         scratch = self._scratch_dir(job)
         plan = {
-            "python": settings.get("python") or sys.executable,
+            "python": settings.executor_fields(ProcessSettings).python,
             "port": port,
+            "s3_environment": settings.s3_environment(),
             "scratch": str(scratch),
             "view": layout.host_view(spec, settings, job, [scratch]),
             "hosts": hosts,
@@ -119,9 +143,9 @@ class ProcessExecutor(Executor):
         return True
 
     def launch(self, context: LaunchContext) -> None:
-        """One ``python -m runtime`` per host (:func:`.spawn.start_host`), from this (main) thread;
-        for the first attempt of a job planned by :meth:`plan_early_start`, the hosts the agent
-        started early are adopted instead."""
+        """One ``python -m smlaunch.runtime`` per host (:func:`.spawn.start_host`), from this (main) thread;
+        for the first attempt of a job planned by :meth:`plan_early_start`, the hosts started early
+        (:meth:`adopt`) are taken over instead."""
         spec, settings, hosts = context.spec, context.settings, context.hosts
         started, self._started = self._started, None
         port = started.port if started is not None else free_port()
@@ -131,10 +155,10 @@ class ProcessExecutor(Executor):
             f"master {hosts[0].name}=127.0.0.1:{port}, "
             f"stop grace {context.grace:g} s, max run {spec.StoppingCondition.MaxRuntimeInSeconds} s"
         )
-        emulated = settings.get("emulate_cuda")
+        emulated = settings.emulate_cuda
         if emulated:
             context.say(
-                f"CUDA emulated on CPU: {emulated['gpus']} {emulated['model']} GPU(s) per host that this "
+                f"CUDA emulated on CPU: {emulated.gpus} {emulated.model} GPU(s) per host that this "
                 "machine lacks; CUDA calls run on the CPU, NCCL uses gloo, numbers are a CPU run's "
                 "(LocalSession(emulate_cuda=False) turns this off)"
             )
@@ -147,9 +171,18 @@ class ProcessExecutor(Executor):
                 host.proc = started.procs[host.name]
             return
         scratch = self._scratch_dir(context.job)
-        opt_ml = self._private_opt_ml(context, layout.host_view(spec, settings, context.job, [scratch]))
-        base_env = base_environment(settings, scratch)
-        python = settings.get("python") or sys.executable
+        view = layout.host_view(spec, settings, context.job, [scratch])
+        dirs = layout.container_dirs(spec, hosts[0].paths)
+        view["binds"] = {path: str(d.relative_to(hosts[0].base)) for path, (_, d) in dirs.items()}
+        if dirs:  # hosts without their own directory there would share the machine's: never start them
+            why = _make_mount_points(context, dirs) or PrivateOptMl.from_view(view).unavailable(hosts[0].base)
+            if why is not None:
+                for host in hosts:
+                    host.proc = FailedStart(host.name, f"{host.name} not started: {why}")
+                return
+        opt_ml = self._private_opt_ml(context, view)
+        base_env = base_environment(settings.s3_environment(), scratch)
+        python = settings.executor_fields(ProcessSettings).python
         names = [h.name for h in hosts]
         for host in hosts:
             env = dict(base_env)
@@ -159,7 +192,7 @@ class ProcessExecutor(Executor):
     @staticmethod
     def _host_variables(
         spec: TrainingJobSpec,
-        settings: dict[str, Any],
+        settings: JobSettings,
         tree: Path,
         names: list[str],
         port: int,
@@ -172,13 +205,38 @@ class ProcessExecutor(Executor):
             tree,
             addresses,
             port,
-            int(settings["processes_per_host"]),
+            settings.processes_per_host,
             grace,
-            settings.get("num_gpus"),
-            settings.get("emulate_cuda"),
+            settings.num_gpus,
+            settings.emulate_cuda,
         )
         variables.update(layout.settings_environment(settings))
         return variables
+
+    def check_container_dir(self, field: str, value: str, default: str, store: Path) -> None:
+        """Accept a ``LocalPath`` outside ``/opt/ml`` where each host can have its own directory
+        there: the host's mount namespace binds its tree's directory at that path, whose mount
+        point exists or can be made, and which covers nothing the hosts need."""
+        path = Path(os.path.normpath(value))
+        for needed in _needed_paths(store):
+            if path == needed or path in needed.parents:
+                raise ConfigurationError(
+                    field,
+                    value,
+                    f"would cover {needed}, which every host needs, in each host's view",
+                    f"pass a directory of its own, e.g. {default!r} or a new directory such as "
+                    "'/checkpoints'",
+                )
+        if store.resolve() in Path(os.path.realpath(path)).parents:
+            raise ConfigurationError(
+                field, value, f"is inside the job store {store}", f"pass e.g. {default!r}"
+            )
+        why = _mount_point_problem(path)
+        if why is None:
+            with tempfile.TemporaryDirectory() as tree:
+                why = PrivateOptMl().unavailable(Path(tree))
+        if why is not None:
+            raise shared_container_dir(field, value, default, why)
 
     def _private_opt_ml(self, context: LaunchContext, view: dict[str, Any]) -> PrivateOptMl | None:
         """What gives each host of this attempt its own tree at /opt/ml and hides the job store but
@@ -247,6 +305,71 @@ class ProcessExecutor(Executor):
     def close(self, context: LaunchContext) -> None:
         for scratch in self._scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+SYSTEM_DIRS = (
+    "/proc",
+    "/sys",
+    "/dev",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/tmp",
+)
+"""What every process on the machine needs: the kernel's file systems, programs and libraries, the
+configuration and the temporary directory."""
+
+
+def _needed_paths(store: Path) -> list[Path]:
+    """Paths a host needs at their place, which a ``LocalPath`` must neither be nor hold: the
+    system's, the job store, the interpreter's and smlaunch's own code (each as given and real)."""
+    own = Path(contract.__file__).parents[1]
+    places: list[str | Path] = [
+        *SYSTEM_DIRS,
+        store,
+        sys.prefix,
+        sys.base_prefix,
+        Path(sys.executable).parent,
+        own,
+    ]
+    needed: list[Path] = []
+    for place in places:
+        for path in (Path(os.path.abspath(place)), Path(os.path.realpath(place))):
+            if path not in needed:
+                needed.append(path)
+    return needed
+
+
+def _mount_point_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a mount point here (neither a directory nor creatable), or None."""
+    if path.exists():
+        return None if path.is_dir() else f"{path} exists and is not a directory"
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"{path} does not exist and cannot be created: {parent} is not a writable directory"
+    return None
+
+
+def _make_mount_points(context: LaunchContext, dirs: dict[str, tuple[str, Path]]) -> str | None:
+    """Create each missing ``LocalPath`` outside ``/opt/ml`` (empty, on the machine: the host's own
+    directory is bind-mounted there in its namespace) and say so; None, or why one could not be."""
+    for local_path, (field, _) in dirs.items():
+        path = Path(local_path)
+        if path.is_dir():
+            continue
+        try:
+            path.mkdir(parents=True)
+        except OSError as error:
+            return f"cannot create {path} as a mount point for {field}: {error}"
+        context.say(f"created {path} as a mount point for {field}")
+    return None
 
 
 def _gone(pid: int) -> bool:

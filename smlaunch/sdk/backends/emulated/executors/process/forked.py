@@ -1,11 +1,11 @@
 """A host runtime started as a fork of the calling interpreter instead of a new one.
 
-:func:`fork_host` is what :mod:`estimator.backends.local.early_start` uses, where it can, instead of
-:func:`~estimator.backends.local.executors.spawn.start_host`: the child is set up exactly as
+:func:`fork_host` is what :mod:`.early` uses, where it can, instead of
+:func:`~smlaunch.sdk.backends.emulated.executors.process.spawn.start_host`: the child is set up exactly as
 ``start_host``'s (the host's cwd and environment, stdin from ``/dev/null``, stdout and stderr into
 one pipe, the host's private ``/opt/ml``, ``PR_SET_PDEATHSIG=SIGHUP``) and then runs
-``runtime.__main__.main`` in the interpreter it already has, rather than ``exec``-ing
-``python -m runtime``. That skips the new interpreter's start-up and ``site`` (and whatever the
+``smlaunch.runtime.__main__.main`` in the interpreter it already has, rather than ``exec``-ing
+``python -m smlaunch.runtime``. That skips the new interpreter's start-up and ``site`` (and whatever the
 parent has imported already), about 40 ms of a 2-core machine that every user's first line waits
 for (``benchmarks/first_line.py``).
 
@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, NoReturn
 
-from estimator.backends.local.executors.spawn import PrivateOptMl, host_set_up
+from smlaunch.sdk.backends.emulated.executors.process.spawn import PrivateOptMl, host_set_up
 
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 _FAILED_SET_UP = 127
@@ -46,7 +46,7 @@ _FAILED_SET_UP = 127
 
 
 def can_fork(python: str) -> bool:
-    """Whether :func:`fork_host` may start a host meant to run ``python -m runtime``: the caller is
+    """Whether :func:`fork_host` may start a host meant to run ``python -m smlaunch.runtime``: the caller is
     that very interpreter, on Linux, and runs no other thread."""
     return sys.platform == "linux" and python == sys.executable and threading.active_count() == 1
 
@@ -62,7 +62,7 @@ class ForkedHost:
         """Its stdout and stderr, merged, as a pipe."""
         self.returncode: int | None = None
         """As ``Popen.returncode``: None while it runs, then its exit code (``-N``: killed by signal N)."""
-        self.args = [sys.executable, "-m", "runtime"]
+        self.args = [sys.executable, "-m", "smlaunch.runtime"]
         """The command it runs, as ``Popen.args``."""
         self._waitpid_lock = threading.Lock()
 
@@ -149,7 +149,7 @@ def fork_host(tree: Path, env: Mapping[str, str], opt_ml: PrivateOptMl | None) -
 def _become_host(
     tree: str, env: dict[str, str], set_up: Callable[[], None] | None, out: int, report: int
 ) -> NoReturn:
-    """In the child: become ``cd tree && python -m runtime`` with ``env``; never returns."""
+    """In the child: become ``cd tree && python -m smlaunch.runtime`` with ``env``; never returns."""
     try:
         gc.freeze()  # the parent's objects are never collected here: some name descriptors closed below
         try:
@@ -172,10 +172,10 @@ def _become_host(
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         os.environ.clear()
         os.environ.update(env)
-        sys.argv = [sys.executable, "-m", "runtime"]
-        sys.path[0] = tree  # what `python -m runtime` started in `tree` has first on its path
+        sys.argv = [sys.executable, "-m", "smlaunch.runtime"]
+        sys.path[0] = tree  # what `python -m smlaunch.runtime` started in `tree` has first on its path
         show_command_line(sys.argv)
-        from runtime.__main__ import exit_now, main  # the whole host runtime: in the child only
+        from smlaunch.runtime.__main__ import exit_now, main  # the whole host runtime: in the child only
 
         exit_now(main([]))
     except BaseException:

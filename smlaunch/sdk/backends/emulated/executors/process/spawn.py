@@ -1,15 +1,16 @@
 """Starting one host runtime as a process of the agent: its private ``/opt/ml``, its parent-death
 signal, its environment.
 
-Used by :class:`~estimator.backends.local.executors.process.ProcessExecutor` for every attempt, and
-by :mod:`estimator.backends.local.early_start` to start the first attempt's hosts before the agent
+Used by :class:`~smlaunch.sdk.backends.emulated.executors.process.executor.ProcessExecutor` for every
+attempt, and
+by :mod:`.early` to start the first attempt's hosts before the agent
 has loaded its own machinery; so this module imports the standard library and the shared layer of
 ``runtime`` only (never the job spec, pydantic or psutil).
 
 :class:`PrivateOptMl` gives each host its own tree at ``/opt/ml`` in a private mount namespace
-(described in :mod:`estimator.backends.local.executors.process`); :func:`start_host` starts one
-``python -m runtime`` with that namespace and ``PR_SET_PDEATHSIG=SIGHUP`` against the calling
-thread (:func:`runtime.processes.die_with_parent`), in this order. :class:`DrainedOutput` reads a
+(described in :mod:`smlaunch.sdk.backends.emulated.executors.process.executor`); :func:`start_host` starts one
+``python -m smlaunch.runtime`` with that namespace and ``PR_SET_PDEATHSIG=SIGHUP`` against the calling
+thread (:func:`smlaunch.contract.processes.die_with_parent`), in this order. :class:`DrainedOutput` reads a
 host's output while the agent is still loading.
 """
 
@@ -26,9 +27,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from runtime import contract, mounts
-from runtime.mounts import MS_BIND, MS_NODEV, MS_NOSUID, MS_REC
-from runtime.processes import die_with_parent, pipe_reader
+from smlaunch import contract
+from smlaunch.contract import mounts
+from smlaunch.contract.mounts import MS_BIND, MS_NODEV, MS_NOSUID, MS_REC
+from smlaunch.contract.processes import die_with_parent, pipe_reader
 
 STORE_VIEW_ENV = "SMLAUNCH_STORE_VIEW"
 """Where a Slurm step finds the :meth:`PrivateOptMl.view` it enters (JSON), set by the executor."""
@@ -40,7 +42,9 @@ class PrivateOptMl:
     """Bind-mounts a host tree at ``target`` (``/opt/ml``) in a private mount namespace, where the
     job store is hidden: ``store`` (the store's root, holding every job's record) is covered by an
     empty read-only tmpfs, on which only ``writable`` and ``read_only`` paths (the job's host trees,
-    its scratch, its code...) are mounted back at their own paths."""
+    its scratch, its code...) are mounted back at their own paths. ``binds`` maps a path outside
+    the target (checkpoints' ``LocalPath``...) to a directory of the host's tree, bind-mounted
+    there: each host has its own directory at that path (which must exist on the machine)."""
 
     def __init__(
         self,
@@ -48,24 +52,36 @@ class PrivateOptMl:
         store: str | None = None,
         writable: Iterable[str] = (),
         read_only: Iterable[str] = (),
+        binds: Mapping[str, str] | None = None,
     ) -> None:
         self.target = target
         self.store = os.path.realpath(store) if store is not None else None
         self.writable = sorted({os.path.realpath(p) for p in writable})
         self.read_only = sorted({os.path.realpath(p) for p in read_only})
+        self.binds = dict(sorted((binds or {}).items()))  # a parent before what lies below it
         # Loaded here, in the parent: the hook runs between fork and exec and must not load libraries.
         self._libc = mounts.load_libc()
 
     def view(self) -> dict[str, Any]:
         """What :meth:`from_view` makes this again from (JSON: for ``early-start.json``, a Slurm step)."""
-        return {"store": self.store, "writable": self.writable, "read_only": self.read_only}
+        return {
+            "store": self.store,
+            "writable": self.writable,
+            "read_only": self.read_only,
+            "binds": self.binds,
+        }
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any] | None) -> PrivateOptMl:
         """The :class:`PrivateOptMl` that :meth:`view` described (None: the store left as it is)."""
         if not view:
             return cls()
-        return cls(store=view["store"], writable=view["writable"], read_only=view["read_only"])
+        return cls(
+            store=view["store"],
+            writable=view["writable"],
+            read_only=view["read_only"],
+            binds=view.get("binds"),
+        )
 
     def hook(self, tree: Path) -> Callable[[], None]:
         """A pre-exec hook that puts the child in its own namespace with ``tree`` at the target."""
@@ -89,6 +105,10 @@ class PrivateOptMl:
     def _enter(self, tree: str) -> None:
         mounts.enter_namespace(self._c)
         source = os.open(tree, os.O_PATH | os.O_DIRECTORY)  # the tree, even once the store is covered
+        binds = [
+            (os.open(os.path.join(tree, relative), os.O_PATH | os.O_DIRECTORY), target)
+            for target, relative in self.binds.items()
+        ]
         if self.store is not None:
             self._hide_store(self.store)
         if not os.path.isdir(self.target):
@@ -96,6 +116,10 @@ class PrivateOptMl:
         where = f"bind-mounting {tree} at {self.target}"
         mounts.mount(self._c, f"/proc/self/fd/{source}", self.target, None, MS_BIND | MS_REC, where)
         os.close(source)
+        for handle, target in binds:
+            where = f"bind-mounting {os.path.join(tree, self.binds[target])} at {target}"
+            mounts.mount(self._c, f"/proc/self/fd/{handle}", target, None, MS_BIND | MS_REC, where)
+            os.close(handle)
 
     def _hide_store(self, store: str) -> None:
         """Cover ``store`` with an empty tmpfs, mount what the host keeps back, make the cover read-only."""
@@ -162,17 +186,14 @@ def no_private_opt_ml(why: str) -> str:
     )
 
 
-def base_environment(settings: Mapping[str, Any], scratch: Path) -> dict[str, str]:
+def base_environment(s3_environment: Mapping[str, str], scratch: Path) -> dict[str, str]:
     """What every host runtime of an attempt inherits besides its own variables: the agent's
-    environment, the S3 the session talks to, and the attempt's scratch directory
-    (``SMLAUNCH_MPI_DIR``, where the emulated MPI hosts meet)."""
+    environment, the S3 the session talks to (``JobSettings.s3_environment``, below what the
+    agent's environment sets), and the attempt's scratch directory (``SMLAUNCH_MPI_DIR``, where the
+    emulated MPI hosts meet)."""
     env = dict(os.environ)
-    # The S3 the session talks to (e.g. a test's moto server) is the S3 the hosts talk to:
-    # the runtime fetches s3:// code with boto3, which honours these variables.
-    if settings.get("s3_endpoint_url"):
-        env.setdefault("AWS_ENDPOINT_URL_S3", str(settings["s3_endpoint_url"]))
-    if settings.get("s3_region_name"):
-        env.setdefault("AWS_REGION", str(settings["s3_region_name"]))
+    for name, value in s3_environment.items():
+        env.setdefault(name, value)
     env[contract.SMLAUNCH_MPI_DIR] = str(scratch)
     return env
 
@@ -180,12 +201,12 @@ def base_environment(settings: Mapping[str, Any], scratch: Path) -> dict[str, st
 def start_host(
     python: str, tree: Path, env: Mapping[str, str], opt_ml: PrivateOptMl | None
 ) -> subprocess.Popen[bytes]:
-    """One ``python -m runtime`` for the host whose ``/opt/ml`` tree is ``tree``, its stdout and
+    """One ``python -m smlaunch.runtime`` for the host whose ``/opt/ml`` tree is ``tree``, its stdout and
     stderr merged into one pipe. Call it from the main thread: ``PR_SET_PDEATHSIG`` is tied to the
     thread that forks. The pre-exec hooks only enter the host's mount namespace (``opt_ml``; None:
     the machine's) and call prctl and getppid, PDEATHSIG last (:func:`host_set_up`)."""
     return subprocess.Popen(
-        [python, "-m", "runtime"],
+        [python, "-m", "smlaunch.runtime"],
         cwd=str(tree),
         env=dict(env),
         stdin=subprocess.DEVNULL,
@@ -201,7 +222,7 @@ def host_set_up(tree: Path, opt_ml: PrivateOptMl | None) -> Callable[[], None] |
     then ``PR_SET_PDEATHSIG=SIGHUP`` against the calling thread. Make it in the parent, in the
     thread that starts the child; None when there is nothing to do."""
     # SIGHUP, not SIGKILL: a host runtime must live long enough to kill and reap everything its
-    # ranks started (runtime.supervisor, point 5).
+    # ranks started (smlaunch.runtime.supervision.supervisor, point 5).
     hooks = [opt_ml.hook(tree) if opt_ml is not None else None, die_with_parent(signal.SIGHUP)]
     present = [hook for hook in hooks if hook is not None]
     if not present:
@@ -216,7 +237,7 @@ def host_set_up(tree: Path, opt_ml: PrivateOptMl | None) -> Callable[[], None] |
 
 class DrainedOutput:
     """A host's output pipe, read by a thread of its own from the moment
-    :mod:`~estimator.backends.local.early_start` started the hosts: the agent's log pump
+    :mod:`~smlaunch.sdk.backends.emulated.early_start` started the hosts: the agent's log pump
     (:meth:`read`) takes the bytes from here. Without it, nothing would read a
     host's pipe while the agent loads (about 0.2 s, after the user's first line), so a rank that
     prints much at its start would wait on a full pipe for the agent's start-up. Holds at most

@@ -1,7 +1,7 @@
 """The Slurm executor: each host of a job is one ``srun`` step on one node of the job's allocation.
 
 The job's agent runs as the batch script of the job's ``sbatch`` allocation
-(:mod:`estimator.backends.slurm`), on the allocation's first node, with the job directory on the
+(:mod:`smlaunch.sdk.backends.slurm.backend`), on the allocation's first node, with the job directory on the
 shared directory every node mounts. For each attempt it asks this executor to start the hosts:
 
 - ``algo-1..N`` map to the allocation's nodes in order (``scontrol show hostnames
@@ -9,9 +9,9 @@ shared directory every node mounts. For each attempt it asks this executor to st
   address is ``algo-1``'s node; the master port is free on the agent's node (``algo-1``'s, as Slurm
   runs the batch script on the allocation's first node);
 - each host is ``srun --nodes=1 --ntasks=1 --nodelist=<node> --job-name=<host> python -m
-  estimator.backends.local.executors.slurm_host``, started from the host's tree (on the shared
+  smlaunch.sdk.backends.emulated.executors.slurm.host``, started from the host's tree (on the shared
   directory) with ``SAGEMAKER_BASE_DIR`` set to it, which mounts that tree at ``/opt/ml`` in a
-  private mount namespace and becomes ``python -m runtime``; its output comes back through
+  private mount namespace and becomes ``python -m smlaunch.runtime``; its output comes back through
   ``srun``, whose exit status is the runtime's;
 - with ``container_image`` (pyxis/enroot clusters) the step runs the image's ``train`` with the
   shared directory mounted at the same path and the host's tree at ``/opt/ml``
@@ -19,7 +19,7 @@ shared directory every node mounts. For each attempt it asks this executor to st
 - MPI (``distribution={"mpi": ...}``): the hosts meet in a private directory inside the job
   directory (``SMLAUNCH_MPI_DIR``, on the shared directory) and ``SMLAUNCH_MPI_SLURM=1`` tells the
   runtime to start ranks through Slurm: the master's ``mpirun`` asks, through that directory
-  (:mod:`runtime.mpi_slurm`), for each host's ``orted``, which :meth:`SlurmExecutor.watch` starts
+  (:mod:`smlaunch.contract.mpi_slurm`), for each host's ``orted``, which :meth:`SlurmExecutor.watch` starts
   as a step ``<host>-mpi`` on the host's node (:func:`mpi_step_prefix`, the environment the host
   started with, its tree at ``/opt/ml``), from the agent, outside every host's step (a step's
   ``srun`` would kill its step at once on the SIGTERM of ``stop()``); so each rank runs on its
@@ -51,16 +51,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from estimator.backends.local import layout
-from estimator.backends.local.executors.base import Executor, Host, LaunchContext
-from estimator.backends.local.executors.spawn import STORE_VIEW_ENV
-from estimator.backends.local.state import host_report
-from estimator.backends.slurm_client import SlurmClient, SlurmCommandError
-from runtime import contract, mpi_slurm
-from runtime.processes import free_port
+from smlaunch import contract
+from smlaunch.contract import mpi_slurm
+from smlaunch.contract.processes import free_port
+from smlaunch.sdk.backends.emulated import layout
+from smlaunch.sdk.backends.emulated.executors.base import Executor, Host, LaunchContext
+from smlaunch.sdk.backends.emulated.executors.process.spawn import STORE_VIEW_ENV
+from smlaunch.sdk.backends.emulated.job_settings import JobSettings, SlurmSettings
+from smlaunch.sdk.backends.emulated.state import host_report
+from smlaunch.sdk.backends.slurm.client import SlurmClient, SlurmCommandError
 
 if TYPE_CHECKING:
-    from estimator.spec import TrainingJobSpec
+    from smlaunch.sdk.request.spec import TrainingJobSpec
 
 JOB_ID_ENV = "SLURM_JOB_ID"
 NODELIST_ENV = "SLURM_JOB_NODELIST"
@@ -71,14 +73,21 @@ MPI_POLL_SECONDS = 0.2
 """How often the agent looks for ``orted`` requests of the master's ``mpirun``."""
 
 
-HOST_MODULE = "estimator.backends.local.executors.slurm_host"
-"""Run by each step outside containers: the host's tree at ``/opt/ml``, then ``python -m runtime``."""
+HOST_MODULE = "smlaunch.sdk.backends.emulated.executors.slurm.host"
+"""Run by each step outside containers: the host's tree at ``/opt/ml``, then ``python -m
+smlaunch.runtime``."""
 CONTAINER_COMMAND = "train"
-"""Run by each step in a container: the image's entry command (``python -m runtime`` in ours)."""
+"""Run by each step in a container: the image's entry command (``python -m smlaunch.runtime`` in ours)."""
 MPI_STEP_SUFFIX = "-mpi"
 """The steps that run a host's MPI daemon (``orted``) and ranks are named ``<host>-mpi``."""
 MPI_STEP_LOG_LINES = 50
 """At most this many of the last lines an ``orted`` step printed go into the job's log."""
+MPI_FAULT_LINES = 12
+"""At most this many of a failed ``orted`` step's last lines go into the job's FailureReason."""
+MPI_DAEMON_GRACE_SECONDS = 30.0
+"""How long the hosts may keep running after an ``orted`` step failed before the job is failed for
+it. ``mpirun`` ends within seconds of a daemon failure it knows of (a rank's crash tears the job
+down); a daemon that died before calling back (``orte_init`` failed) leaves it waiting forever."""
 
 
 def srun_command(
@@ -154,28 +163,28 @@ class SlurmExecutor(Executor):
         self._host_env: dict[str, dict[str, str]] = {}
         self._mpi_steps: dict[str, subprocess.Popen[bytes]] = {}
         self._mpi_seen_at = 0.0
+        self._mpi_step_failed_at: dict[str, float] = {}
+        self._mpi_fault: dict[str, Any] | None = None
 
-    def settings(self, spec: TrainingJobSpec) -> dict[str, Any]:
+    def settings(self, spec: TrainingJobSpec) -> SlurmSettings:
         """The interpreter on the nodes, the container image and the shared directory."""
-        return {
-            "executor": self.name,
-            "python": self.python,
-            "container_image": self.container_image,
-            "shared_dir": self.shared_dir,
-        }
+        return SlurmSettings(
+            python=self.python, container_image=self.container_image, shared_dir=self.shared_dir
+        )
 
     @classmethod
-    def for_agent(cls, settings: dict[str, Any]) -> Executor:
+    def for_agent(cls, settings: JobSettings) -> Executor:
         """The executor inside the job's allocation: job id and node list from Slurm's environment."""
         missing = [name for name in (JOB_ID_ENV, NODELIST_ENV) if not os.environ.get(name)]
         if missing:
             raise RuntimeError(f"the Slurm executor runs inside a Slurm job; {missing} not set")
+        own = settings.executor_fields(SlurmSettings)
         return cls(
             job_id=os.environ[JOB_ID_ENV],
             nodelist=os.environ[NODELIST_ENV],
-            python=str(settings.get("python") or sys.executable),
-            container_image=settings.get("container_image"),
-            shared_dir=str(settings.get("shared_dir") or ""),
+            python=own.python,
+            container_image=own.container_image,
+            shared_dir=own.shared_dir,
         )
 
     def requeued(self) -> str | None:
@@ -201,7 +210,6 @@ class SlurmExecutor(Executor):
         placement = self.nodes(context.hosts)
         addresses = {name: address for name, (_, address) in placement.items()}
         port = free_port()
-        ranks = int(context.settings["processes_per_host"])
         master = min(context.hosts, key=lambda h: h.index).name
         context.say(
             f"Job {context.spec.TrainingJobName}: Slurm job {self.job_id}, {len(context.hosts)} host(s) "
@@ -212,10 +220,8 @@ class SlurmExecutor(Executor):
             + (f", container {self.container_image}" if self.container_image else "")
         )
         base_env = dict(os.environ)  # SLURM_JOB_ID among them: srun starts a step of this job
-        if context.settings.get("s3_endpoint_url"):
-            base_env.setdefault("AWS_ENDPOINT_URL_S3", str(context.settings["s3_endpoint_url"]))
-        if context.settings.get("s3_region_name"):
-            base_env.setdefault("AWS_REGION", str(context.settings["s3_region_name"]))
+        for name, value in context.settings.s3_environment().items():
+            base_env.setdefault(name, value)
         self._placement = placement
         self._mpi_steps = {}
         if not self.container_image:
@@ -233,10 +239,10 @@ class SlurmExecutor(Executor):
                     host.base,
                     addresses,
                     port,
-                    ranks,
+                    context.settings.processes_per_host,
                     context.grace,
-                    context.settings.get("num_gpus"),
-                    context.settings.get("emulate_cuda"),
+                    context.settings.num_gpus,
+                    context.settings.emulate_cuda,
                 )
             )
             env.update(layout.settings_environment(context.settings))
@@ -273,6 +279,41 @@ class SlurmExecutor(Executor):
                 continue
             why = self._start_mpi_step(context, host, command)
             mpi_slurm.write_private_json(mpi_slurm.answer_file(self._mpi_dir, host), {"error": why})
+        self._check_mpi_steps(context, now)
+
+    def _check_mpi_steps(self, context: LaunchContext, now: float) -> None:
+        """Fail the job when an ``orted`` step ended non-zero and the hosts still run
+        :data:`MPI_DAEMON_GRACE_SECONDS` later: ``mpirun`` never heard from that daemon and would
+        wait for it forever. The hosts get SIGTERM; :meth:`root_cause` names the daemon."""
+        if self._mpi_fault is not None:
+            return
+        for host, proc in self._mpi_steps.items():
+            code = proc.poll()
+            if code is None or code == 0:
+                continue
+            failed_at = self._mpi_step_failed_at.setdefault(host, now)
+            running = [h for h in context.hosts if h.proc is not None and h.proc.poll() is None]
+            if now - failed_at < MPI_DAEMON_GRACE_SECONDS or not running:
+                continue
+            tail = "\n".join(self._mpi_step_lines(host)[-MPI_FAULT_LINES:])
+            self._mpi_fault = {
+                "FailureReason": (
+                    f"InternalServerError: {host}'s MPI daemon (orted, Slurm step {host}{MPI_STEP_SUFFIX} on "
+                    f"{self._placement[host][0]}) exited with code {code} before mpirun heard from it, "
+                    f"and mpirun kept waiting for it. Its last lines:\n{tail}"
+                ),
+                "ExitCode": code,
+            }
+            context.say(
+                f"MPI: {host}'s orted step exited with code {code} {MPI_DAEMON_GRACE_SECONDS:g} s ago "
+                "and mpirun still waits for it: ending the job"
+            )
+            self.signal(context, running, signal.SIGTERM)
+            return
+
+    def root_cause(self, context: LaunchContext) -> dict[str, Any] | None:
+        """An ``orted`` step that failed before ``mpirun`` heard from it (:meth:`_check_mpi_steps`)."""
+        return self._mpi_fault
 
     def _start_mpi_step(self, context: LaunchContext, host: str, command: str) -> str | None:
         """Start ``host``'s ``orted`` step; None, or why it could not start."""
@@ -315,14 +356,17 @@ class SlurmExecutor(Executor):
         assert self._mpi_dir is not None
         return contract.child_path(self._mpi_dir, f"orted-{host}.log", "host name", single=True)
 
+    def _mpi_step_lines(self, host: str) -> list[str]:
+        """What ``host``'s ``orted`` step printed so far (none where its log cannot be read)."""
+        try:
+            return self._mpi_step_log(host).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return []
+
     def _say_mpi_step_output(self, context: LaunchContext, host: str) -> None:
         """The last :data:`MPI_STEP_LOG_LINES` lines of ``host``'s ``orted`` step, into the job's log
         as ``[<host>/orted] ...``."""
-        try:
-            lines = self._mpi_step_log(host).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            return
-        for line in lines[-MPI_STEP_LOG_LINES:]:
+        for line in self._mpi_step_lines(host)[-MPI_STEP_LOG_LINES:]:
             context.say(f"[{host}/orted] {line}")
 
     def _steps(self) -> dict[str, str]:

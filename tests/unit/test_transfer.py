@@ -569,3 +569,33 @@ def test_upload_dir_sends_the_files_given_under_their_names(s3: Any, tmp_path: P
     assert body == b"w" * (6 * MiB)  # multipart, read through the descriptor opened and checked
     engine.upload_dir(tmp_path / "real", (tmp_path / "copy").as_uri(), files=files)
     assert (tmp_path / "copy" / "step-3" / "w.pt").read_bytes() == body
+
+
+@pytest.fixture
+def umask_027() -> Iterator[None]:
+    """This process's umask at 027 for one test (a shared group directory's usual setting)."""
+    previous = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_a_downloaded_file_has_the_mode_a_new_file_gets_under_the_umask(
+    s3: Any, tmp_path: Path, umask_027: None
+) -> None:
+    """As ``aws s3 cp`` writes it: 0o666 less the umask, not the temporary file's 0o600."""
+    s3.put_object(Bucket="bucket", Key="pre/model.tar.gz", Body=b"weights")
+    TransferEngine(s3, progress=False).download_prefix("s3://bucket/pre", tmp_path / "dst")
+    assert (tmp_path / "dst" / "model.tar.gz").stat().st_mode & 0o777 == 0o640
+
+
+def test_a_copied_file_keeps_its_sources_mode_under_the_umask(tmp_path: Path, umask_027: None) -> None:
+    """As ``cp`` copies: the source's mode less the umask, so a private source stays private."""
+    (tmp_path / "src").mkdir()
+    for name, mode in (("shared.bin", 0o664), ("script.sh", 0o755), ("secret.key", 0o600)):
+        (tmp_path / "src" / name).write_bytes(name.encode())
+        (tmp_path / "src" / name).chmod(mode)
+    TransferEngine(progress=False).sync(tmp_path / "src", (tmp_path / "dst").as_uri())
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "dst").iterdir()}
+    assert modes == {"shared.bin": 0o640, "script.sh": 0o750, "secret.key": 0o600}

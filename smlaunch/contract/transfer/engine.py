@@ -36,6 +36,8 @@ Contracts:
   ``dateutil`` was most of a 1,000-key page's parse time. The client's other calls, the user's
   included, see whole responses.
 - **file://** sources and destinations behave the same way (copy to a temporary name, verify, rename).
+- **Modes.** A file is private while it is partial; under its final name it has the mode a new file
+  gets under the umask: a download as ``aws s3 cp`` gives it, a copy as ``cp`` (its source's mode).
 - **Progress.** A progress bar (``tqdm.auto``: a widget in Jupyter, text in a terminal; else one
   stderr line) for transfers of at least ``progress_min_bytes`` (files skipped as unchanged count),
   ending in one summary line (files, bytes, seconds, skipped unchanged); shown when
@@ -58,6 +60,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -93,6 +96,17 @@ def _client_error() -> type[Exception]:
     from botocore.exceptions import ClientError
 
     return ClientError
+
+
+def created_mode(requested: int) -> int:
+    """The permission bits a file created with ``requested`` gets under this process's umask, as
+    ``open()``, ``cp`` and ``aws s3 cp`` give them. The umask is read from ``/proc/self/status``:
+    :func:`os.umask` can read it only by setting it, for every thread at once."""
+    umask = 0o022
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    return stat.S_IMODE(requested) & ~umask
 
 
 def _name_of(handle: BinaryIO, path: Path) -> str:
@@ -658,6 +672,7 @@ class TransferEngine:
         last_problem = ""
         for attempt in range(self.retries + 1):
             fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PARTIAL_SUFFIX, dir=dest.parent)
+            os.fchmod(fd, created_mode(0o666))  # private while partial; then as any new file
             os.close(fd)
             tmp = Path(tmp_name)
             try:
@@ -743,6 +758,7 @@ class TransferEngine:
                     return "skipped", 0
             dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PARTIAL_SUFFIX, dir=dest.parent)
+            os.fchmod(fd, created_mode(src.stat().st_mode))  # as cp: a private source stays private
             os.close(fd)
             try:
                 with open_source(src) as source:  # copyfile, by that name, keeps its kernel fast path

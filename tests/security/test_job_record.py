@@ -242,3 +242,27 @@ def test_another_user_reads_nothing_of_a_job_on_a_shared_store(tmp_path: Path) -
         assert seen.stdout.splitlines() == ["store listed"], seen.stdout + seen.stderr
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_artifacts_delivered_outside_the_store_are_written_as_the_umask_says(tmp_path: Path) -> None:
+    """The store keeps a job to its submitter; what the job delivers to the user's own
+    ``output_path`` (code, model, output) has the modes any file the user creates there has."""
+    root, out = tmp_path / "jobs", tmp_path / "team-share"
+    estimator = _estimator(
+        tmp_path, LocalSession(root, stop_grace_seconds=5), "train", TRAIN, output_path=out.as_uri()
+    )
+    old_umask = os.umask(0o027)  # a team directory: the group reads, others nothing
+    try:
+        estimator.fit(job_name="shared", wait=True, logs=False)
+    finally:
+        os.umask(old_umask)
+        kill_leftover_jobs(root)
+    delivered = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert delivered == [
+        "shared/output/model.tar.gz",
+        "shared/output/output.tar.gz",
+        "shared/source/sourcedir.tar.gz",
+    ]
+    assert {stat.S_IMODE((out / rel).stat().st_mode) for rel in delivered} == {0o640}
+    assert stat.S_IMODE((root / "shared").stat().st_mode) == 0o700

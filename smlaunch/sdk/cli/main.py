@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="smlaunch",
         description="Run, watch, measure, stop and clean SageMaker-style training jobs "
-        "(local, Docker, Slurm, SageMaker). Data goes to stdout, progress and errors to stderr.",
+        "(local, Docker, Slurm, Kubernetes, SageMaker). Data goes to stdout, progress and errors to stderr.",
         epilog=EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

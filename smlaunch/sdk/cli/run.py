@@ -2,9 +2,11 @@
 
 One vocabulary for both commands: ``ENTRY_POINT`` (positional), ``--hp KEY=VALUE``, ``--input
 NAME=URI``, ``--metric NAME=REGEX``, ``--distribution NAME|JSON`` and the estimator's keywords as
-``--kebab-case`` flags. Where the job goes: this machine unless ``--docker`` (one container per host)
-or ``--sagemaker``; ``plan`` (and ``run --dry-run``) never start anything, and a SageMaker plan calls
-no AWS API (:class:`PlanSession`: region, account and bucket come from flags). The spellings of
+``--kebab-case`` flags. Where the job goes: this machine unless ``--docker`` (one container per host),
+``--sagemaker``, ``--slurm SHARED_DIR`` or ``--kubernetes NAMESPACE`` (with the platform flags of
+:mod:`smlaunch.sdk.cli.platforms`, as ``serve`` spells them); ``plan`` (and ``run --dry-run``) never
+start anything, and a SageMaker plan calls no AWS API (:class:`PlanSession`: region, account and
+bucket come from flags). The spellings of
 earlier versions (``--entry-point``, ``--hyperparameters JSON``, ``--inputs JSON``, ``--root``,
 ``--local``) are still accepted, unlisted. :func:`cli_advice` puts the estimator's errors, written
 for notebooks, in these flags' words.
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from smlaunch import contract
+from smlaunch.sdk.cli import platforms
 from smlaunch.sdk.errors import ConfigurationError
 from smlaunch.sdk.request import sdk_config
 
@@ -147,10 +150,21 @@ def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--docker", action="store_true", help="one local container per host")
     target.add_argument("--sagemaker", action="store_true", help="Amazon SageMaker")
+    target.add_argument(
+        "--slurm",
+        metavar="SHARED_DIR",
+        help="the Slurm cluster whose shared directory this is (SlurmSession)",
+    )
+    target.add_argument(
+        "--kubernetes",
+        metavar="NAMESPACE",
+        help="that namespace of the kubeconfig's cluster (KubernetesSession; the --kubernetes-* flags below)",
+    )
     target.add_argument("--local", action="store_true", help=hidden)
     parser.add_argument(
         "--store", metavar="DIR", help="local job store (default: the root setting, ~/.smlaunch/jobs)"
     )
+    platforms.add_slurm_partition_flag(parser)
     parser.add_argument("--root", dest="store", help=hidden)
     parser.add_argument(
         "--region",
@@ -164,6 +178,7 @@ def add_estimator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bucket", help="SageMaker: the default bucket (default sagemaker-<region>-<account>)"
     )
+    platforms.add_kubernetes_flags(parser, namespace=False)
 
 
 _EXAMPLES = {
@@ -238,7 +253,18 @@ def distribution(text: str | None, processes_per_host: int | None) -> dict[str, 
 
 def session(args: argparse.Namespace, dry_run: bool) -> Any:
     """Where the job goes: ``LocalSession`` (``--docker``: its Docker executor), ``Session()`` with
-    ``--sagemaker``, or for a SageMaker dry run a :class:`PlanSession`."""
+    ``--sagemaker`` (for a dry run a :class:`PlanSession`), ``SlurmSession`` with ``--slurm``,
+    ``KubernetesSession`` with ``--kubernetes``. A platform's own flag without that platform is
+    refused, naming it."""
+    _refuse_flags_of_another_platform(args)
+    if args.slurm:
+        from smlaunch.sdk.sessions.slurm import SlurmSession
+
+        return SlurmSession(
+            shared_dir=args.slurm, partition=args.slurm_partition, processes_per_host=args.processes_per_host
+        )
+    if args.kubernetes:
+        return platforms.kubernetes_session(args, args.kubernetes)
     given = [f"--{name}" for name in _SAGEMAKER_ONLY if getattr(args, name) is not None]
     if args.sagemaker:
         if not args.instance_type:
@@ -282,6 +308,28 @@ def session(args: argparse.Namespace, dry_run: bool) -> Any:
         processes_per_host=args.processes_per_host,
         executor="docker" if args.docker else None,
     )
+
+
+def _refuse_flags_of_another_platform(args: argparse.Namespace) -> None:
+    """Each platform's flags apply to it alone: ``--store`` (this machine's), ``--slurm-partition``,
+    ``--kubernetes-*``."""
+    place = "--slurm" if args.slurm else "--kubernetes" if args.kubernetes else None
+    owned = {
+        "--slurm": ["--slurm-partition"] if args.slurm_partition is not None else [],
+        "--kubernetes": platforms.given_kubernetes_flags(args),
+    }
+    if place is not None and args.store is not None:
+        raise ConfigurationError(
+            "--store", args.store, f"names this machine's job store; the job goes to {place}", "drop --store"
+        )
+    for platform, flags in owned.items():
+        if flags and place != platform:
+            raise ConfigurationError(
+                flags[0],
+                getattr(args, flags[0][2:].replace("-", "_")),
+                f"applies to {platform} only",
+                f"add {platform} {'SHARED_DIR' if platform == '--slurm' else 'NAMESPACE'}, or drop it",
+            )
 
 
 def build_estimator(args: argparse.Namespace, sagemaker_session: Any) -> Any:

@@ -100,3 +100,30 @@ def test_a_kubernetes_plan_needs_no_cluster(
     request = json.loads(capsys.readouterr().out)
     assert request["ResourceConfig"]["InstanceCount"] == 2
     assert request["OutputDataConfig"]["S3OutputPath"] == "s3://bucket/out"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--kubernetes", ""], "error: --kubernetes='': not a Kubernetes name"),
+        (["--kubernetes", "Bad_NS"], "error: --kubernetes='Bad_NS': not a Kubernetes name"),
+        (
+            ["--kubernetes", "ml-jobs", "--kubernetes-image", "a b"],
+            "error: --kubernetes-image='a b': must be",
+        ),
+        (["--slurm", ""], "error: --slurm='': must be an absolute path"),
+        (["--slurm", "/no/such/dir"], "Fix: pass --slurm '/path/every/node/mounts'"),
+    ],
+)
+def test_a_bad_platform_value_is_named_by_its_flag(
+    flags: list[str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Never run here instead: an empty namespace or directory is refused, not taken as 'no platform'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert main(["plan", "train.py", *flags]) == 2
+    assert said in capsys.readouterr().err

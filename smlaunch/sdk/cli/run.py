@@ -257,13 +257,13 @@ def session(args: argparse.Namespace, dry_run: bool) -> Any:
     ``KubernetesSession`` with ``--kubernetes``. A platform's own flag without that platform is
     refused, naming it."""
     _refuse_flags_of_another_platform(args)
-    if args.slurm:
+    if args.slurm is not None:
         from smlaunch.sdk.sessions.slurm import SlurmSession
 
         return SlurmSession(
             shared_dir=args.slurm, partition=args.slurm_partition, processes_per_host=args.processes_per_host
         )
-    if args.kubernetes:
+    if args.kubernetes is not None:
         return platforms.kubernetes_session(args, args.kubernetes)
     given = [f"--{name}" for name in _SAGEMAKER_ONLY if getattr(args, name) is not None]
     if args.sagemaker:
@@ -313,7 +313,7 @@ def session(args: argparse.Namespace, dry_run: bool) -> Any:
 def _refuse_flags_of_another_platform(args: argparse.Namespace) -> None:
     """Each platform's flags apply to it alone: ``--store`` (this machine's), ``--slurm-partition``,
     ``--kubernetes-*``."""
-    place = "--slurm" if args.slurm else "--kubernetes" if args.kubernetes else None
+    place = "--slurm" if args.slurm is not None else "--kubernetes" if args.kubernetes is not None else None
     owned = {
         "--slurm": ["--slurm-partition"] if args.slurm_partition is not None else [],
         "--kubernetes": platforms.given_kubernetes_flags(args),
@@ -415,17 +415,28 @@ _RENAMED = {
     "metric_definitions": "--metric",
     "inputs": "--input",
 }
+_SESSION_ARGUMENTS = {
+    "shared_dir": "slurm",
+    "partition": "slurm_partition",
+    "namespace": "kubernetes",
+    **{argument: dest for dest, argument in platforms.KUBERNETES_FLAGS.items()},
+}
+"""A Slurm or Kubernetes session's argument -> the ``dest`` of the flag that gives it."""
 
 
 def cli_advice(error: ConfigurationError, parser: argparse.ArgumentParser) -> ConfigurationError:
     """``error`` (raised for a notebook: ``instance_count=0 ... pass instance_count=1``) in the
     words of ``parser``'s command: its flags for the estimator's keywords, ``--sagemaker``,
-    ``--region``, ``--bucket`` for the Session's."""
+    ``--region``, ``--bucket`` for the Session's, ``--slurm`` and ``--kubernetes*`` for those
+    sessions' arguments."""
     flags = dict(_RENAMED)
     for action in parser._actions:
         if action.option_strings and action.help != argparse.SUPPRESS:
             flags.setdefault(action.dest, action.option_strings[-1])
     flags.pop("processes_per_host", None)  # in errors, a distribution's key: not --processes-per-host
+    for argument, dest in _SESSION_ARGUMENTS.items():
+        if dest in flags:
+            flags.setdefault(argument, flags[dest])
     fix = error.fix or ""
     for pattern, replacement in _PYTHON_ADVICE:
         fix = pattern.sub(replacement, fix)

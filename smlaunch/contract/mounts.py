@@ -11,10 +11,12 @@ parent (a forked child of a multi-threaded process must not ``dlopen``), raising
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 CLONE_NEWNS = 0x00020000
@@ -39,6 +41,12 @@ _KEPT_FLAGS = (
 )
 """statvfs flags -> the mount flags a read-only remount must repeat (in a user namespace the kernel
 refuses to drop what the machine's mount locked)."""
+UNSHARE_TRIES = 8
+"""How often :func:`enter_namespace` asks for its namespaces while ``unshare(2)`` answers EINVAL,
+waiting 10 ms, then twice as long each time (about 1.3 s in all). In CI a forked, single-threaded
+child's ``unshare(CLONE_NEWNS | CLONE_NEWUSER)`` has now and then answered EINVAL while the same call
+succeeded just before and after (seen right after another test's Kubernetes pods were torn down; the
+kernel's reason is not known). Any other error, and EINVAL that lasts, is raised."""
 
 
 def load_libc() -> ctypes.CDLL | None:
@@ -72,11 +80,18 @@ def enter_namespace(libc: ctypes.CDLL) -> None:
     As root, a new mount namespace; otherwise also a new user namespace mapping only this uid and
     gid (what ``unshare -Urm`` does, keeping the uid; the capabilities it grants end at ``exec``).
     The slave step comes first, before anything is mounted: nothing mounted here reaches the
-    machine, while mounts made there later still reach this namespace.
+    machine, while mounts made there later still reach this namespace. A passing EINVAL from
+    ``unshare`` is retried (:data:`UNSHARE_TRIES`).
     """
     uid, gid = os.getuid(), os.getgid()
     root = os.geteuid() == 0
-    _check("unshare", libc.unshare(CLONE_NEWNS if root else CLONE_NEWNS | CLONE_NEWUSER))
+    flags = CLONE_NEWNS if root else CLONE_NEWNS | CLONE_NEWUSER
+    for attempt in range(UNSHARE_TRIES):
+        result = libc.unshare(flags)
+        if result == 0 or ctypes.get_errno() != errno.EINVAL or attempt == UNSHARE_TRIES - 1:
+            break
+        time.sleep(0.01 * 2**attempt)
+    _check("unshare", result)
     if not root:
         maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
         for name, text in maps:

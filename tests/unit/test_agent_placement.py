@@ -149,3 +149,24 @@ def test_a_job_stopped_while_its_hosts_wait_never_says_training(tmp_path: Path) 
         contract.SECONDARY_STARTING,
         contract.SECONDARY_STOPPING,
     ]
+
+
+class ScheduledPods(Scheduled):
+    hosts_called: ClassVar[str] = "pods"
+
+
+def test_the_status_messages_say_what_the_hosts_are(tmp_path: Path) -> None:
+    """ "Training in progress on the pods" on Kubernetes, as "... on the emulated hosts" here."""
+    from smlaunch.sdk.backends.emulated.executors.docker.executor import DockerExecutor
+    from smlaunch.sdk.backends.emulated.executors.process.executor import ProcessExecutor
+    from smlaunch.sdk.backends.emulated.executors.slurm.executor import SlurmExecutor
+    from smlaunch.sdk.backends.kubernetes.executor import KubernetesExecutor
+
+    called = [e.hosts_called for e in (ProcessExecutor, DockerExecutor, SlurmExecutor, KubernetesExecutor)]
+    assert called == ["emulated hosts", "containers", "Slurm nodes", "pods"]
+    agent = _agent(tmp_path, ScheduledPods([]))
+    agent._launch()
+    assert agent._supervise().outcome.status == contract.STATUS_COMPLETED
+    state = json.loads(agent.job.state_file.read_text())
+    messages = [t["StatusMessage"] for t in state["SecondaryStatusTransitions"]]
+    assert "Training in progress on the pods" in messages, messages

@@ -124,7 +124,7 @@ _REASON_TAGS = ("AlgorithmError:", "ClientError:", "Framework Error:", "Internal
 
 _MESSAGES = {
     contract.SECONDARY_DOWNLOADING: "Downloading input data",
-    contract.SECONDARY_TRAINING: "Training in progress on the emulated hosts",
+    contract.SECONDARY_TRAINING: "Training in progress on the {hosts}",
     contract.SECONDARY_STOPPING: "Stopping the training job",
     contract.SECONDARY_UPLOADING: "Uploading generated training model",
     contract.SECONDARY_COMPLETED: "Training job completed",
@@ -238,10 +238,12 @@ class Agent:
         transitions = self.state.setdefault("SecondaryStatusTransitions", [])
         if transitions and "EndTime" not in transitions[-1]:
             transitions[-1]["EndTime"] = at
+        if message is None:
+            message = _MESSAGES.get(secondary, "").format(hosts=self.executor.hosts_called)
         entry: dict[str, Any] = {
             "Status": secondary,
             "StartTime": at,
-            "StatusMessage": _MESSAGES.get(secondary, "") if message is None else message,
+            "StatusMessage": message,
         }
         if terminal:
             entry["EndTime"] = at

@@ -342,7 +342,7 @@ class LocalBackend(Backend):
         starting = {
             "Status": contract.SECONDARY_STARTING,
             "StartTime": created,
-            "StatusMessage": "Launching requested emulated hosts",
+            "StatusMessage": f"Launching requested {self.executor.hosts_called}",
         }
         # The job log opens with the first transition, as the agent logs each of the others.
         with job.open_log(job.job_log) as job_log:

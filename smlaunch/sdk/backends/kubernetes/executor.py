@@ -91,6 +91,7 @@ class KubernetesExecutor(Executor):
     """Hosts as pods; see the module docstring. Made in the agent pod (:meth:`for_agent`)."""
 
     name: ClassVar[str] = "kubernetes"
+    hosts_called: ClassVar[str] = "pods"
     layered_requirements: ClassVar[bool] = False
     hosts_deliver_streams: ClassVar[bool] = True
 

@@ -192,6 +192,9 @@ class Executor(ABC):
 
     name: ClassVar[str]
     """What ``LocalSession(executor=...)`` and ``settings.json`` (``executor.name``) call this executor."""
+    hosts_called: ClassVar[str] = "emulated hosts"
+    """What the job's hosts are here, as the status messages say it ("Launching requested pods",
+    "Training in progress on the Slurm nodes")."""
     layered_requirements: ClassVar[bool] = True
     """``requirements.txt`` goes into a cached environment layered over the user's interpreter, of
     which each job gets a copy its hosts share (:mod:`smlaunch.runtime.requirements_cache`); False

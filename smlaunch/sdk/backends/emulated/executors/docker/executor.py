@@ -116,6 +116,7 @@ class DockerExecutor(Executor):
     """
 
     name: ClassVar[str] = "docker"
+    hosts_called: ClassVar[str] = "containers"
     layered_requirements: ClassVar[bool] = False
     mounts_container_paths: ClassVar[bool] = True
 

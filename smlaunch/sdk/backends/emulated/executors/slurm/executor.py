@@ -140,6 +140,7 @@ class SlurmExecutor(Executor):
     """Hosts as ``srun`` steps of the agent's own Slurm job; see the module docstring."""
 
     name: ClassVar[str] = "slurm"
+    hosts_called: ClassVar[str] = "Slurm nodes"
     requeues: ClassVar[bool] = True
 
     def __init__(

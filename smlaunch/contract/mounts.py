@@ -41,12 +41,12 @@ _KEPT_FLAGS = (
 )
 """statvfs flags -> the mount flags a read-only remount must repeat (in a user namespace the kernel
 refuses to drop what the machine's mount locked)."""
-UNSHARE_TRIES = 8
+UNSHARE_TRIES = 10
 """How often :func:`enter_namespace` asks for its namespaces while ``unshare(2)`` answers EINVAL,
-waiting 10 ms, then twice as long each time (about 1.3 s in all). In CI a forked, single-threaded
+waiting 10 ms, then twice as long each time (about 5 s in all). In CI a forked, single-threaded
 child's ``unshare(CLONE_NEWNS | CLONE_NEWUSER)`` has now and then answered EINVAL while the same call
-succeeded just before and after (seen right after another test's Kubernetes pods were torn down; the
-kernel's reason is not known). Any other error, and EINVAL that lasts, is raised."""
+succeeded just before and after (seen in full test runs with the Kubernetes dev cluster up, never
+alone; the kernel's reason is not known). Any other error, and EINVAL that lasts, is raised."""
 
 
 def load_libc() -> ctypes.CDLL | None:

@@ -125,6 +125,11 @@ def main() -> None:
         # (SIGABRT, "terminate called without an active exception"), seen in the Docker tests.
         dist.barrier()
         dist.destroy_process_group()
+        if rank == 0:
+            # Rank 0 hosts the rendezvous store (MASTER_ADDR:MASTER_PORT) that the other ranks'
+            # groups hold until they are gone: leaving before them has now and then made a rank on
+            # its host abort in its own teardown (SIGABRT, as above), in the Docker tests. Leave last.
+            time.sleep(2)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 
 import smdistributed.dataparallel.torch.distributed as dist
 import torch
@@ -135,6 +136,11 @@ def main() -> None:
     # interpreter exit while peers are still closing their connections.
     dist.barrier()
     dist.destroy_process_group()
+    if rank == 0:
+        # Rank 0 hosts the rendezvous store (MASTER_ADDR:MASTER_PORT) that the other ranks'
+        # groups hold until they are gone: leaving before them has now and then made a rank on
+        # its host abort in its own teardown (SIGABRT, as above), in the Docker tests. Leave last.
+        time.sleep(2)
 
 
 if __name__ == "__main__":
